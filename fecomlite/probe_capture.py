@@ -1,0 +1,260 @@
+"""What the probe's slow path captures: tensor sizes, hyperparameters, data-size cuts, GPU sync.
+
+Only sampled calls and a few special sites come here, so this may cost microseconds; the fast
+path in `probe.py` never does. Everything is duck-typed (numpy, torch and TensorFlow tensors alike)
+and imports no framework: a framework is used only when the user's program already imported it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Callable
+from typing import Any
+
+MAX_SIZED_ITEMS = 64  # elements of a list/tuple argument looked at for sizes
+
+
+def safely(func: Callable[..., Any], *args: Any, default: Any = None) -> Any:
+    """Run probe bookkeeping; a failure there must never reach the user's program."""
+    try:
+        return func(*args)
+    except Exception:
+        return default
+
+
+def tensor_nbytes(value: Any) -> int | None:
+    """Bytes of one tensor or array from its shape and dtype (never by copying or pickling)."""
+    nbytes = getattr(value, "nbytes", None)
+    if isinstance(nbytes, int):
+        return nbytes  # numpy
+    if hasattr(value, "element_size") and hasattr(value, "nelement"):
+        return int(value.element_size() * value.nelement())  # torch
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    itemsize = getattr(dtype, "size", None) or getattr(dtype, "itemsize", None)
+    if shape is None or not isinstance(itemsize, int):
+        return None
+    dims = [d if isinstance(d, int) else getattr(d, "value", None) for d in shape]
+    if any(d is None for d in dims):
+        return None
+    return int(math.prod(dims)) * itemsize  # TensorFlow
+
+
+def nbytes_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """Total bytes of the tensor/array arguments (one level into lists and tuples)."""
+    total = 0
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, (list, tuple)):
+            for item in value[:MAX_SIZED_ITEMS]:
+                total += tensor_nbytes(item) or 0
+        else:
+            total += tensor_nbytes(value) or 0
+    return total
+
+
+_sync_functions: list[Callable[[], Any]] | None = None
+
+
+def gpu_sync() -> None:
+    """Wait for queued GPU work, so a call's interval covers its kernels (asynchronous GPUs)."""
+    global _sync_functions
+    if _sync_functions is None:
+        _sync_functions = _find_gpu_sync()
+    for sync in _sync_functions:
+        sync()
+
+
+def _find_gpu_sync() -> list[Callable[[], Any]]:
+    found: list[Callable[[], Any]] = []
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        found.append(torch.cuda.synchronize)
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and tf.config.list_logical_devices("GPU"):
+        found.append(tf.test.experimental.sync_devices)
+    return found
+
+
+class Handler:
+    """Slow-path hooks for one site: adjust the arguments before, look at the result after."""
+
+    def before(
+        self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return args, kwargs
+
+    def after(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
+        return None
+
+
+class HyperparamHandler(Handler):
+    """Reads hyperparameters off a call (Keras compile/fit, optimizers, DataLoader)."""
+
+    def __init__(self, extract: Callable[..., dict[str, Any]], sink: Any) -> None:
+        self.extract = extract
+        self.sink = sink
+
+    def after(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
+        params = {k: v for k, v in self.extract(fn, args, kwargs, result).items() if v is not None}
+        if params:
+            self.sink.add_hyperparams(_jsonable(params))
+
+
+class DataSizeHandler(Handler):
+    """Cuts tensor/array arguments along their first dimension to a fraction (data-size runs)."""
+
+    def __init__(self, fraction: float) -> None:
+        self.fraction = fraction
+
+    def before(
+        self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (
+            tuple(self.cut(a) for a in args),
+            {k: self.cut(v) for k, v in kwargs.items()},
+        )
+
+    def cut(self, value: Any) -> Any:
+        shape = getattr(value, "shape", None)
+        if shape is None or len(shape) == 0 or tensor_nbytes(value) is None:
+            return value
+        n = int(shape[0])
+        return value[: max(1, math.ceil(n * self.fraction))]
+
+
+class ChainedHandler(Handler):
+    def __init__(self, handlers: list[Handler]) -> None:
+        self.handlers = handlers
+
+    def before(
+        self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        for handler in self.handlers:
+            args, kwargs = handler.before(fn, args, kwargs)
+        return args, kwargs
+
+    def after(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
+        for handler in self.handlers:
+            safely(handler.after, fn, args, kwargs, result)
+
+
+def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
+    if name in kwargs:
+        return kwargs[name]
+    return args[index] if len(args) > index else None
+
+
+def _learning_rate(optimizer: Any) -> float | None:
+    for attr in ("learning_rate", "lr"):
+        value = getattr(optimizer, attr, None)
+        if value is not None:
+            return safely(float, value)
+    groups = getattr(optimizer, "param_groups", None)
+    return float(groups[0]["lr"]) if groups else None
+
+
+def _keras_model_facts(fn: Any) -> dict[str, Any]:
+    model = getattr(fn, "__self__", None)
+    if model is None or not hasattr(model, "count_params"):
+        return {}
+    return {
+        "parameters": safely(model.count_params),
+        "layers": safely(len, getattr(model, "layers", None)),
+    }
+
+
+def _keras_compile(fn: Any, args: tuple, kwargs: dict, result: Any) -> dict[str, Any]:
+    optimizer = _arg(args, kwargs, 0, "optimizer")
+    loss = _arg(args, kwargs, 1, "loss")
+    return {
+        "optimizer": optimizer if isinstance(optimizer, str) else type(optimizer).__name__,
+        "learning_rate": None if isinstance(optimizer, str) else _learning_rate(optimizer),
+        "loss": loss if isinstance(loss, str) else getattr(loss, "__name__", type(loss).__name__),
+    }
+
+
+def _keras_fit(fn: Any, args: tuple, kwargs: dict, result: Any) -> dict[str, Any]:
+    x = _arg(args, kwargs, 0, "x")
+    batch_size = _arg(args, kwargs, 2, "batch_size")
+    if batch_size is None and hasattr(x, "shape"):
+        batch_size = 32  # Keras' default for array inputs
+    return {
+        "epochs": _arg(args, kwargs, 3, "epochs") or 1,
+        "batch_size": batch_size,
+        "training_samples": safely(lambda: int(x.shape[0])) if hasattr(x, "shape") else None,
+        **_keras_model_facts(fn),
+    }
+
+
+def _optimizer(fn: Any, args: tuple, kwargs: dict, result: Any) -> dict[str, Any]:
+    facts: dict[str, Any] = {
+        "optimizer": type(result).__name__,
+        "learning_rate": _learning_rate(result),
+    }
+    groups = getattr(result, "param_groups", None)
+    if groups:  # torch: the parameters being optimised
+        facts["parameters"] = sum(p.numel() for g in groups for p in g["params"])
+    return facts
+
+
+def _data_loader(fn: Any, args: tuple, kwargs: dict, result: Any) -> dict[str, Any]:
+    return {"batch_size": getattr(result, "batch_size", None)}
+
+
+def _count_params(fn: Any, args: tuple, kwargs: dict, result: Any) -> dict[str, Any]:
+    return {"parameters": result if isinstance(result, int) else None}
+
+
+def hyperparam_extractor(api: str, kind: str) -> Callable[..., dict[str, Any]] | None:
+    """Which hyperparameters a site's canonical API name carries, if any."""
+    root = api.split(".", 1)[0]
+    last = api.rsplit(".", 1)[-1]
+    if root in ("keras", "tensorflow", "tf_keras"):
+        if last == "compile" and kind == "method":
+            return _keras_compile
+        if last == "fit" and kind == "method":
+            return _keras_fit
+        if last == "count_params":
+            return _count_params
+        if ".optimizers." in api and kind == "constructor":
+            return _optimizer
+    if root == "torch":
+        if api.startswith("torch.optim.") and kind == "constructor" and ".lr_scheduler" not in api:
+            return _optimizer
+        if last == "DataLoader" and kind == "constructor":
+            return _data_loader
+    return None
+
+
+def special_handlers(manifest_path: str, datasize: str, sink: Any) -> dict[str, Handler]:
+    """The sites that always take the slow path, from the manifest and the data-size setting."""
+    if not manifest_path:
+        return {}
+    try:
+        with open(manifest_path, encoding="utf-8") as f:
+            sites = json.load(f).get("sites", {})
+    except (OSError, ValueError):
+        return {}
+    target, _, fraction = datasize.rpartition("=")
+    handlers: dict[str, Handler] = {}
+    for key, site in sites.items():
+        chain: list[Handler] = []
+        if target and (key == target or site.get("api") == target):
+            chain.append(DataSizeHandler(float(fraction)))
+        extract = hyperparam_extractor(site.get("api", ""), site.get("kind", ""))
+        if extract is not None:
+            chain.append(HyperparamHandler(extract, sink))
+        if chain:
+            handlers[key] = chain[0] if len(chain) == 1 else ChainedHandler(chain)
+    return handlers
+
+
+def _jsonable(params: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        if isinstance(value, (bool, int, float, str)):
+            out[key] = value
+        else:
+            out[key] = safely(int, value) if hasattr(value, "__index__") else str(value)
+    return out

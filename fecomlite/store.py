@@ -1,0 +1,353 @@
+"""The run store: one SQLite file holding runs, sensor samples, call events and results.
+
+SQLite in WAL mode, one transaction per batch, so a killed writer leaves a store that opens and
+holds everything committed before. The schema is versioned in `meta`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY,
+    created_unix REAL NOT NULL,          -- wall clock, for display
+    kind TEXT NOT NULL DEFAULT 'instrumented',   -- instrumented | watch | datasize | calibration
+    parent_id INTEGER,                   -- a data-size or calibration run's main run
+    program TEXT NOT NULL DEFAULT '',
+    argv TEXT NOT NULL DEFAULT '[]',     -- json
+    level TEXT NOT NULL DEFAULT 'method',
+    status TEXT NOT NULL DEFAULT 'running',  -- running | finished | failed | interrupted
+    exit_code INTEGER,
+    settings TEXT NOT NULL DEFAULT '{}',     -- json: every setting used
+    hyperparams TEXT NOT NULL DEFAULT '{}',  -- json
+    machine TEXT NOT NULL DEFAULT '{}',      -- json
+    idle TEXT NOT NULL DEFAULT '{}',         -- json: sensor name -> idle power (W) or value
+    manifest TEXT NOT NULL DEFAULT '{}',     -- json: the instrumenter's manifest, if any
+    t_start_ns INTEGER,
+    t_end_ns INTEGER
+);
+CREATE TABLE IF NOT EXISTS repetitions (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    rep INTEGER NOT NULL,
+    t_start_ns INTEGER,
+    t_end_ns INTEGER,                    -- the program ended
+    tail_end_ns INTEGER,                 -- sampling after the program ended
+    exit_code INTEGER,
+    gate TEXT NOT NULL DEFAULT '{}',     -- json: what was checked, passed, waited
+    extra TEXT NOT NULL DEFAULT '{}',    -- json: e.g. the data-size fraction
+    PRIMARY KEY (run_id, rep)
+);
+CREATE TABLE IF NOT EXISTS sensors (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    name TEXT NOT NULL,
+    domain TEXT NOT NULL,
+    unit TEXT NOT NULL,
+    kind TEXT NOT NULL,                  -- counter | power | gauge
+    provenance TEXT NOT NULL,            -- measured | estimated
+    model TEXT,
+    period_s REAL,
+    UNIQUE (run_id, name)
+);
+CREATE TABLE IF NOT EXISTS samples (
+    sensor_id INTEGER NOT NULL REFERENCES sensors(id),
+    t_ns INTEGER NOT NULL,
+    value REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS samples_by_sensor ON samples (sensor_id, t_ns);
+CREATE TABLE IF NOT EXISTS sites (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    key TEXT NOT NULL,
+    file TEXT NOT NULL DEFAULT '',
+    line INTEGER NOT NULL DEFAULT 0,
+    col INTEGER NOT NULL DEFAULT 0,
+    api TEXT NOT NULL DEFAULT '',
+    written TEXT NOT NULL DEFAULT '',
+    kind TEXT NOT NULL DEFAULT 'function',
+    function TEXT NOT NULL DEFAULT '',
+    source TEXT NOT NULL DEFAULT '',
+    UNIQUE (run_id, key)
+);
+CREATE TABLE IF NOT EXISTS events (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    rep INTEGER NOT NULL,
+    site_id INTEGER NOT NULL REFERENCES sites(id),
+    pid INTEGER NOT NULL,
+    tid INTEGER NOT NULL,
+    t_start_ns INTEGER NOT NULL,
+    t_end_ns INTEGER NOT NULL,
+    status INTEGER NOT NULL,             -- 0 returned, 1 raised
+    in_bytes INTEGER,
+    out_bytes INTEGER
+);
+CREATE INDEX IF NOT EXISTS events_by_run ON events (run_id, rep, t_start_ns);
+CREATE TABLE IF NOT EXISTS results (
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    name TEXT NOT NULL,
+    value TEXT NOT NULL,                 -- json
+    PRIMARY KEY (run_id, name)
+);
+"""
+
+JSON_COLUMNS = ("argv", "settings", "hyperparams", "machine", "idle", "manifest", "gate", "extra")
+
+
+def default_home() -> Path:
+    """Where fecomlite keeps its store, server state and spool: `$FECOMLITE_HOME` or ./.fecomlite."""
+    return Path(os.environ.get("FECOMLITE_HOME", ".fecomlite")).resolve()
+
+
+def default_store_path() -> Path:
+    return default_home() / "store.sqlite"
+
+
+class StoreError(RuntimeError):
+    """The store file is missing, of another schema version, or not a fecomlite store."""
+
+
+class Store:
+    """A connection to one run store. Not thread-safe: one Store per thread."""
+
+    def __init__(self, path: str | os.PathLike[str], *, create: bool = True) -> None:
+        self.path = Path(path)
+        if not create and not self.path.exists():
+            raise StoreError(f"no run store at {self.path} (run `fecomlite run` first)")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self._init_schema()
+
+    def _init_schema(self) -> None:
+        row = None
+        try:
+            row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        except sqlite3.OperationalError:
+            pass
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path} is not a fecomlite run store: {exc}") from exc
+        if row is not None and int(row[0]) != SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} has schema version {row[0]}, this fecomlite reads {SCHEMA_VERSION}"
+            )
+        self.db.executescript(SCHEMA)  # idempotent: every statement is IF NOT EXISTS
+        self.db.execute(
+            "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+        )
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def transaction(self) -> _Transaction:
+        """Everything inside commits together or not at all."""
+        return _Transaction(self.db)
+
+    # -- runs ---------------------------------------------------------------------------------
+
+    def create_run(self, **fields: Any) -> int:
+        fields.setdefault("created_unix", time.time())
+        cols, vals = _encode(fields)
+        with self.transaction():
+            cur = self.db.execute(
+                f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", vals
+            )
+        return int(cur.lastrowid)
+
+    def update_run(self, run_id: int, **fields: Any) -> None:
+        cols, vals = _encode(fields)
+        with self.transaction():
+            self.db.execute(
+                f"UPDATE runs SET {', '.join(c + '=?' for c in cols)} WHERE id=?", (*vals, run_id)
+            )
+
+    def merge_hyperparams(self, run_id: int, params: dict[str, Any]) -> None:
+        with self.transaction():
+            row = self.db.execute("SELECT hyperparams FROM runs WHERE id=?", (run_id,)).fetchone()
+            merged = {**json.loads(row[0]), **params} if row else params
+            self.db.execute(
+                "UPDATE runs SET hyperparams=? WHERE id=?", (json.dumps(merged), run_id)
+            )
+
+    def run(self, run_id: int) -> dict[str, Any]:
+        row = self.db.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
+        if row is None:
+            raise StoreError(f"no run {run_id} in {self.path}")
+        return _decode(row)
+
+    def runs(self) -> list[dict[str, Any]]:
+        return [_decode(r) for r in self.db.execute("SELECT * FROM runs ORDER BY id")]
+
+    def latest_run_id(self, kinds: Sequence[str] = ("instrumented", "watch")) -> int:
+        marks = ",".join("?" * len(kinds))
+        row = self.db.execute(
+            f"SELECT max(id) FROM runs WHERE kind IN ({marks}) AND parent_id IS NULL", tuple(kinds)
+        ).fetchone()
+        if row is None or row[0] is None:
+            raise StoreError(f"no runs in {self.path}")
+        return int(row[0])
+
+    # -- repetitions --------------------------------------------------------------------------
+
+    def upsert_repetition(self, run_id: int, rep: int, **fields: Any) -> None:
+        cols, vals = _encode(fields)
+        with self.transaction():
+            self.db.execute(
+                "INSERT OR IGNORE INTO repetitions (run_id, rep) VALUES (?, ?)", (run_id, rep)
+            )
+            if cols:
+                self.db.execute(
+                    f"UPDATE repetitions SET {', '.join(c + '=?' for c in cols)} "
+                    "WHERE run_id=? AND rep=?",
+                    (*vals, run_id, rep),
+                )
+
+    def repetitions(self, run_id: int) -> list[dict[str, Any]]:
+        rows = self.db.execute(
+            "SELECT * FROM repetitions WHERE run_id=? ORDER BY rep", (run_id,)
+        )
+        return [_decode(r) for r in rows]
+
+    # -- sensors and samples ------------------------------------------------------------------
+
+    def add_sensor(self, run_id: int, **fields: Any) -> int:
+        cols, vals = _encode({"run_id": run_id, **fields})
+        with self.transaction():
+            cur = self.db.execute(
+                f"INSERT INTO sensors ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
+                "ON CONFLICT (run_id, name) DO UPDATE SET period_s=excluded.period_s",
+                vals,
+            )
+            if not cur.lastrowid:
+                return self.sensor_id(run_id, fields["name"])
+        return self.sensor_id(run_id, fields["name"])
+
+    def sensor_id(self, run_id: int, name: str) -> int:
+        row = self.db.execute(
+            "SELECT id FROM sensors WHERE run_id=? AND name=?", (run_id, name)
+        ).fetchone()
+        if row is None:
+            raise StoreError(f"run {run_id} has no sensor {name!r}")
+        return int(row[0])
+
+    def sensors(self, run_id: int) -> list[dict[str, Any]]:
+        rows = self.db.execute("SELECT * FROM sensors WHERE run_id=? ORDER BY id", (run_id,))
+        return [dict(r) for r in rows]
+
+    def add_samples(self, rows: Iterable[tuple[int, int, float]]) -> None:
+        """rows: (sensor_id, t_ns, value), committed as one batch."""
+        with self.transaction():
+            self.db.executemany("INSERT INTO samples VALUES (?, ?, ?)", rows)
+
+    # -- sites and events ---------------------------------------------------------------------
+
+    def site_ids(self, run_id: int, keys: Iterable[str], manifest: dict[str, Any]) -> dict[str, int]:
+        """Map site keys to ids, creating rows (from the manifest where it knows the key)."""
+        wanted = set(keys)
+        known = {
+            r[0]: r[1]
+            for r in self.db.execute("SELECT key, id FROM sites WHERE run_id=?", (run_id,))
+        }
+        missing = wanted - known.keys()
+        if missing:
+            with self.transaction():
+                for key in sorted(missing):
+                    info = manifest.get(key) or _site_from_key(key)
+                    cur = self.db.execute(
+                        "INSERT INTO sites (run_id, key, file, line, col, api, written, kind, "
+                        "function, source) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                        (
+                            run_id, key, info.get("file", ""), info.get("line", 0),
+                            info.get("col", 0), info.get("api", key), info.get("written", ""),
+                            info.get("kind", "function"), info.get("function", ""),
+                            info.get("source", ""),
+                        ),
+                    )
+                    known[key] = int(cur.lastrowid)
+        return {k: known[k] for k in wanted}
+
+    def add_events(
+        self, run_id: int, rep: int, pid: int, events: Sequence[Sequence[Any]],
+        manifest: dict[str, Any] | None = None, hyperparams: dict[str, Any] | None = None,
+    ) -> int:
+        """Store one probe batch whole: [[site, t0, t1, tid, status, in_bytes, out_bytes], ...]."""
+        ids = self.site_ids(run_id, (e[0] for e in events), manifest or {})
+        rows = [
+            (run_id, rep, ids[e[0]], pid, int(e[3]), int(e[1]), int(e[2]), int(e[4]),
+             e[5] if len(e) > 5 else None, e[6] if len(e) > 6 else None)
+            for e in events
+        ]
+        with self.transaction():
+            self.db.executemany("INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+            if hyperparams:
+                row = self.db.execute(
+                    "SELECT hyperparams FROM runs WHERE id=?", (run_id,)
+                ).fetchone()
+                merged = {**json.loads(row[0]), **hyperparams}
+                self.db.execute(
+                    "UPDATE runs SET hyperparams=? WHERE id=?", (json.dumps(merged), run_id)
+                )
+        return len(rows)
+
+    # -- results ------------------------------------------------------------------------------
+
+    def put_result(self, run_id: int, name: str, value: Any) -> None:
+        with self.transaction():
+            self.db.execute(
+                "INSERT OR REPLACE INTO results VALUES (?, ?, ?)", (run_id, name, json.dumps(value))
+            )
+
+    def result(self, run_id: int, name: str) -> Any:
+        row = self.db.execute(
+            "SELECT value FROM results WHERE run_id=? AND name=?", (run_id, name)
+        ).fetchone()
+        return None if row is None else json.loads(row[0])
+
+
+class _Transaction:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.nested = self.db.in_transaction
+        if not self.nested:
+            self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        if self.nested:
+            return
+        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+def _encode(fields: dict[str, Any]) -> tuple[list[str], list[Any]]:
+    cols = list(fields)
+    vals = [json.dumps(v) if c in JSON_COLUMNS else v for c, v in fields.items()]
+    return cols, vals
+
+
+def _decode(row: sqlite3.Row) -> dict[str, Any]:
+    return {k: json.loads(row[k]) if k in JSON_COLUMNS else row[k] for k in row.keys()}
+
+
+def _site_from_key(key: str) -> dict[str, Any]:
+    """A site the manifest does not know (a region, or a probe without manifest)."""
+    if key.startswith("region:"):
+        return {"api": key, "written": key[7:], "kind": "region"}
+    return {"api": key}
