@@ -42,7 +42,9 @@ class _PythonBuffer:
     def __init__(self) -> None:
         self.flat: list[Any] = []
 
-    def record(self, site: str, t0: int, t1: int, status: int = 0, ib: int = -1, ob: int = -1) -> None:
+    def record(
+        self, site: str, t0: int, t1: int, status: int = 0, ib: int = -1, ob: int = -1
+    ) -> None:
         self.flat.extend((site, t0, t1, _thread_id(), status, ib, ob))
 
     def drain(self) -> tuple[Any, ...]:

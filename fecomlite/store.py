@@ -104,7 +104,7 @@ JSON_COLUMNS = ("argv", "settings", "hyperparams", "machine", "idle", "manifest"
 
 
 def default_home() -> Path:
-    """Where fecomlite keeps its store, server state and spool: `$FECOMLITE_HOME` or ./.fecomlite."""
+    """Where fecomlite keeps its store, server state and spool: $FECOMLITE_HOME or ./.fecomlite."""
     return Path(os.environ.get("FECOMLITE_HOME", ".fecomlite")).resolve()
 
 
@@ -126,18 +126,21 @@ class Store:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self._init_schema()
+        try:
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self._init_schema()
+        except sqlite3.DatabaseError as exc:
+            self.db.close()
+            if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                raise
+            raise StoreError(f"{self.path} is not a fecomlite run store: {exc}") from exc
 
     def _init_schema(self) -> None:
         row = None
-        try:
+        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master")}
+        if "meta" in tables:
             row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        except sqlite3.OperationalError:
-            pass
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path} is not a fecomlite run store: {exc}") from exc
         if row is not None and int(row[0]) != SCHEMA_VERSION:
             raise StoreError(
                 f"{self.path} has schema version {row[0]}, this fecomlite reads {SCHEMA_VERSION}"
@@ -180,11 +183,12 @@ class Store:
 
     def merge_hyperparams(self, run_id: int, params: dict[str, Any]) -> None:
         with self.transaction():
-            row = self.db.execute("SELECT hyperparams FROM runs WHERE id=?", (run_id,)).fetchone()
-            merged = {**json.loads(row[0]), **params} if row else params
-            self.db.execute(
-                "UPDATE runs SET hyperparams=? WHERE id=?", (json.dumps(merged), run_id)
-            )
+            self._merge_hyperparams(run_id, params)
+
+    def _merge_hyperparams(self, run_id: int, params: dict[str, Any]) -> None:
+        row = self.db.execute("SELECT hyperparams FROM runs WHERE id=?", (run_id,)).fetchone()
+        merged = {**json.loads(row[0]), **params} if row else params
+        self.db.execute("UPDATE runs SET hyperparams=? WHERE id=?", (json.dumps(merged), run_id))
 
     def run(self, run_id: int) -> dict[str, Any]:
         row = self.db.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
@@ -220,9 +224,7 @@ class Store:
                 )
 
     def repetitions(self, run_id: int) -> list[dict[str, Any]]:
-        rows = self.db.execute(
-            "SELECT * FROM repetitions WHERE run_id=? ORDER BY rep", (run_id,)
-        )
+        rows = self.db.execute("SELECT * FROM repetitions WHERE run_id=? ORDER BY rep", (run_id,))
         return [_decode(r) for r in rows]
 
     # -- sensors and samples ------------------------------------------------------------------
@@ -258,7 +260,9 @@ class Store:
 
     # -- sites and events ---------------------------------------------------------------------
 
-    def site_ids(self, run_id: int, keys: Iterable[str], manifest: dict[str, Any]) -> dict[str, int]:
+    def site_ids(
+        self, run_id: int, keys: Iterable[str], manifest: dict[str, Any]
+    ) -> dict[str, int]:
         """Map site keys to ids, creating rows (from the manifest where it knows the key)."""
         wanted = set(keys)
         known = {
@@ -274,37 +278,52 @@ class Store:
                         "INSERT INTO sites (run_id, key, file, line, col, api, written, kind, "
                         "function, source) VALUES (?,?,?,?,?,?,?,?,?,?)",
                         (
-                            run_id, key, info.get("file", ""), info.get("line", 0),
-                            info.get("col", 0), info.get("api", key), info.get("written", ""),
-                            info.get("kind", "function"), info.get("function", ""),
+                            run_id,
+                            key,
+                            info.get("file", ""),
+                            info.get("line", 0),
+                            info.get("col", 0),
+                            info.get("api", key),
+                            info.get("written", ""),
+                            info.get("kind", "function"),
+                            info.get("function", ""),
                             info.get("source", ""),
                         ),
                     )
                     known[key] = int(cur.lastrowid)
         return {k: known[k] for k in wanted}
 
-    def add_events(
-        self, run_id: int, rep: int, pid: int, events: Sequence[Sequence[Any]],
-        manifest: dict[str, Any] | None = None, hyperparams: dict[str, Any] | None = None,
+    def add_batch(
+        self,
+        run_id: int,
+        header: dict[str, Any],
+        columns: dict[str, Any],
+        manifest: dict[str, Any] | None = None,
     ) -> int:
-        """Store one probe batch whole: [[site, t0, t1, tid, status, in_bytes, out_bytes], ...]."""
-        ids = self.site_ids(run_id, (e[0] for e in events), manifest or {})
-        rows = [
-            (run_id, rep, ids[e[0]], pid, int(e[3]), int(e[1]), int(e[2]), int(e[4]),
-             e[5] if len(e) > 5 else None, e[6] if len(e) > 6 else None)
-            for e in events
-        ]
+        """Store one decoded probe batch (fecomlite.batch_codec) whole, hyperparameters too."""
+        names: list[str] = header["sites"]
+        ids = self.site_ids(run_id, names, manifest or {})
+        site_ids = [ids[name] for name in names]
+        rep, pid = int(header.get("rep", 0)), int(header.get("pid", 0))
+        in_bytes = [None if v < 0 else v for v in columns["in_bytes"].tolist()]
+        out_bytes = [None if v < 0 else v for v in columns["out_bytes"].tolist()]
+        rows = zip(
+            [site_ids[i] for i in columns["site"].tolist()],
+            columns["tid"].astype("int64").tolist(),
+            columns["t_start_ns"].tolist(),
+            columns["t_end_ns"].tolist(),
+            columns["status"].tolist(),
+            in_bytes,
+            out_bytes,
+            strict=True,
+        )
         with self.transaction():
-            self.db.executemany("INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
-            if hyperparams:
-                row = self.db.execute(
-                    "SELECT hyperparams FROM runs WHERE id=?", (run_id,)
-                ).fetchone()
-                merged = {**json.loads(row[0]), **hyperparams}
-                self.db.execute(
-                    "UPDATE runs SET hyperparams=? WHERE id=?", (json.dumps(merged), run_id)
-                )
-        return len(rows)
+            self.db.executemany(
+                f"INSERT INTO events VALUES ({run_id}, {rep}, ?, {pid}, ?, ?, ?, ?, ?, ?)", rows
+            )
+            if header.get("hyperparams"):
+                self._merge_hyperparams(run_id, header["hyperparams"])
+        return len(in_bytes)
 
     # -- results ------------------------------------------------------------------------------
 
@@ -343,7 +362,7 @@ def _encode(fields: dict[str, Any]) -> tuple[list[str], list[Any]]:
 
 
 def _decode(row: sqlite3.Row) -> dict[str, Any]:
-    return {k: json.loads(row[k]) if k in JSON_COLUMNS else row[k] for k in row.keys()}
+    return {k: json.loads(row[k]) if k in JSON_COLUMNS else row[k] for k in row.keys()}  # noqa: SIM118 - a Row iterates over values
 
 
 def _site_from_key(key: str) -> dict[str, Any]:

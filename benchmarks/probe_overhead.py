@@ -1,0 +1,80 @@
+"""Nanoseconds the probe adds to a wrapped call, measured side by side in one run.
+
+A loop of `math.sqrt(i)` is instrumented with `--api math` semantics by hand (the exact call
+shape the instrumenter emits) and timed against the original loop, alternating rounds so that
+machine noise hits both alike. Prints the median added ns per call for the C hot path and the
+pure-Python fallback, and the ratio to the bare call.
+
+    python benchmarks/probe_overhead.py [--calls N] [--rounds R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import tempfile
+import time
+
+os.environ.pop("FECOMLITE_URL", None)  # no server: events are spooled, as a standalone run does
+os.environ["FECOMLITE_SPOOL"] = os.path.join(tempfile.mkdtemp(), "bench.spool")
+
+import fecomlite.probe as __fecomlite__  # noqa: E402 - after the environment is set
+
+
+def original(n: int) -> float:
+    total = 0.0
+    for i in range(n):
+        total += math.sqrt(i)
+    return total
+
+
+def instrumented(n: int) -> float:
+    total = 0.0
+    for i in range(n):
+        total += __fecomlite__.call("bench.py:1:0", math.sqrt, i)
+    return total
+
+
+def python_fallback(n: int) -> float:
+    total = 0.0
+    for i in range(n):
+        total += __fecomlite__._python_call("bench.py:2:0", math.sqrt, i)
+    return total
+
+
+def per_call_ns(loop, n: int) -> float:
+    start = time.perf_counter_ns()
+    loop(n)
+    return (time.perf_counter_ns() - start) / n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    loops = {"original": original, "instrumented": instrumented, "python": python_fallback}
+    times: dict[str, list[float]] = {name: [] for name in loops}
+    for _ in range(args.rounds):
+        for name, loop in loops.items():
+            times[name].append(per_call_ns(loop, args.calls))
+        __fecomlite__.flush()
+    base = statistics.median(times["original"])
+    native = "C hot path" if __fecomlite__._native is not None else "not built"
+    print(f"original call:            {base:8.1f} ns")
+    for name, label in (("instrumented", f"probe ({native})"), ("python", "probe (pure Python)")):
+        added = statistics.median(
+            t - o for t, o in zip(times[name], times["original"], strict=True)
+        )
+        ratio = statistics.median(times[name]) / base
+        print(f"{label:24s}: +{added:7.1f} ns per call, {ratio:5.2f}x the bare call")
+    print(
+        f"({args.rounds} alternating rounds of {args.calls:,} calls, median; "
+        "the flusher thread running; target: +400 ns or less)"
+    )
+
+
+if __name__ == "__main__":
+    main()

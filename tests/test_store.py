@@ -1,0 +1,87 @@
+"""The run store alone: batches land whole, schema and file errors are named."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from fecomlite import batch_codec
+from fecomlite.store import Store, StoreError
+
+
+def make_batch(sites: list[str], rows: list[tuple[int, int, int, int]], **meta) -> bytes:
+    """rows: (site index, t0, t1, status) -> an encoded batch as the probe sends it."""
+    from array import array
+
+    columns = (
+        array("i", [r[0] for r in rows]).tobytes(),
+        array("q", [r[1] for r in rows]).tobytes(),
+        array("q", [r[2] for r in rows]).tobytes(),
+        array("Q", [7] * len(rows)).tobytes(),
+        bytes(r[3] for r in rows),
+        array("q", [100] + [-1] * (len(rows) - 1)).tobytes(),
+        array("q", [-1] * len(rows)).tobytes(),
+    )
+    return batch_codec.encode({"rep": 2, "pid": 42, **meta}, sites, columns)
+
+
+def test_a_batch_lands_with_its_sites_and_hyperparameters(tmp_path):
+    store = Store(tmp_path / "s.sqlite")
+    run = store.create_run(program="train.py", settings={"repeat": 2})
+    manifest = {"a.py:1:0": {"api": "torch.matmul", "file": "a.py", "line": 1, "kind": "function"}}
+    header, cols = batch_codec.decode(
+        make_batch(
+            ["a.py:1:0", "region:epoch"],
+            [(0, 10, 20, 0), (1, 5, 30, 1), (0, 40, 45, 0)],
+            hyperparams={"epochs": 3},
+        )
+    )
+    assert store.add_batch(run, header, cols, manifest) == 3
+    rows = store.db.execute(
+        "SELECT s.api, s.kind, e.rep, e.pid, e.tid, e.t_start_ns, e.status, e.in_bytes "
+        "FROM events e JOIN sites s ON s.id = e.site_id ORDER BY e.t_start_ns"
+    ).fetchall()
+    assert [tuple(r) for r in rows] == [
+        ("region:epoch", "region", 2, 42, 7, 5, 1, None),
+        ("torch.matmul", "function", 2, 42, 7, 10, 0, 100),
+        ("torch.matmul", "function", 2, 42, 7, 40, 0, None),
+    ]
+    assert store.run(run)["hyperparams"] == {"epochs": 3}
+    assert store.run(run)["settings"] == {"repeat": 2}
+
+
+def test_a_failing_batch_leaves_nothing_behind(tmp_path):
+    store = Store(tmp_path / "s.sqlite")
+    run = store.create_run()
+    header, cols = batch_codec.decode(make_batch(["a"], [(0, 1, 2, 0), (0, 3, 4, 0)]))
+    cols = {**cols, "status": cols["status"][:1]}  # a column shorter than the others
+    with pytest.raises(ValueError):
+        store.add_batch(run, header, cols)
+    assert store.db.execute("SELECT count(*) FROM events").fetchone()[0] == 0
+
+
+def test_other_files_and_versions_are_refused_with_a_clear_error(tmp_path):
+    with pytest.raises(StoreError, match="no run store"):
+        Store(tmp_path / "missing.sqlite", create=False)
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"this is not a database at all" * 100)
+    with pytest.raises(StoreError, match="not a fecomlite run store"):
+        Store(junk)
+    path = tmp_path / "old.sqlite"
+    Store(path).close()
+    db = sqlite3.connect(path)
+    db.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match="schema version 99"):
+        Store(path)
+
+
+def test_latest_run_skips_child_runs(tmp_path):
+    store = Store(tmp_path / "s.sqlite")
+    first = store.create_run()
+    store.create_run(kind="datasize", parent_id=first)
+    assert store.latest_run_id() == first
+    second = store.create_run(kind="watch")
+    assert store.latest_run_id() == second
