@@ -1,0 +1,441 @@
+"""What the report shows, gathered from a `RunAnalysis` (and the store, for samples and results).
+
+`build_report` returns a `Report`: the templates' context, the charts' data (embedded in the page
+as JSON) and the machine-readable files. Nothing here formats HTML; `render` does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fecomlite.analysis import RunAnalysis, analyse_run, mean_ci95
+from fecomlite.report import tables, units
+from fecomlite.report.palette import SERIES_COLORS, domain_color, domain_name
+from fecomlite.report.timeline import TimelineBuilder
+from fecomlite.sensors.estimate import MODELS
+from fecomlite.store import Store
+
+TOP_BARS = 15  # APIs in the "top APIs by energy" chart
+MAX_INTENSITY_ROWS = 50
+DATASIZE_METRICS = (("energy_J", "J", "energy"), ("seconds", "s", "time"),
+                    ("peak_rss_B", "B", "peak memory"))
+
+
+@dataclass
+class Report:
+    """One run's report: `context` for the templates, `charts` for the page's scripts, and the
+    files written beside the page (`json` as report.json, `csv` as apis.csv / sites.csv)."""
+
+    run_id: int
+    analysis: RunAnalysis
+    context: dict[str, Any]
+    charts: dict[str, Any]
+    json: dict[str, Any]
+    csv: dict[str, str]
+
+
+def build_report(store: Store, run_id: int, method: str = "auto",
+                 analysis: RunAnalysis | None = None) -> Report:
+    """Analyse run `run_id` (unless `analysis` is given) and gather everything the report shows."""
+    a = analysis or analyse_run(store, run_id, method)
+    timeline = TimelineBuilder(store, a)
+    datasize = store.result(run_id, "datasize")
+    gpu_mem = tables.has_gpu_memory(a.apis)
+    api_cols = tables.api_columns(a.domains, gpu_mem)
+    site_cols = tables.site_columns(a.domains, gpu_mem)
+    tails = timeline.tails()
+    charts: dict[str, Any] = {
+        "bars": _bars_chart(a),
+        "timeline": timeline.timeline(),
+        "scatter": _scatter_chart(a),
+        **{f"tail-{i}": chart for i, chart in enumerate(tails)},
+    }
+    levels = _levels(a)
+    if levels:
+        charts["levels"] = levels["chart"]
+    ds = _datasize(datasize)
+    if ds:
+        charts.update(ds["charts"])
+    context = {
+        "title": f"{_program_name(a.run)} — run {run_id}",
+        "generated": _when(time.time()),
+        "header": _header(a),
+        "machine": _machine(a.run.get("machine") or {}),
+        "domains": [_domain_card(a, d) for d in a.domains],
+        "sensors": _sensors(a),
+        "idle": _idle(store, a),
+        "reps": _reps(a),
+        "settings": _items(a.run.get("settings") or {}),
+        "hyperparams": _items(a.run.get("hyperparams") or {}),
+        "api_table": _table("apis", api_cols, a.apis, _api_extra, a.domains),
+        "site_table": _table("sites", site_cols, a.sites, _site_extra, a.domains),
+        "intensities": _intensities(a),
+        "levels": levels,
+        "datasize": ds,
+        "tails": [{"key": f"tail-{i}", "title": c["title"]} for i, c in enumerate(tails)],
+        "notes": a.notes,
+        "method": a.method,
+    }
+    report_json = {"format": 1, **a.to_json(), "datasize": datasize}
+    return Report(run_id, a, context, charts, report_json, a.tables_csv())
+
+
+# -- header -----------------------------------------------------------------------------------
+
+
+def _program_name(run: dict[str, Any]) -> str:
+    return run.get("program") or "(unnamed program)"
+
+
+def _when(unix: float | None) -> str:
+    if unix is None:
+        return "–"
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(unix))
+
+
+def _header(a: RunAnalysis) -> dict[str, Any]:
+    run = a.run
+    t0, t1 = run.get("t_start_ns"), run.get("t_end_ns")
+    reps = a.repetitions
+    rep_time = sum((r["t_end_ns"] - r["t_start_ns"]) / 1e9 for r in reps
+                   if r.get("t_end_ns") is not None and r.get("t_start_ns") is not None)
+    argv = run.get("argv") or []
+    settings = run.get("settings") or {}
+    return {
+        "program": _program_name(run),
+        "command": shlex.join(str(x) for x in argv) if argv else "",
+        "run_id": run["id"],
+        "kind": run.get("kind"),
+        "level": run.get("level"),
+        "status": run.get("status"),
+        "exit_code": run.get("exit_code"),
+        "when": _when(run.get("created_unix")),
+        "duration": units.scaled((t1 - t0) / 1e9, "s") if t0 is not None and t1 else "–",
+        "program_time": units.scaled(rep_time, "s") if reps else "–",
+        "repetitions": len(reps),
+        "calls": int(a.calls["t_start_ns"].size),
+        "apis": len(a.apis),
+        "sites": len(a.sites),
+        "sync": settings.get("sync_used", settings.get("sync")),
+        "parent_id": run.get("parent_id"),
+    }
+
+
+def _machine(m: dict[str, Any]) -> list[tuple[str, str]]:
+    out = []
+    if m.get("cpu_model") or m.get("cpu_logical"):
+        cpus = f"{m.get('cpu_logical', '?')} logical CPUs"
+        if m.get("cpu_affinity") and m.get("cpu_affinity") != m.get("cpu_logical"):
+            cpus += f", {m['cpu_affinity']} usable"
+        out.append(("CPU", f"{m.get('cpu_model') or 'unknown'} ({cpus})"))
+    if m.get("memory_bytes"):
+        out.append(("memory", units.scaled(float(m["memory_bytes"]), "B")))
+    gpus = m.get("gpus")
+    if gpus:
+        out.append(("GPUs", "; ".join(
+            f"{g.get('index', i)}: {g.get('name', '?')}"
+            + (f", {units.scaled(float(g['memory_bytes']), 'B')}" if g.get("memory_bytes") else "")
+            + (f", driver {g['driver']}" if g.get("driver") else "")
+            for i, g in enumerate(gpus))))
+    elif "gpus" in m:
+        out.append(("GPUs", "none found"))
+    for key, label in (("hostname", "host"), ("os", "OS"), ("python", "Python")):
+        if m.get(key):
+            out.append((label, str(m[key])))
+    return out
+
+
+def _domain_card(a: RunAnalysis, d: dict[str, Any]) -> dict[str, Any]:
+    per_rep = np.array([r["energy"].get(d["domain"], {}).get("above_idle_J", math.nan)
+                        for r in a.per_rep], float)
+    mean, lo, hi = mean_ci95(per_rep) if per_rep.size else (math.nan, math.nan, math.nan)
+    intens = a.intensities.get(d["domain"]) or {}
+    return {
+        "key": d["domain"], "name": domain_name(d["domain"]), "color": domain_color(d["domain"]),
+        "sensor": d["sensor"], "provenance": d["provenance"], "model": d.get("model"),
+        "model_text": MODELS.get(d.get("model") or "", ""),
+        "total": units.scaled(d["total_J"], "J"), "total_wh": units.watt_hours(d["total_J"]),
+        "above": units.scaled(d["above_idle_J"], "J"),
+        "in_calls": units.scaled(d["in_calls_J"], "J"),
+        "share_in_calls": units.percent(a.share_in_calls.get(d["domain"])),
+        "outside": units.scaled(d["outside_calls_J"], "J"),
+        "tail": units.scaled(d["tail_J"], "J"),
+        "idle": units.scaled(d["idle_W"], "W"), "idle_source": d.get("idle_source", ""),
+        "period": units.scaled(d.get("period_s"), "s"),
+        "per_rep": (units.scaled(mean, "J")
+                    + (f" ± {units.scaled((hi - lo) / 2, 'J')}" if math.isfinite(lo) else "")),
+        "method": d.get("method"), "fell_back": d.get("fell_back"),
+        "method_reason": intens.get("reason", ""),
+    }
+
+
+def _sensors(a: RunAnalysis) -> list[dict[str, Any]]:
+    used = {d["sensor"]: d["domain"] for d in a.domains}
+    rows = []
+    for s in a.sensors:
+        model = s.get("model")
+        rows.append({
+            "name": s["name"], "domain": s["domain"], "kind": s["kind"], "unit": s["unit"],
+            "provenance": s["provenance"], "model": model,
+            "model_text": MODELS.get(model or "", ""),
+            "period": units.scaled(s.get("period_s"), "s"),
+            "description": s.get("description") or "",
+            "used_for": used.get(s["name"], ""),
+        })
+    return rows
+
+
+def _idle(store: Store, a: RunAnalysis) -> dict[str, Any]:
+    detail = store.result(a.run["id"], "idle_baseline") or {}
+    stats = detail.get("sensors") or {}
+    rows = []
+    for name, value in (a.run.get("idle") or {}).items():
+        mean = value.get("mean_w") if isinstance(value, dict) else value
+        s = stats.get(name) or {}
+        rows.append({"sensor": name, "mean": units.scaled(mean, "W"),
+                     "std": units.scaled(s.get("std_w"), "W") if s.get("std_w") else "–",
+                     "provenance": s.get("provenance", ""), "n": s.get("n", "")})
+    seconds = detail.get("seconds")
+    return {"rows": rows, "seconds": units.scaled(seconds, "s") if seconds else None,
+            "estimated": [d for d in a.domains if d.get("idle_source", "").startswith("estimated")]}
+
+
+def _reps(a: RunAnalysis) -> list[dict[str, Any]]:
+    by_rep = {r["rep"]: r for r in a.repetitions}
+    rows = []
+    for p in a.per_rep:
+        r = by_rep.get(p["rep"], {})
+        gate = r.get("gate") or {}
+        energy = []
+        for d in a.domains:
+            e = p["energy"].get(d["domain"], {})
+            energy.append({"above": units.scaled(e.get("above_idle_J"), "J"),
+                           "in_calls": units.scaled(e.get("in_calls_J"), "J"),
+                           "tail": units.scaled(e.get("tail_J"), "J")})
+        tail_s = None
+        if r.get("tail_end_ns") is not None and r.get("t_end_ns") is not None:
+            tail_s = (r["tail_end_ns"] - r["t_end_ns"]) / 1e9
+        rows.append({
+            "rep": p["rep"], "duration": units.scaled(p.get("duration_s"), "s"),
+            "exit_code": p.get("exit_code"), "calls": p.get("calls", 0),
+            "tail": units.scaled(tail_s, "s"), "energy": energy,
+            "gate": _gate(gate), "extra": r.get("extra") or {},
+        })
+    return rows
+
+
+def _gate(gate: dict[str, Any]) -> dict[str, Any]:
+    if not gate:
+        return {"state": "none", "label": "no gate", "waited": "–", "checks": [], "reasons": []}
+    passed, gated = gate.get("passed"), gate.get("gated", True)
+    state = "passed" if passed and gated else ("not gated" if not gated else "failed")
+    checks = []
+    for c in gate.get("checked") or []:
+        value, limit = c.get("value"), c.get("limit")
+        checks.append({
+            "sensor": c.get("sensor", ""), "check": c.get("check", ""),
+            "value": "–" if value is None else units.sig3(float(value)),
+            "limit": "–" if limit is None else units.sig3(float(limit)),
+            "state": "pending" if c.get("pending") else ("passed" if c.get("passed") else "failed"),
+            "n": f"{c.get('n', '')}/{c.get('needed', '')}",
+            "provenance": c.get("provenance", ""),
+        })
+    return {"state": state, "label": state, "waited": units.scaled(gate.get("waited_s"), "s"),
+            "checks": checks, "reasons": gate.get("reasons") or []}
+
+
+def _items(mapping: dict[str, Any]) -> list[tuple[str, str]]:
+    """Settings and hyperparameters as (key, text) pairs; nested values as compact JSON."""
+    out = []
+    for key in sorted(mapping):
+        value = mapping[key]
+        text = (value if isinstance(value, str)
+                else json.dumps(value, ensure_ascii=False, default=str))
+        out.append((str(key), text))
+    return out
+
+
+# -- tables -----------------------------------------------------------------------------------
+
+
+def _api_extra(row: dict[str, Any]) -> dict[str, Any]:
+    written = row.get("written") or []
+    return {"written": written, "search": " ".join([row["api"], *written]).lower()}
+
+
+def _site_extra(row: dict[str, Any]) -> dict[str, Any]:
+    loc = f"{row['file']}:{row.get('line', '')}" if row.get("file") else row["key"]
+    text = " ".join(str(row.get(k) or "") for k in ("key", "api", "written", "function", "source"))
+    return {"location": loc, "function": row.get("function") or "", "written": row.get("written"),
+            "search": text.lower()}
+
+
+def _table(name: str, columns: list[tables.Column], rows: list[dict[str, Any]],
+           extra: Any, domains: list[dict[str, Any]]) -> dict[str, Any]:
+    shown = rows[: tables.HTML_ROW_LIMIT]
+    out_rows = []
+    for r in shown:
+        out_rows.append({"cells": [tables.cell(c, r) for c in columns],
+                         "below_res": _below_resolution(r, domains),
+                         "raised": r.get("raised", 0), **extra(r)})
+    groups = tables.groups(columns)
+    return {"id": f"{name}-table", "name": name, "columns": columns, "groups": groups,
+            "starts": {first for _, _, first in groups if first > 0},
+            "rows": out_rows, "total": len(rows), "truncated": len(rows) > len(shown)}
+
+
+def _below_resolution(row: dict[str, Any], domains: list[dict[str, Any]]) -> str:
+    """The marker's explanation when most of a row's calls are shorter than a sensor's update
+    period (their energy is apportioned inside sensor intervals), else ""."""
+    parts = []
+    for d in domains:
+        share = tables.lookup(row, ("energy", d["domain"], "below_resolution_share"))
+        if share is not None and share >= 0.5:
+            parts.append(f"{domain_name(d['domain'])}: {units.percent(share)} of calls shorter "
+                         f"than the sensor's {units.scaled(d.get('period_s'), 's')} update period")
+    return "; ".join(parts)
+
+
+def _intensities(a: RunAnalysis) -> list[dict[str, Any]]:
+    out = []
+    for d in a.domains:
+        rec = a.intensities.get(d["domain"])
+        if not rec:
+            continue
+        apis = sorted((rec.get("apis") or {}).items(), key=lambda kv: -kv[1]["intensity_W"])
+        rows = [{
+            "api": name, "intensity": units.scaled(v["intensity_W"], "W"),
+            "sigma": units.scaled(v["sigma_W"], "W") if math.isfinite(v["sigma_W"]) else "–",
+            "busy": units.scaled(v["busy_s"], "s"), "distinct": v.get("distinct", False),
+        } for name, v in apis[:MAX_INTENSITY_ROWS]]
+        out.append({
+            "domain": d["domain"], "name": domain_name(d["domain"]),
+            "provenance": d["provenance"], "model": d.get("model"),
+            "method": rec.get("method"), "asked": rec.get("asked"),
+            "fell_back": rec.get("fell_back"), "supported": rec.get("supported"),
+            "reason": rec.get("reason", ""),
+            "pooled": units.scaled(rec.get("pooled_W"), "W"),
+            "intervals": rec.get("intervals"), "rows": rows,
+            "more": max(0, len(apis) - MAX_INTENSITY_ROWS),
+        })
+    return out
+
+
+# -- charts -----------------------------------------------------------------------------------
+
+
+def _domain_series(a: RunAnalysis) -> list[dict[str, Any]]:
+    return [{"key": d["domain"], "color": domain_color(d["domain"]), "provenance": d["provenance"],
+             "label": f"{domain_name(d['domain'])} ({d['provenance']}"
+                      + (f", {d['model']})" if d.get("model") else ")")}
+            for d in a.domains]
+
+
+def _finite(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+def _bars_chart(a: RunAnalysis) -> dict[str, Any]:
+    """APIs by their own (self) energy above idle: a region or a call that wraps others does
+    not count its children again, so the bars add up to the energy in calls."""
+    def own(row: dict[str, Any]) -> float:
+        return sum(max(0.0, _finite(e["self_J"]) or 0.0) for e in row["energy"].values())
+
+    rows = sorted(a.apis, key=own, reverse=True)[:TOP_BARS]
+    return {
+        "type": "bars", "unit": "J", "series": _domain_series(a),
+        "items": [{"label": r["api"], "note": f"{r['calls']:,} calls",
+                   "values": {d: _finite(e["self_J"]) or 0.0 for d, e in r["energy"].items()}}
+                  for r in rows if own(r) > 0],
+        "empty": "no API has energy above idle",
+    }
+
+
+def _scatter_chart(a: RunAnalysis) -> dict[str, Any]:
+    points = []
+    for r in a.apis:
+        for d, e in r["energy"].items():
+            y, x = _finite(e["per_call"]["mean"]), _finite(r["mean_time_s"])
+            if x is None or y is None:
+                continue
+            points.append({"label": r["api"], "key": d, "x": x, "y": y,
+                           "note": f"{r['calls']:,} calls"})
+    return {"type": "scatter", "series": _domain_series(a), "points": points,
+            "xUnit": "s", "yUnit": "J", "xName": "time per call",
+            "yName": "energy per call above idle", "xLabel": "mean time per call",
+            "yLabel": "mean energy per call, above idle"}
+
+
+def _levels(a: RunAnalysis) -> dict[str, Any] | None:
+    lv = a.levels
+    if not lv or not lv.get("domains"):
+        return None
+    rows, items = [], []
+    for d, v in lv["domains"].items():
+        rows.append({"domain": d, "name": domain_name(d), "provenance": v.get("provenance"),
+                     "project": units.scaled(v.get("project_J"), "J"),
+                     "method": units.scaled(v.get("method_calls_J"), "J"),
+                     "ratio": units.percent(v.get("ratio"))})
+        items.append({"label": f"{domain_name(d)}: project-level total",
+                      "values": {d: _finite(v.get("project_J")) or 0.0}})
+        items.append({"label": f"{domain_name(d)}: method-level sum in calls",
+                      "values": {d: _finite(v.get("method_calls_J")) or 0.0}})
+    chart = {"type": "bars", "unit": "J", "series": _domain_series(a), "items": items}
+    return {"project_run": lv.get("project_run"), "method_run": lv.get("method_run"),
+            "rows": rows, "chart": chart}
+
+
+def _datasize(result: Any) -> dict[str, Any] | None:
+    """The data-size experiment's charts and fits, when the run has one (`datasize` result:
+    {"target", "points": [{input_bytes, seconds, energy_J, peak_rss_B, ...}], "fits": {metric:
+    {"linear": {intercept, slope, r2}, "power": {coefficient, exponent, r2}}}})."""
+    if not isinstance(result, dict) or not result.get("points"):
+        return None
+    points = [p for p in result["points"] if _finite(p.get("input_bytes")) is not None]
+    charts, fits = {}, []
+    first = points[0] if points else {}
+    provenance = result.get("provenance") or first.get("provenance")
+    domain = result.get("domain") or first.get("domain")
+    for metric, unit, label in DATASIZE_METRICS:
+        if metric == "energy_J" and (provenance or domain):
+            label += " (" + ", ".join(str(x) for x in (domain, provenance) if x) + ")"
+        pts = [(float(p["input_bytes"]), _finite(p.get(metric))) for p in points]
+        pts = [(x, y) for x, y in pts if y is not None]
+        if not pts:
+            continue
+        xs = np.linspace(min(x for x, _ in pts), max(x for x, _ in pts), 40)
+        fit = (result.get("fits") or {}).get(metric) or {}
+        series = [{"label": "measured", "color": SERIES_COLORS[0], "markers": True,
+                   "line": False, "points": [list(p) for p in sorted(pts)]}]
+        if fit.get("linear"):
+            f = fit["linear"]
+            series.append({"label": f"linear fit (R² {f['r2']:.3f})", "color": SERIES_COLORS[1],
+                           "dash": True, "points": [[x, f["intercept"] + f["slope"] * x]
+                                                    for x in xs.tolist()]})
+            fits.append({"metric": label, "kind": "linear", "r2": f"{f['r2']:.3f}",
+                         "formula": f"{units.scaled(f['intercept'], unit)} + "
+                                    f"{units.scaled(f['slope'], unit)} per byte"})
+        if fit.get("power"):
+            f = fit["power"]
+            series.append({"label": f"power law (R² {f['r2']:.3f})", "color": SERIES_COLORS[2],
+                           "dash": True, "points": [[x, f["coefficient"] * x ** f["exponent"]]
+                                                    for x in xs.tolist() if x > 0]})
+            fits.append({"metric": label, "kind": "power law", "r2": f"{f['r2']:.3f}",
+                         "formula": f"{f['coefficient']:.3g} {unit} × bytes^"
+                                    f"{units.sig3(f['exponent'])}"})
+        charts[f"datasize-{metric}"] = {
+            "type": "lines", "series": series, "xUnit": "B", "yUnit": unit,
+            "xName": "input", "xLabel": "input size", "yLabel": label, "height": 220,
+        }
+    if not charts:
+        return None
+    return {"target": result.get("target", ""), "charts": charts,
+            "keys": [{"key": k, "title": c["yLabel"]} for k, c in charts.items()],
+            "fits": fits, "points": len(points)}

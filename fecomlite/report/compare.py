@@ -1,0 +1,294 @@
+"""Two runs side by side (before and after a change): per API and energy domain, the difference
+and whether it is larger than the noise.
+
+Noise is read from the runs' own 95 % confidence intervals: for independent estimates the
+half-width of the difference's interval is √(hA² + hB²), so a change counts as real when
+|B − A| exceeds it. Two figures are compared: the mean energy per call (the cost of one call)
+and the API's energy per repetition (its cost in the program, call counts included). A domain
+measured in one run and estimated in the other, or estimated by different models, is not
+compared: the difference would be the sensors', not the program's.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fecomlite.analysis import RunAnalysis, mean_ci95
+from fecomlite.report import tables, units
+from fecomlite.report.palette import domain_color, domain_name, shade
+
+TOP_BARS = 15
+
+
+@dataclass
+class Comparison:
+    """`context` for compare.html.j2, `charts` for its scripts, `json` and `csv` for the files."""
+
+    context: dict[str, Any]
+    charts: dict[str, Any]
+    json: dict[str, Any]
+    csv: dict[str, str]
+
+
+def half_width(low: Any, high: Any) -> float:
+    if low is None or high is None:
+        return math.nan
+    return (float(high) - float(low)) / 2
+
+
+def difference(a: float, ha: float, b: float, hb: float) -> dict[str, Any]:
+    """B − A, its relative size, the noise (95 % half-width of the difference) and a verdict."""
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return {"diff": math.nan, "rel": math.nan, "noise": math.nan, "verdict": "missing"}
+    diff = b - a
+    rel = diff / abs(a) if a else math.nan
+    noise = math.sqrt(ha**2 + hb**2) if math.isfinite(ha) and math.isfinite(hb) else math.nan
+    if not math.isfinite(noise):
+        verdict = "too few values"
+    elif abs(diff) > noise:
+        verdict = "higher" if diff > 0 else "lower"
+    else:
+        verdict = "within noise"
+    return {"diff": diff, "rel": rel, "noise": noise, "verdict": verdict}
+
+
+def _comparable(da: dict[str, Any] | None, db: dict[str, Any] | None) -> tuple[bool, str]:
+    if da is None or db is None:
+        return False, "only in run " + ("B" if da is None else "A")
+    if da["provenance"] != db["provenance"]:
+        return False, f"{da['provenance']} in A, {db['provenance']} in B"
+    if (da.get("model") or "") != (db.get("model") or ""):
+        return False, f"models differ: {da.get('model')} / {db.get('model')}"
+    return True, da["provenance"]
+
+
+def _api_row(api: str, ra: dict[str, Any] | None, rb: dict[str, Any] | None,
+             domains: list[dict[str, Any]]) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "api": api,
+        "written": sorted(set((ra or {}).get("written", [])) | set((rb or {}).get("written", []))),
+        "calls_a": (ra or {}).get("calls", 0), "calls_b": (rb or {}).get("calls", 0),
+        "time_a_s": (ra or {}).get("mean_time_s"), "time_b_s": (rb or {}).get("mean_time_s"),
+        "energy": {},
+    }
+    for d in domains:
+        key = d["domain"]
+        ea = ((ra or {}).get("energy") or {}).get(key)
+        eb = ((rb or {}).get("energy") or {}).get(key)
+        out: dict[str, Any] = {"provenance": d["provenance"]}
+        if not d["comparable"] or ea is None or eb is None:
+            out["verdict"] = ("only in A" if eb is None and ea is not None else
+                              "only in B" if ea is None and eb is not None else
+                              "not comparable" if not d["comparable"] else "missing")
+            out["per_call"] = {"verdict": out["verdict"]}
+            out["per_rep"] = {"verdict": out["verdict"]}
+        else:
+            pa, pb = ea["per_call"], eb["per_call"]
+            out["per_call"] = {
+                "a": _num(pa.get("mean")), "b": _num(pb.get("mean")),
+                "a_ci95": half_width(pa.get("ci95_low"), pa.get("ci95_high")),
+                "b_ci95": half_width(pb.get("ci95_low"), pb.get("ci95_high")),
+            }
+            out["per_call"].update(difference(
+                out["per_call"]["a"], out["per_call"]["a_ci95"],
+                out["per_call"]["b"], out["per_call"]["b_ci95"]))
+            out["per_rep"] = {
+                "a": _num(ea.get("rep_mean_J")), "b": _num(eb.get("rep_mean_J")),
+                "a_ci95": half_width(ea.get("rep_ci95_low"), ea.get("rep_ci95_high")),
+                "b_ci95": half_width(eb.get("rep_ci95_low"), eb.get("rep_ci95_high")),
+            }
+            out["per_rep"].update(difference(
+                out["per_rep"]["a"], out["per_rep"]["a_ci95"],
+                out["per_rep"]["b"], out["per_rep"]["b_ci95"]))
+            out["verdict"] = out["per_call"]["verdict"]
+        row["energy"][key] = out
+    return row
+
+
+def _num(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else math.nan
+
+
+def _domains(a: RunAnalysis, b: RunAnalysis) -> list[dict[str, Any]]:
+    da = {d["domain"]: d for d in a.domains}
+    db = {d["domain"]: d for d in b.domains}
+    out = []
+    for key in sorted(da.keys() | db.keys()):
+        x, y = da.get(key), db.get(key)
+        ok, why = _comparable(x, y)
+        ta, tb = (_rep_total(a, key), _rep_total(b, key))
+        entry = {
+            "domain": key, "name": domain_name(key), "comparable": ok, "why": why,
+            "provenance": (x or y)["provenance"] if ok else "mixed",
+            "model": (x or y).get("model") if ok else None,
+            "sensor_a": (x or {}).get("sensor"), "sensor_b": (y or {}).get("sensor"),
+            "a": ta[0], "a_ci95": ta[1], "b": tb[0], "b_ci95": tb[1],
+        }
+        entry.update(difference(ta[0], ta[1], tb[0], tb[1]) if ok else
+                     {"diff": math.nan, "rel": math.nan, "noise": math.nan,
+                      "verdict": "not comparable"})
+        out.append(entry)
+    return out
+
+
+def _rep_total(a: RunAnalysis, domain: str) -> tuple[float, float]:
+    """The run's above-idle energy per repetition: mean and 95 % half-width across reps."""
+    values = np.array([_num(r["energy"].get(domain, {}).get("above_idle_J")) for r in a.per_rep])
+    if values.size == 0:
+        return math.nan, math.nan
+    mean, lo, hi = mean_ci95(values)
+    return mean, half_width(lo, hi) if math.isfinite(lo) else math.nan
+
+
+def _run_summary(a: RunAnalysis) -> dict[str, Any]:
+    run = a.run
+    machine = run.get("machine") or {}
+    gpus = ", ".join(g.get("name", "?") for g in machine.get("gpus") or []) or "none"
+    return {
+        "id": run["id"], "program": run.get("program") or "(unnamed program)",
+        "when": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(run["created_unix"]))
+        if run.get("created_unix") else "–",
+        "status": run.get("status"), "level": run.get("level"),
+        "repetitions": len(a.repetitions), "calls": int(a.calls["t_start_ns"].size),
+        "machine": f"{machine.get('cpu_model') or 'unknown CPU'}; GPUs: {gpus}",
+        "method": a.method,
+    }
+
+
+def columns(domains: list[dict[str, Any]]) -> list[tables.Column]:
+    cols = [
+        tables.Column("api", "API", "text", ("api",), "api"),
+        tables.Column("calls_a", "calls A", "", ("calls_a",), "calls_a"),
+        tables.Column("calls_b", "calls B", "", ("calls_b",), "calls_b"),
+    ]
+    for d in domains:
+        k = d["domain"]
+        g = tables.Group(d["name"], d["provenance"] if d["comparable"] else None, d.get("model"),
+                         None if d["comparable"] else d["why"])
+        cols += [
+            tables.Column(f"{k}:a", "per call A", "J", ("energy", k, "per_call", "a"),
+                          f"{k} per_call_a_J", g),
+            tables.Column(f"{k}:b", "per call B", "J", ("energy", k, "per_call", "b"),
+                          f"{k} per_call_b_J", g),
+            tables.Column(f"{k}:diff", "change", "J", ("energy", k, "per_call", "diff"),
+                          f"{k} per_call_diff_J", g, signed=True,
+                          title="B − A of the mean energy per call; ± the 95 % noise"),
+            tables.Column(f"{k}:rel", "change %", "%", ("energy", k, "per_call", "rel"),
+                          f"{k} per_call_rel", g),
+            tables.Column(f"{k}:verdict", "per call", "text", ("energy", k, "per_call", "verdict"),
+                          f"{k} per_call_verdict", g,
+                          title="whether the change exceeds the noise of both runs' CIs"),
+            tables.Column(f"{k}:rep_diff", "per rep. change", "J",
+                          ("energy", k, "per_rep", "diff"), f"{k} per_rep_diff_J", g,
+                          signed=True, title="B − A of the API's energy per repetition"),
+            tables.Column(f"{k}:rep_verdict", "per rep.", "text",
+                          ("energy", k, "per_rep", "verdict"), f"{k} per_rep_verdict", g),
+        ]
+    return cols
+
+
+def _cells(cols: list[tables.Column], row: dict[str, Any]) -> list[tables.Cell]:
+    out = []
+    for c in cols:
+        cell = tables.cell(c, row)
+        if c.key.endswith(":diff") or c.key.endswith(":rep_diff"):
+            which = "per_call" if c.key.endswith(":diff") else "per_rep"
+            noise = tables.lookup(row, ("energy", c.key.split(":")[0], which, "noise"))
+            if noise is not None and cell.value is not None:
+                cell = tables.Cell(cell.value, cell.text, "± " + units.scaled(noise, "J"),
+                                   cell.data)
+        out.append(cell)
+    return out
+
+
+def csv_text(cols: list[tables.Column], rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow([c.csv for c in cols])
+    for r in rows:
+        values = [tables.lookup(r, c.path) for c in cols]
+        writer.writerow(["" if v is None else v for v in values])
+    return buf.getvalue()
+
+
+def compare_runs(a: RunAnalysis, b: RunAnalysis) -> Comparison:
+    """Run A (before) against run B (after), per API and domain."""
+    domains = _domains(a, b)
+    apis_a = {r["api"]: r for r in a.apis}
+    apis_b = {r["api"]: r for r in b.apis}
+    names = sorted(apis_a.keys() | apis_b.keys(),
+                   key=lambda n: -max(_api_energy(apis_a.get(n)), _api_energy(apis_b.get(n))))
+    rows = [_api_row(n, apis_a.get(n), apis_b.get(n), domains) for n in names]
+    cols = columns(domains)
+    groups = tables.groups(cols)
+    table = {
+        "id": "compare-table", "name": "compare", "columns": cols, "groups": groups,
+        "starts": {first for _, _, first in groups if first > 0},
+        "rows": [{"cells": _cells(cols, r), "search": " ".join([r["api"], *r["written"]]).lower(),
+                  "written": r["written"], "below_res": "", "raised": 0}
+                 for r in rows[: tables.HTML_ROW_LIMIT]],
+        "total": len(rows), "truncated": len(rows) > tables.HTML_ROW_LIMIT,
+    }
+    counts: dict[str, int] = {}
+    for r in rows:
+        for e in r["energy"].values():
+            counts[e["verdict"]] = counts.get(e["verdict"], 0) + 1
+    runs = {"a": _run_summary(a), "b": _run_summary(b)}
+    context = {
+        "title": f"run {runs['a']['id']} against run {runs['b']['id']}",
+        "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "runs": runs,
+        "domains": [{**d, "color": domain_color(d["domain"]),
+                     "a_text": _pm(d["a"], d["a_ci95"]), "b_text": _pm(d["b"], d["b_ci95"]),
+                     "diff_text": units.scaled(d["diff"], "J", signed=True),
+                     "noise_text": units.scaled(d["noise"], "J"),
+                     "rel_text": units.percent(d["rel"])} for d in domains],
+        "table": table,
+        "counts": sorted(counts.items()),
+    }
+    charts = {"bars": _bars(rows, domains)}
+    data = {"format": 1, "a": runs["a"], "b": runs["b"], "domains": domains, "apis": rows}
+    return Comparison(context, charts, data, {"compare": csv_text(cols, rows)})
+
+
+def _api_energy(row: dict[str, Any] | None) -> float:
+    if not row:
+        return 0.0
+    return sum(_num(e.get("above_idle_J")) for e in row["energy"].values()
+               if math.isfinite(_num(e.get("above_idle_J"))))
+
+
+def _pm(value: float, half: float) -> str:
+    text = units.scaled(value, "J")
+    return text + (f" ± {units.scaled(half, 'J')}" if math.isfinite(half) else "")
+
+
+def _bars(rows: list[dict[str, Any]], domains: list[dict[str, Any]]) -> dict[str, Any]:
+    series, items = [], []
+    for d in domains:
+        if not d["comparable"]:
+            continue
+        base = domain_color(d["domain"])
+        for k, side in enumerate(("a", "b")):
+            series.append({"key": f"{d['domain']}:{side}", "color": shade(base, k, 2),
+                           "label": f"{d['name']} ({d['provenance']}), run "
+                                    f"{'A' if side == 'a' else 'B'}"})
+    for r in rows[:TOP_BARS]:
+        values = {}
+        for d in domains:
+            e = r["energy"][d["domain"]].get("per_call", {})
+            for side in ("a", "b"):
+                v = e.get(side)
+                if v is not None and math.isfinite(v):
+                    values[f"{d['domain']}:{side}"] = v
+        if values:
+            items.append({"label": r["api"], "values": values})
+    return {"type": "bars", "mode": "grouped", "unit": "J", "series": series, "items": items,
+            "totals": False, "empty": "no API with energy in both runs"}

@@ -1,0 +1,180 @@
+"""The per-API and per-site tables: which columns, in what order, from which analysis figure.
+
+A column names the path of its figure in an analysis row (`RunAnalysis.apis` / `.sites`, as in
+`report.json`) and the column of `apis.csv` / `sites.csv` (`RunAnalysis.tables_csv`) that holds
+the same figure, so the HTML, the JSON and the CSV show one number three ways.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fecomlite.report import units
+from fecomlite.report.palette import domain_name
+
+HTML_ROW_LIMIT = 1000  # rows beyond this stay in the CSV and JSON only
+
+
+@dataclass(frozen=True)
+class Group:
+    """A header over several columns: an energy domain (with its provenance) or memory."""
+
+    label: str
+    provenance: str | None = None
+    model: str | None = None
+    sensor: str | None = None
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    label: str
+    unit: str  # J, s, B, % (a share 0..1), "" (a count) or "text"
+    path: tuple[str, ...]
+    csv: str
+    group: Group | None = None
+    ci: tuple[tuple[str, ...], tuple[str, ...]] | None = None  # paths of the 95 % CI bounds
+    signed: bool = False
+    title: str = ""
+
+    @property
+    def numeric(self) -> bool:
+        return self.unit != "text"
+
+
+@dataclass(frozen=True)
+class Cell:
+    value: Any  # the raw figure (float, int, str) or None when missing
+    text: str  # as displayed
+    ci: str = ""  # "± 1.2 mJ" when the column has a CI
+    data: str = ""  # the raw figure for sorting and for tests: repr of a float
+
+    @property
+    def missing(self) -> bool:
+        return self.value is None
+
+
+def lookup(row: dict[str, Any], path: Sequence[str]) -> Any:
+    value: Any = row
+    for part in path:
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def domain_group(domain: dict[str, Any]) -> Group:
+    return Group(domain_name(domain["domain"]), domain["provenance"], domain.get("model"),
+                 domain["sensor"])
+
+
+def _energy_columns(domain: dict[str, Any], *, with_total: bool) -> list[Column]:
+    d = domain["domain"]
+    g = domain_group(domain)
+    cols = []
+    if with_total:
+        cols.append(Column(f"{d}:total", "total", "J", ("energy", d, "total_J"), f"{d} total_J",
+                           g, title="energy in these calls including their share of idle power"))
+    cols += [
+        Column(f"{d}:above", "above idle", "J", ("energy", d, "above_idle_J"),
+               f"{d} above_idle_J", g, title="energy above the idle baseline: what the calls cost"),
+        Column(f"{d}:per_call", "per call ± 95 % CI", "J", ("energy", d, "per_call", "mean"),
+               f"{d} per_call_mean_J", g,
+               ci=(("energy", d, "per_call", "ci95_low"), ("energy", d, "per_call", "ci95_high")),
+               title="mean above-idle energy per call, with the 95 % t-interval of the mean"),
+        Column(f"{d}:share", "share", "%", ("energy", d, "share"), f"{d} share", g,
+               title="share of the run's above-idle energy in this domain"),
+    ]
+    return cols
+
+
+def _common_tail(domains: list[dict[str, Any]], gpu_memory: bool) -> list[Column]:
+    cols: list[Column] = []
+    additive = [d for d in domains if d["domain"] in ("cpu-package", "dram")
+                or d["domain"].startswith("gpu:")]
+    if len(additive) > 1:
+        estimated = any(d["provenance"] != "measured" for d in additive)
+        g = Group("all domains", "estimated" if estimated else "measured",
+                  sensor=", ".join(d["domain"] for d in additive))
+        cols.append(Column("all:above", "above idle", "J", ("all_domains", "above_idle_J"),
+                           "all_domains_above_idle_J", g,
+                           title="sum over " + ", ".join(d["domain"] for d in additive)))
+    mem = Group("memory")
+    cols += [
+        Column("rss_delta", "RSS Δ / call", "B", ("memory", "rss_delta_mean_B"),
+               "rss_delta_mean_B", mem, signed=True,
+               title="mean change of the process's resident memory across a call"),
+        Column("rss_peak", "RSS peak", "B", ("memory", "rss_peak_max_B"), "rss_peak_max_B", mem,
+               title="highest resident memory seen during any of the calls"),
+    ]
+    if gpu_memory:
+        cols.append(Column("gpu_peak", "GPU mem peak", "B", ("memory", "gpu_mem_peak_max_B"),
+                           "gpu_mem_peak_max_B", mem,
+                           title="highest GPU memory seen during any of the calls"))
+    return cols
+
+
+def api_columns(domains: list[dict[str, Any]], gpu_memory: bool) -> list[Column]:
+    cols = [
+        Column("api", "API", "text", ("api",), "api", title="canonical name (what was written)"),
+        Column("calls", "calls", "", ("calls",), "calls"),
+        Column("time", "total time", "s", ("total_time_s",), "total_time_s"),
+    ]
+    for d in domains:
+        cols += _energy_columns(d, with_total=True)
+    return cols + _common_tail(domains, gpu_memory)
+
+
+def site_columns(domains: list[dict[str, Any]], gpu_memory: bool) -> list[Column]:
+    cols = [
+        Column("site", "site", "text", ("key",), "key", title="file:line:column of the call"),
+        Column("source", "source line", "text", ("source",), "source"),
+        Column("api", "API", "text", ("api",), "api"),
+        Column("calls", "calls", "", ("calls",), "calls"),
+        Column("time", "total time", "s", ("total_time_s",), "total_time_s"),
+    ]
+    for d in domains:
+        cols += _energy_columns(d, with_total=False)
+    return cols + _common_tail(domains, gpu_memory)
+
+
+def cell(column: Column, row: dict[str, Any]) -> Cell:
+    value = lookup(row, column.path)
+    if value is None:
+        return Cell(None, "–")
+    if not column.numeric:
+        return Cell(value, str(value), data=str(value))
+    data = repr(float(value)) if isinstance(value, float) else str(value)
+    if column.unit == "%":
+        text = units.percent(value)
+    elif column.unit == "":
+        text = f"{value:,}" if isinstance(value, int) else units.sig3(value)
+    else:
+        text = units.scaled(value, column.unit, signed=column.signed)
+    ci = ""
+    if column.ci:
+        low, high = lookup(row, column.ci[0]), lookup(row, column.ci[1])
+        if low is not None and high is not None:
+            ci = "± " + units.scaled((high - low) / 2, column.unit)
+    return Cell(value, text, ci, data)
+
+
+def groups(columns: list[Column]) -> list[tuple[Group | None, int, int]]:
+    """(group, span, index of the first column) for the header row above the columns."""
+    out: list[tuple[Group | None, int, int]] = []
+    for i, col in enumerate(columns):
+        if out and out[-1][0] == col.group:
+            g, span, first = out[-1]
+            out[-1] = (g, span + 1, first)
+        else:
+            out.append((col.group, 1, i))
+    return out
+
+
+def has_gpu_memory(rows: list[dict[str, Any]]) -> bool:
+    return any(lookup(r, ("memory", "gpu_mem_peak_max_B")) is not None for r in rows)
