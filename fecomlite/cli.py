@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import typer
 
+from fecomlite.attribute_command import attribute_command
 from fecomlite.instrument.command import instrument_command
+from fecomlite.report.command import report_command
+from fecomlite.run_command import run_command
+from fecomlite.server.command import server_command
 
 app = typer.Typer(
     name="fecomlite",
@@ -14,6 +18,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("instrument")(instrument_command)
+app.command("run", context_settings={"allow_interspersed_args": False})(run_command)
+app.command("report")(report_command)
+app.command("attribute")(attribute_command)
+app.command("server")(server_command)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,124 @@
+"""The server process from start to stop: find the sensors, bind, publish the state file, serve,
+and leave a clean store behind (open runs marked `interrupted`, the state file removed)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from fecomlite.server.app import MeasurementServer, check_loopback
+from fecomlite.server.client import live_client
+from fecomlite.server.machine import machine_info
+from fecomlite.server.sampler import Sensor
+from fecomlite.server.service import MeasurementService, ProcessSensors
+from fecomlite.server.state import remove_state, write_state
+from fecomlite.store import default_home
+
+PERIOD_PROBE_S = 1.0  # how long `measure_period` may watch each sensor at start (in parallel)
+
+
+class ServerRunning(RuntimeError):
+    """Another live server already owns this home."""
+
+
+def machine_sensors(
+    settings: dict[str, Any] | None = None,
+) -> tuple[list[Sensor], list[str], ProcessSensors]:
+    """The machine's sensors with measured update periods, notes on what is missing, and a
+    factory for the sensors that follow a process (memory, CPU and GPU use of its tree)."""
+    from fecomlite.sensors import discover, measure_period
+
+    sensors, notes = discover(None, settings)
+    with ThreadPoolExecutor(max_workers=max(1, len(sensors))) as pool:
+        list(pool.map(lambda s: measure_period(s, max_s=PERIOD_PROBE_S), sensors))
+    machine_names = {s.name for s in sensors}
+
+    def process_sensors(pid: int) -> tuple[list[Sensor], list[str]]:
+        """The new process's sensors, at once (a period probe would miss its start-up)."""
+        found, said = discover(pid, settings)
+        mine = [s for s in found if s.name not in machine_names]
+        for s in found:
+            if s.name in machine_names:
+                s.close()
+        return mine, [n for n in said if n not in notes]
+
+    return sensors, notes, process_sensors
+
+
+def open_server(
+    home: Path,
+    port: int = 0,
+    host: str = "127.0.0.1",
+    sensors: list[Sensor] | None = None,
+    process_sensors: ProcessSensors | None = None,
+    notes: list[str] | None = None,
+    **service_options: Any,
+) -> MeasurementServer:
+    """A bound, not yet serving server over `<home>/store.sqlite`; sensors are discovered when
+    none are given. Refuses a non-loopback host and a home another live server owns."""
+    host = check_loopback(host)
+    home = home.resolve()
+    other = live_client(home)
+    if other is not None and other.pid != os.getpid():
+        raise ServerRunning(f"a fecomlite server (pid {other.pid}) already serves {home} "
+                            f"at {other.url}")
+    if sensors is None:
+        sensors, found_notes, process_sensors = machine_sensors()
+        notes = [*found_notes, *(notes or [])]
+    service = MeasurementService(
+        home / "store.sqlite", sensors, notes=notes, machine=machine_info(),
+        process_sensors=process_sensors, **service_options,
+    )
+    try:
+        return MeasurementServer(service, port, host)
+    except BaseException:
+        service.close()
+        raise
+
+
+def serve(
+    server: MeasurementServer, home: Path, ready: Callable[[str], None] | None = None
+) -> None:
+    """Publish the state file and serve until shutdown, SIGTERM or Ctrl-C; then clean up."""
+    home = home.resolve()
+    pid = os.getpid()
+    write_state(home, server.state(pid))
+    if ready:
+        ready(server.url)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()
+        server.service.close()
+        remove_state(home, pid)
+
+
+def run_foreground(home: Path | None, port: int, host: str) -> None:
+    """`fecomlite server`: serve in this process; SIGTERM stops it as cleanly as Ctrl-C."""
+    home = (home or default_home()).resolve()
+    server = open_server(home, port, host)
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    with contextlib.suppress(KeyboardInterrupt):
+        serve(server, home, ready=lambda url: _announce(server, url, home))
+
+
+def _announce(server: MeasurementServer, url: str, home: Path) -> None:
+    status = server.service.status()
+    print(f"fecomlite server {url} (pid {os.getpid()}), store {status['store']}", flush=True)
+    for s in status["sensors"]:
+        print(f"  sensor {s['name']}: {s['domain']} {s['kind']} {s['unit']} {s['provenance']}"
+              f"{' (' + s['model'] + ')' if s['model'] else ''}, every "
+              f"{s['sample_interval_s'] * 1000:g} ms", flush=True)
+    for note in status["notes"]:
+        print(f"  note: {note}", flush=True)
+    print(f"  state file {home / 'server.json'}; stop with Ctrl-C", file=sys.stderr, flush=True)

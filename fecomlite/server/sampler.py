@@ -1,0 +1,309 @@
+"""Reads every sensor on its own schedule while a run records, and writes the samples in batches.
+
+Threads: one scheduler for the cheap sensors (a heap of due times), one per `slow` sensor (an
+NVML energy read takes ~4 ms and must not delay the 200 Hz memory reader), and one writer that
+commits what was read every `flush_s` in one transaction, on its own SQLite connection. Readers
+never touch SQLite: they append to a lock-free deque. With no run recording they park, and the
+server costs nothing. A sensor is only ever read, and closed, by the one thread that samples it.
+
+Sensors come in groups: the machine's (fixed) and the watched process's (replaced when the pid
+changes). The writer registers a sensor in a run's `sensors` table the first time it stores one
+of its samples for that run.
+"""
+
+from __future__ import annotations
+
+import heapq
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from fecomlite.store import Store
+
+MAX_NAP_S = 0.05
+
+
+class Sensor(Protocol):
+    """docs/internals.md §3; `slow`, `sample_period_s` and `close()` are used when present."""
+
+    name: str
+    domain: str
+    unit: str
+    kind: str
+    provenance: str
+    model: str | None
+    period_s: float
+
+    def read(self) -> float | None: ...
+
+
+@dataclass(frozen=True)
+class SamplingRates:
+    """Each sensor is read at its `sample_period_s` (half its update period), within bounds."""
+
+    min_interval_s: float = 0.01  # 100 Hz at most (RAPL updates every 1 ms: a counter loses
+    memory_interval_s: float = 0.005  # nothing); process memory up to 200 Hz (the sensors
+    max_interval_s: float = 0.5  # package asks for 200 Hz RSS; its VmHWM peak needs less)
+
+    def interval(self, sensor: Sensor) -> float:
+        wanted = getattr(sensor, "sample_period_s", None) or (sensor.period_s or 0.1) / 2
+        floor = self.memory_interval_s if sensor.domain == "process-memory" else self.min_interval_s
+        return min(max(wanted, floor), self.max_interval_s)
+
+
+def sensor_row(sensor: Sensor) -> dict[str, Any]:
+    """The `sensors` table columns of a sensor (its run id aside)."""
+    return {
+        "name": sensor.name, "domain": sensor.domain, "unit": sensor.unit, "kind": sensor.kind,
+        "provenance": sensor.provenance, "model": getattr(sensor, "model", None),
+        "period_s": getattr(sensor, "period_s", None),
+    }
+
+
+def sensor_details(sensor: Sensor) -> dict[str, Any]:
+    """Everything known about a sensor (the sensors package's `metadata()` where it has one)."""
+    metadata = getattr(sensor, "metadata", None)
+    return metadata() if callable(metadata) else sensor_row(sensor)
+
+
+@dataclass
+class _Recording:
+    since_ns: int
+    ids: dict[str, int] = field(default_factory=dict)  # sensor name -> sensors.id of this run
+
+
+class Sampler:
+    """Samples its sensors while at least one run records; writes to the store at `store_path`."""
+
+    def __init__(
+        self,
+        sensors: Sequence[Sensor],
+        store_path: Path,
+        *,
+        rates: SamplingRates | None = None,
+        flush_s: float = 0.5,
+    ) -> None:
+        self.rates = rates or SamplingRates()
+        self.store_path = store_path
+        self.flush_s = flush_s
+        self.errors: dict[str, int] = {}
+        self._groups: dict[str, list[Sensor]] = {"machine": list(sensors)}
+        self._retired: list[Sensor] = []
+        self._version = 0
+        self._queue: deque[tuple[Sensor, int, float]] = deque()
+        self._recordings: dict[int, _Recording] = {}
+        self._lock = threading.Lock()
+        self._active = threading.Event()  # set while any run records
+        self._stop = threading.Event()
+        self._wake_writer = threading.Event()
+        self._written = threading.Condition()
+        self._started = 0  # writes begun
+        self._generation = 0  # writes done
+        self._threads: list[threading.Thread] = []
+
+    # -- sensors -------------------------------------------------------------------------------
+
+    @property
+    def sensors(self) -> list[Sensor]:
+        with self._lock:
+            return [s for group in self._groups.values() for s in group]
+
+    def interval(self, sensor: Sensor) -> float:
+        return self.rates.interval(sensor)
+
+    def set_group(self, group: str, sensors: Sequence[Sensor]) -> None:
+        """Replace a group of sensors (e.g. the process's, for a new pid); the old ones are
+        closed by the threads that read them."""
+        with self._lock:
+            self._retired += self._groups.get(group, [])
+            self._groups[group] = list(sensors)
+            self._version += 1
+        if self._threads:
+            for sensor in sensors:
+                if getattr(sensor, "slow", False):
+                    self._spawn(f"sampler:{sensor.name}", self._slow_loop, sensor)
+
+    def metadata(self) -> list[dict[str, Any]]:
+        """Every sensor's details and the interval it is read at."""
+        return [{**sensor_details(s), "sample_interval_s": self.interval(s)} for s in self.sensors]
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._spawn("writer", self._write_loop)
+        self._spawn("sampler", self._schedule_loop)
+        for sensor in self.sensors:
+            if getattr(sensor, "slow", False):
+                self._spawn(f"sampler:{sensor.name}", self._slow_loop, sensor)
+
+    def _spawn(self, name: str, target: Any, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def close(self) -> None:
+        """Stop reading, write what was read, end the threads, close the sensors."""
+        self._stop.set()
+        self._active.set()  # wake parked readers so they see the stop
+        self._wake_writer.set()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        with self._lock:
+            for sensor in self._retired + [s for g in self._groups.values() for s in g]:
+                _close(sensor)
+            self._retired.clear()
+
+    # -- recording -----------------------------------------------------------------------------
+
+    def record(self, run_id: int) -> None:
+        """Store samples for a run from now on."""
+        with self._lock:
+            self._recordings[run_id] = _Recording(time.monotonic_ns())
+            self._active.set()
+
+    def stop_recording(self, run_id: int) -> None:
+        """Write what was read for the run so far, then stop storing samples for it."""
+        self.flush()
+        with self._lock:
+            self._recordings.pop(run_id, None)
+            if not self._recordings:
+                self._active.clear()
+
+    def recording(self) -> list[int]:
+        with self._lock:
+            return list(self._recordings)
+
+    def flush(self, timeout: float = 10.0) -> None:
+        """Return once everything read before this call is committed."""
+        with self._written:
+            target = self._started + 1  # the first write to start after this call
+            self._wake_writer.set()
+            self._written.wait_for(
+                lambda: self._generation >= target or self._stop.is_set(), timeout
+            )
+
+    # -- readers -------------------------------------------------------------------------------
+
+    def _read(self, sensor: Sensor) -> None:
+        t0 = time.monotonic_ns()
+        try:
+            value = sensor.read()
+        except Exception:  # the protocol says never; a third-party sensor might
+            value = None
+            self.errors[sensor.name] = self.errors.get(sensor.name, 0) + 1
+        if value is not None:
+            self._queue.append((sensor, (t0 + time.monotonic_ns()) // 2, float(value)))
+
+    def _schedule_loop(self) -> None:
+        """Read each cheap sensor when due. Waits are plain sleeps of at most `MAX_NAP_S` (a
+        sleep is the cheapest wake-up there is: at 200 Hz the wake-ups are most of the cost),
+        so a stop, a pause or a new sensor set is noticed within that."""
+        version = -1
+        heap: list[tuple[float, int, float, Sensor]] = []
+        clock, sleep, read = time.monotonic, time.sleep, self._read
+        while not self._stop.is_set():
+            if not self._active.is_set():
+                self._active.wait()
+                version = -1  # start afresh: no burst of overdue reads after a pause
+            if version != self._version:
+                version, heap = self._schedule()
+            if not heap:
+                sleep(MAX_NAP_S)
+                continue
+            due, i, interval, sensor = heap[0]
+            delay = due - clock()
+            if delay > 0:
+                sleep(min(delay, MAX_NAP_S))
+                if delay > MAX_NAP_S:
+                    continue
+            read(sensor)
+            nxt, now = due + interval, clock()
+            heapq.heapreplace(heap, (nxt if nxt > now else now + interval, i, interval, sensor))
+
+    def _schedule(self) -> tuple[int, list[tuple[float, int, float, Sensor]]]:
+        """A fresh schedule of the current cheap sensors; closes the retired ones (this thread
+        is the one that read them)."""
+        with self._lock:
+            version = self._version
+            retired = [s for s in self._retired if not getattr(s, "slow", False)]
+            self._retired = [s for s in self._retired if getattr(s, "slow", False)]
+            fast = [s for g in self._groups.values() for s in g if not getattr(s, "slow", False)]
+        for sensor in retired:
+            _close(sensor)
+        now = time.monotonic()
+        return version, [(now, i, self.interval(s), s) for i, s in enumerate(fast)]
+
+    def _slow_loop(self, sensor: Sensor) -> None:
+        interval = self.interval(sensor)
+        while not self._stop.is_set():
+            self._active.wait()
+            with self._lock:
+                current = any(sensor is s for g in self._groups.values() for s in g)
+                if not current:
+                    self._retired.remove(sensor)
+            if not current:
+                _close(sensor)
+                return
+            start = time.monotonic()
+            self._read(sensor)
+            self._stop.wait(max(0.0, interval - (time.monotonic() - start)))
+
+    # -- writer --------------------------------------------------------------------------------
+
+    def _write_loop(self) -> None:
+        with Store(self.store_path) as store:
+            while True:
+                self._wake_writer.wait(self.flush_s)
+                self._wake_writer.clear()
+                stopping = self._stop.is_set()
+                with self._written:
+                    self._started += 1
+                self._write(store)
+                with self._written:
+                    self._generation += 1
+                    self._written.notify_all()
+                if stopping:
+                    return
+
+    def _write(self, store: Store) -> None:
+        queue = self._queue
+        taken = [queue.popleft() for _ in range(len(queue))]
+        with self._lock:
+            recordings = list(self._recordings.items())
+        if not taken or not recordings:
+            return
+        try:
+            with store.transaction():
+                rows = [
+                    (self._sensor_id(store, run_id, rec, sensor), t, v)
+                    for run_id, rec in recordings
+                    for sensor, t, v in taken
+                    if t >= rec.since_ns
+                ]
+                store.add_samples(rows)
+        except Exception as exc:  # a full disk must not take the server down
+            for _, rec in recordings:
+                rec.ids.clear()  # ids handed out in the rolled-back transaction are void
+            self.errors["store"] = self.errors.get("store", 0) + 1
+            print(f"fecomlite server: could not store samples: {exc}", file=sys.stderr)
+
+    @staticmethod
+    def _sensor_id(store: Store, run_id: int, rec: _Recording, sensor: Sensor) -> int:
+        sensor_id = rec.ids.get(sensor.name)
+        if sensor_id is None:
+            sensor_id = rec.ids[sensor.name] = store.add_sensor(run_id, **sensor_row(sensor))
+        return sensor_id
+
+
+def _close(sensor: Sensor) -> None:
+    close = getattr(sensor, "close", None)
+    if callable(close):
+        try:
+            close()
+        except Exception as exc:  # closing is best effort; never stop the sampler for it
+            print(f"fecomlite server: closing {sensor.name}: {exc}", file=sys.stderr)

@@ -1,0 +1,284 @@
+"""What the measurement server does, apart from HTTP: runs, tokens, sampling, idle, gate, ingest.
+
+Every method may be called from any request thread; each thread has its own store connection
+(SQLite connections are per thread). Run tokens live in memory only: a restarted server refuses
+events for runs it did not start (the probe then spools them, and `ingest` brings them in).
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fecomlite import __version__, batch_codec
+from fecomlite.server import spool
+from fecomlite.server.gate import GateThresholds, gated, wait_for_stable
+from fecomlite.server.sampler import Sampler, SamplingRates, Sensor, sensor_details, sensor_row
+from fecomlite.server.series import POWER_KINDS, Series, idle_stats
+from fecomlite.store import Store
+
+MAX_WINDOW_S = 3600.0
+FINISHED_STATUSES = ("finished", "failed", "interrupted")
+
+ProcessSensors = Callable[[int], tuple[list[Sensor], list[str]]]
+
+
+class RunNotFound(LookupError):
+    """The run is unknown to this server (or was never started by it)."""
+
+
+@dataclass
+class _Run:
+    token: str
+    sites: dict[str, Any]  # the manifest's site table, for naming events' sites
+
+
+class MeasurementService:
+    """Runs measured by this server process, over one store and one sampler."""
+
+    def __init__(
+        self,
+        store_path: Path,
+        sensors: list[Sensor],
+        *,
+        notes: list[str] | None = None,
+        machine: dict[str, Any] | None = None,
+        process_sensors: ProcessSensors | None = None,
+        rates: SamplingRates | None = None,
+        flush_s: float = 0.5,
+    ) -> None:
+        """`sensors` are the machine's; `process_sensors(pid)` makes those that follow a pid."""
+        self.store_path = store_path
+        self.notes = list(notes or [])
+        self.process_sensors = process_sensors
+        self.machine = machine or {}
+        self.started = time.time()
+        self._local = threading.local()
+        self._db()  # create the schema (and fail early on a foreign file)
+        self.sampler = Sampler(sensors, store_path, rates=rates, flush_s=flush_s)
+        self.sampler.start()
+        self._runs: dict[int, _Run] = {}
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+
+    def _db(self) -> Store:
+        """This thread's store connection (SQLite connections are per thread). A kept-alive
+        connection, like the probe's, is served by one thread: it opens the store once."""
+        store = getattr(self._local, "store", None)
+        if store is None:
+            store = self._local.store = Store(self.store_path)
+        return store
+
+    def _run(self, run_id: int) -> _Run:
+        with self._lock:
+            run = self._runs.get(run_id)
+        if run is None:
+            raise RunNotFound(f"run {run_id} was not started by this server")
+        return run
+
+    # -- status --------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "server": "fecomlite", "version": __version__, "pid": os.getpid(),
+            "store": str(self.store_path), "uptime_s": round(time.time() - self.started, 1),
+            "recording": self.sampler.recording(), "sensors": self.sampler.metadata(),
+            "sensor_errors": dict(self.sampler.errors), "notes": self.notes,
+        }
+
+    # -- runs ----------------------------------------------------------------------------------
+
+    def create_run(
+        self, *, program: str = "", argv: list[str] | None = None, level: str = "method",
+        settings: dict[str, Any] | None = None, kind: str = "instrumented",
+        parent_id: int | None = None, manifest: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """A new run, recording samples from now on; returns its id and its event token."""
+        token = secrets.token_urlsafe(32)
+        store = self._db()
+        run_id = store.create_run(
+            program=program, argv=argv or [], level=level, settings=settings or {},
+            kind=kind, parent_id=parent_id, manifest=manifest or {}, machine=self.machine,
+            t_start_ns=time.monotonic_ns(),
+        )
+        self._register(store, run_id, self.sampler.sensors)
+        with self._lock:
+            self._runs[run_id] = _Run(token, spool.site_table(manifest or {}))
+        self.sampler.record(run_id)
+        return {"run_id": run_id, "token": token}
+
+    @staticmethod
+    def _register(store: Store, run_id: int, sensors: list[Sensor]) -> None:
+        """List sensors in the run's `sensors` table, and keep their full metadata (model
+        parameters, how the period was found) in the run's `sensors` result."""
+        for sensor in sensors:
+            store.add_sensor(run_id, **sensor_row(sensor))
+        details = store.result(run_id, "sensors") or {}
+        details.update({s.name: sensor_details(s) for s in sensors})
+        store.put_result(run_id, "sensors", details)
+
+    def set_manifest(self, run_id: int, manifest: dict[str, Any]) -> None:
+        run = self._run(run_id)
+        self._db().update_run(run_id, manifest=manifest)
+        run.sites = spool.site_table(manifest)
+
+    def hyperparams(self, run_id: int, params: dict[str, Any]) -> None:
+        """Merge hyperparameters known outside the program (e.g. from the command line)."""
+        self._run(run_id)
+        self._db().merge_hyperparams(run_id, params)
+
+    def watch(self, run_id: int, pid: int | None) -> dict[str, Any]:
+        """Follow another process (a new repetition's): its memory and CPU sensors replace the
+        previous process's. The sensors' notes say what could not be read."""
+        self._run(run_id)
+        sensors, notes = self.process_sensors(pid) if self.process_sensors and pid else ([], [])
+        self.sampler.set_group("process", sensors)
+        store = self._db()
+        for recording in self.sampler.recording():
+            self._register(store, recording, sensors)
+        return {"sensors": [s.name for s in sensors], "notes": notes}
+
+    def finish_run(self, run_id: int, status: str, exit_code: int | None) -> None:
+        """Stop recording (after writing every sample read so far) and close the run."""
+        self._run(run_id)
+        if status not in FINISHED_STATUSES:
+            raise ValueError(f"status must be one of {FINISHED_STATUSES}")
+        self.sampler.stop_recording(run_id)
+        self._db().update_run(
+            run_id, status=status, exit_code=exit_code, t_end_ns=time.monotonic_ns()
+        )
+
+    # -- repetitions ---------------------------------------------------------------------------
+
+    def rep_start(
+        self, run_id: int, rep: int, t_ns: int | None, extra: dict[str, Any] | None
+    ) -> None:
+        self._run(run_id)
+        self._db().upsert_repetition(
+            run_id, rep, t_start_ns=t_ns or time.monotonic_ns(), extra=extra or {}
+        )
+
+    def rep_end(self, run_id: int, rep: int, t_ns: int | None, exit_code: int | None) -> None:
+        self._run(run_id)
+        self._db().upsert_repetition(
+            run_id, rep, t_end_ns=t_ns or time.monotonic_ns(), exit_code=exit_code
+        )
+
+    def tail(self, run_id: int, rep: int, seconds: float) -> dict[str, Any]:
+        """Keep sampling `seconds` after the repetition ended (power decays late), then mark it."""
+        self._run(run_id)
+        self._sleep(_window(seconds))
+        tail_end = time.monotonic_ns()
+        self._db().upsert_repetition(run_id, rep, tail_end_ns=tail_end)
+        return {"tail_end_ns": tail_end}
+
+    # -- idle baseline and gate ----------------------------------------------------------------
+
+    def idle(self, run_id: int, seconds: float) -> dict[str, Any]:
+        """Mean power (and σ) of every power or counter sensor over the next `seconds`."""
+        self._run(run_id)
+        t0 = time.monotonic_ns()
+        self._sleep(_window(seconds))
+        t1 = time.monotonic_ns()
+        self.sampler.flush()
+        baseline: dict[str, Any] = {}
+        store = self._db()
+        for series in self._series(store, run_id, t0, t1, wanted=lambda d, k: k in POWER_KINDS):
+            if (stats := idle_stats(series)) is not None:
+                baseline[series.name] = stats
+        store.update_run(run_id, idle={k: v["mean_w"] for k, v in baseline.items()})
+        detail = {"seconds": seconds, "t_start_ns": t0, "t_end_ns": t1, "sensors": baseline}
+        store.put_result(run_id, "idle_baseline", detail)
+        return detail
+
+    def gate(self, run_id: int, rep: int | None, thresholds: dict[str, Any]) -> dict[str, Any]:
+        """Wait (bounded) until the machine is stable; store the verdict with the repetition."""
+        self._run(run_id)
+        th = GateThresholds.from_mapping(thresholds)
+        since = time.monotonic_ns()
+        lookback_ns = int((th.window + 2) * max(th.bin_s, self.sampler.rates.max_interval_s) * 1e9)
+        store = self._db()
+
+        def latest() -> list[Series]:
+            self.sampler.flush()  # judge what was read up to now, not up to the last write
+            t0 = max(since, time.monotonic_ns() - lookback_ns)
+            return self._series(store, run_id, t0, None, wanted=gated)
+
+        result = wait_for_stable(latest, th, sleep=self._sleep)
+        if rep is not None:
+            store.upsert_repetition(run_id, rep, gate=result)
+        else:
+            store.put_result(run_id, "gates", [*(store.result(run_id, "gates") or []), result])
+        return result
+
+    def _series(
+        self, store: Store, run_id: int, t0: int, t1: int | None,
+        wanted: Callable[[str, str], bool] = lambda domain, kind: True,
+    ) -> list[Series]:
+        """The samples in [t0, t1] of each of the run's sensors `wanted(domain, kind)`."""
+        devices = {s.name: getattr(s, "device", "") for s in self.sampler.sensors}
+        out = []
+        for row in store.sensors(run_id):
+            if not wanted(row["domain"], row["kind"]):
+                continue
+            rows = store.db.execute(
+                "SELECT t_ns, value FROM samples WHERE sensor_id=? AND t_ns>=? AND t_ns<=? "
+                "ORDER BY t_ns", (row["id"], t0, t1 if t1 is not None else 2**63 - 1),
+            ).fetchall()
+            out.append(Series(
+                row["name"], row["domain"], row["unit"], row["kind"], row["provenance"],
+                row["model"], np.array([r[0] for r in rows], dtype=np.int64),
+                np.array([r[1] for r in rows], dtype=float), devices.get(row["name"], ""),
+            ))
+        return out
+
+    def _sleep(self, seconds: float) -> None:
+        """Sleep, but wake at shutdown: a long idle window must not hold the server up."""
+        if self._closing.wait(seconds):
+            raise RuntimeError("the server is shutting down")
+
+    # -- events and spool ----------------------------------------------------------------------
+
+    def check_token(self, run_id: int, token: str) -> bool:
+        with self._lock:
+            run = self._runs.get(run_id)
+        return run is not None and hmac.compare_digest(run.token.encode(), token.encode())
+
+    def post_events(self, run_id: int, body: bytes) -> int:
+        """Store one probe batch (`fecomlite.batch_codec`) whole; the caller checked the token."""
+        run = self._run(run_id)
+        header, columns = batch_codec.decode(body)
+        return self._db().add_batch(run_id, header, columns, run.sites)
+
+    def ingest(self, path: Path, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
+        return spool.ingest(self._db(), path, manifest, self.machine)
+
+    # -- shutdown ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop sampling; runs still open are marked `interrupted` (what they hold is kept)."""
+        self._closing.set()
+        with self._lock:
+            open_runs = list(self._runs)
+            self._runs.clear()
+        self.sampler.close()
+        store = self._db()
+        for run_id in open_runs:
+            if store.run(run_id)["status"] == "running":
+                store.update_run(run_id, status="interrupted", t_end_ns=time.monotonic_ns())
+
+
+def _window(seconds: float) -> float:
+    seconds = float(seconds)
+    if not 0 <= seconds <= MAX_WINDOW_S:
+        raise ValueError(f"a window must be within 0..{MAX_WINDOW_S:g} s")
+    return seconds

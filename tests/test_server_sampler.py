@@ -1,0 +1,149 @@
+"""The sampler alone: schedules, threads, recording windows and what reaches the store."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from test_server_support import FakeSensorForTests
+
+from fecomlite.server.sampler import Sampler, SamplingRates
+from fecomlite.store import Store
+
+
+def counts(store_path: Path, run_id: int) -> dict[str, int]:
+    with Store(store_path) as store:
+        rows = store.db.execute(
+            "SELECT s.name, count(x.t_ns) FROM sensors s LEFT JOIN samples x ON x.sensor_id=s.id "
+            "WHERE s.run_id=? GROUP BY s.name", (run_id,))
+        return {name: n for name, n in rows}
+
+
+def test_intervals_follow_each_sensors_update_period_within_caps():
+    rates = SamplingRates()
+    nvml_energy = FakeSensorForTests("e", kind="counter", unit="J", period_s=0.1)
+    rapl = FakeSensorForTests("r", kind="counter", unit="J", period_s=0.001)
+    rss = FakeSensorForTests("m", domain="process-memory", unit="B", kind="gauge",
+                             period_s=0.002)
+    slow_temp = FakeSensorForTests("t", domain="temperature", unit="C", kind="gauge",
+                                   period_s=5.0)
+    assert rates.interval(nvml_energy) == 0.05  # twice per update
+    assert rates.interval(rapl) == rates.min_interval_s == 0.01  # capped at 100 Hz
+    assert rates.interval(rss) == 0.005  # process memory: capped at 200 Hz instead
+    assert rates.interval(slow_temp) == 0.5
+
+
+def test_samples_are_stored_only_while_a_run_records(tmp_path: Path):
+    path = tmp_path / "store.sqlite"
+    with Store(path) as store:
+        run = store.create_run(program="p")
+    power = FakeSensorForTests("p", value=lambda t: 10.0 + t)
+    sampler = Sampler([power], path, flush_s=0.05)
+    sampler.start()
+    try:
+        time.sleep(0.2)
+        assert power.reads == 0  # parked: nothing records
+        sampler.record(run)
+        time.sleep(0.3)
+        sampler.stop_recording(run)  # flushes first
+        stored = counts(path, run)["p"]
+        assert 15 <= stored <= 40  # ~0.3 s at 100 Hz (period 20 ms: read every 10 ms)
+        time.sleep(0.2)
+        assert counts(path, run)["p"] == stored
+    finally:
+        sampler.close()
+    with Store(path) as store:
+        row = store.sensors(run)[0]
+        assert (row["name"], row["domain"], row["unit"], row["kind"], row["period_s"]) == (
+            "p", "cpu-package", "W", "power", 0.02)
+        rows = store.db.execute("SELECT t_ns, value FROM samples ORDER BY t_ns").fetchall()
+    t, v = [r[0] for r in rows], [r[1] for r in rows]
+    assert v == sorted(v)  # the values the sensor gave, in time order
+    gaps = sorted(b - a for a, b in zip(t, t[1:], strict=False))
+    assert 8e6 <= gaps[len(gaps) // 2] <= 13e6  # on a 10 ms grid
+
+
+def test_a_slow_sensor_reads_on_its_own_thread_and_does_not_delay_the_others(tmp_path: Path):
+    path = tmp_path / "store.sqlite"
+    with Store(path) as store:
+        run = store.create_run(program="p")
+
+    def slow_read(t: float) -> float:
+        time.sleep(0.02)  # like NVML's energy counter (~4 ms), only worse
+        return t
+
+    slow = FakeSensorForTests("nvml:0:energy", kind="counter", unit="J", period_s=0.02,
+                              slow=True, value=slow_read)
+    rss = FakeSensorForTests("proc:rss", domain="process-memory", unit="B", kind="gauge",
+                             period_s=0.005)
+    sampler = Sampler([slow, rss], path, flush_s=0.05)
+    sampler.start()
+    try:
+        sampler.record(run)
+        time.sleep(0.4)
+        sampler.stop_recording(run)
+    finally:
+        sampler.close()
+    assert len(slow.read_threads) == len(rss.read_threads) == 1
+    assert slow.read_threads != rss.read_threads
+    n = counts(path, run)
+    assert n["proc:rss"] >= 50  # ~80 at 200 Hz, whatever the slow sensor does
+    assert 8 <= n["nvml:0:energy"] <= 22
+
+
+def test_a_new_process_group_replaces_the_old_and_the_reader_closes_it(tmp_path: Path):
+    path = tmp_path / "store.sqlite"
+    with Store(path) as store:
+        run = store.create_run(program="p")
+    machine = FakeSensorForTests("util:cpu", domain="utilisation", unit="%", kind="gauge")
+    first = FakeSensorForTests("proc:rss", domain="process-memory", unit="B", kind="gauge",
+                               value=lambda t: 1.0)
+    second = FakeSensorForTests("proc:rss", domain="process-memory", unit="B", kind="gauge",
+                                value=lambda t: 2.0)
+    sampler = Sampler([machine], path, flush_s=0.05)
+    sampler.start()
+    try:
+        sampler.record(run)
+        sampler.set_group("process", [first])
+        time.sleep(0.15)
+        sampler.set_group("process", [second])
+        time.sleep(0.15)
+        sampler.flush()
+        assert first.closed_in in first.read_threads  # closed by its reader, not by this thread
+        assert first.closed_in != threading.get_ident()
+        reads_after_close = first.reads
+        time.sleep(0.05)
+        assert first.reads == reads_after_close
+        sampler.stop_recording(run)
+    finally:
+        sampler.close()
+    with Store(path) as store:
+        values = {v for (v,) in store.db.execute(
+            "SELECT DISTINCT value FROM samples JOIN sensors ON sensors.id=sensor_id "
+            "WHERE name='proc:rss'")}
+        assert values == {1.0, 2.0}  # one sensors row, both processes' samples
+        assert [s["name"] for s in store.sensors(run)].count("proc:rss") == 1
+    assert second.closed_in is not None  # closed at the end
+
+
+def test_a_failing_sensor_is_counted_and_the_others_go_on(tmp_path: Path):
+    path = tmp_path / "store.sqlite"
+    with Store(path) as store:
+        run = store.create_run(program="p")
+
+    def broken(t: float) -> float:
+        raise OSError("gone")
+
+    bad = FakeSensorForTests("bad", value=broken)
+    good = FakeSensorForTests("good")
+    sampler = Sampler([bad, good], path, flush_s=0.05)
+    sampler.start()
+    try:
+        sampler.record(run)
+        time.sleep(0.15)
+        sampler.stop_recording(run)
+    finally:
+        sampler.close()
+    assert sampler.errors["bad"] >= 3
+    assert counts(path, run)["good"] >= 3
