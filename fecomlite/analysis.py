@@ -11,6 +11,7 @@ is labelled `estimated` as soon as one part is.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 from collections.abc import Callable
@@ -27,6 +28,10 @@ from fecomlite.store import Store
 ENERGY_KINDS = ("counter", "power")
 MOVING_AVERAGE_S = 0.5  # a power sensor that averages over longer than this is never attributed
 ADDITIVE_DOMAINS = ("cpu-package", "dram")  # plus gpu:N; cpu-core/uncore/psys overlap these
+# The host runs the user's own Python between wrapped calls: there, time outside calls is an
+# activity of its own (a GPU, synchronised at probe boundaries, is idle between calls).
+HOST_DOMAINS = ("cpu-package", "cpu-core", "uncore", "psys", "dram")
+OUTSIDE_CALLS = "<program outside calls>"
 RSS_SENSOR = "proc:rss"
 GPU_MEMORY_DOMAINS = ("process-gpu-memory", "gpu-memory")  # preferred first, then gpu:N gauges
 
@@ -282,6 +287,7 @@ def analyse_run(
     rep_energy: dict[str, list[dict[str, float]]] = {}
     results: dict[str, at.Attribution] = {}
     rep_windows = _rep_windows(reps, ev)
+    host = _with_program_gaps(t0, t1, thread, api_of, len(api_names), reps)
     for domain, sensor in sorted(chosen.items()):
         t, v = _samples(store, sensor["id"])
         try:
@@ -297,10 +303,15 @@ def analyse_run(
         if idle is None:
             idle = at.estimate_idle_W(iv, t0, t1)
             idle_source = "estimated from quiet intervals (no baseline stored)"
-        res = at.attribute(
-            iv, t0, t1, idle_W=idle, thread=thread, group=api_of, method=method,
-            ngroups=max(len(api_names), 1), nest=(parent, depth),
-        )
+        activities = api_names
+        if domain in HOST_DOMAINS and host is not None:
+            res = _calls_only(at.attribute(iv, method=method, idle_W=idle, **host), n)
+            activities = [*api_names, OUTSIDE_CALLS]
+        else:
+            res = at.attribute(
+                iv, t0, t1, idle_W=idle, thread=thread, group=api_of, method=method,
+                ngroups=max(len(api_names), 1), nest=(parent, depth),
+            )
         methods_used.add(res.method)
         results[domain] = res
         for key, arr in (("energy_J", res.energy_J), ("energy_total_J", res.energy_total_J),
@@ -320,7 +331,7 @@ def analyse_run(
             "outside_calls_J": res.outside_calls_J, "tail_J": tail,
             "above_idle_in_reps_J": in_reps, "method": res.method, "fell_back": res.fell_back,
         })
-        intensities[domain] = _intensity_record(res, api_names, method)
+        intensities[domain] = _intensity_record(res, activities, method)
     if intensities:
         store.put_result(run_id, "intensities", _plain(intensities))
 
@@ -362,6 +373,63 @@ def analyse_run(
     if compare_levels:
         analysis.levels = _compare_levels(store, run, analysis, method)
     return analysis
+
+
+def program_gaps(
+    t0: np.ndarray, t1: np.ndarray, windows: list[tuple[int, int]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The stretches of each [start, end) window covered by no call (of any thread)."""
+    starts, ends = [], []
+    for a, b in windows:
+        inside = (t1 > a) & (t0 < b)
+        order = np.argsort(t0[inside], kind="stable")
+        s = np.clip(t0[inside][order], a, b)
+        e = np.maximum.accumulate(np.clip(t1[inside][order], a, b)) if s.size else s
+        gap_start = np.concatenate(([a], e))
+        gap_end = np.concatenate((s, [b]))
+        keep = gap_end > gap_start
+        starts.append(gap_start[keep])
+        ends.append(gap_end[keep])
+    if not starts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(starts).astype(np.int64), np.concatenate(ends).astype(np.int64)
+
+
+def _with_program_gaps(
+    t0: np.ndarray, t1: np.ndarray, thread: np.ndarray, api_of: np.ndarray, n_apis: int,
+    reps: list[dict[str, Any]],
+) -> dict[str, Any] | None:
+    """attribute() arguments with the program's time outside calls as one more activity."""
+    windows = [(int(r["t_start_ns"]), int(r["t_end_ns"])) for r in reps
+               if r.get("t_start_ns") is not None and r.get("t_end_ns") is not None]
+    g0, g1 = program_gaps(t0, t1, windows)
+    if g0.size == 0:
+        return None
+    all_t0, all_t1 = np.concatenate((t0, g0)), np.concatenate((t1, g1))
+    gap_thread = (int(thread.max()) + 1) if thread.size else 0
+    threads = np.concatenate((thread, np.full(g0.size, gap_thread, np.int64)))
+    return {
+        "t_start_ns": all_t0, "t_end_ns": all_t1, "thread": threads,
+        "group": np.concatenate((api_of, np.full(g0.size, n_apis, np.int64))),
+        "ngroups": n_apis + 1, "nest": at.nesting(all_t0, all_t1, threads),
+    }
+
+
+def _calls_only(res: at.Attribution, n: int) -> at.Attribution:
+    """The wrapped calls' part of an attribution made with the program-gap activity."""
+    per_call = {
+        f.name: getattr(res, f.name)[:n] for f in dataclasses.fields(res)
+        if isinstance(getattr(res, f.name), np.ndarray) and getattr(res, f.name).ndim == 1
+        and getattr(res, f.name).size >= n
+    }
+    top = per_call["parent"] < 0
+    in_calls = float(per_call["energy_J"][top].sum())
+    in_calls_total = float(per_call["energy_total_J"][top].sum())
+    return dataclasses.replace(
+        res, **per_call, in_calls_J=in_calls, in_calls_total_J=in_calls_total,
+        outside_calls_J=res.above_idle_J - in_calls,
+        outside_calls_total_J=res.total_J - in_calls_total,
+    )
 
 
 def _rep_windows(reps: list[dict[str, Any]], ev: dict[str, np.ndarray]) -> list[tuple[int, int]]:

@@ -12,13 +12,13 @@ from fecomlite.server.command import server_command
 
 app = typer.Typer(
     name="fecomlite",
-    help="Measure what each framework API call of a deep-learning project costs in energy and memory.",
+    help="What each framework API call of a deep-learning project costs in energy and memory.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 app.command("instrument")(instrument_command)
-app.command("run", context_settings={"allow_interspersed_args": False})(run_command)
+app.command("run")(run_command)
 app.command("report")(report_command)
 app.command("attribute")(attribute_command)
 app.command("server")(server_command)
