@@ -6,6 +6,7 @@ import typer
 
 from fecomlite.attribute_command import attribute_command
 from fecomlite.instrument.command import instrument_command
+from fecomlite.model.command import model_app, sweep_command
 from fecomlite.report.command import report_command
 from fecomlite.run_command import run_command
 from fecomlite.server.command import server_command
@@ -22,6 +23,8 @@ app.command("run")(run_command)
 app.command("report")(report_command)
 app.command("attribute")(attribute_command)
 app.command("server")(server_command)
+app.command("sweep")(sweep_command)
+app.add_typer(model_app, name="model")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,349 @@
+"""Least-squares fits of energy (and time) on network features, with their uncertainty.
+
+`fit_linear` is one linear model through the origin, y = X·β, fitted by least squares:
+weighting "relative" (the default) assumes errors proportional to the value (a measured energy's
+spread grows with it, and sweep energies span orders of magnitude) and is fitted as weighted least
+squares with weights 1/ŷ² (ŷ from an ordinary fit, refined twice); "absolute" is ordinary least
+squares. Each fit keeps its coefficients with their covariance, R² (on the original scale),
+k-fold cross-validated error (relative RMS on held-out rows) and residuals: enough to predict with
+an interval (`LinearFit.interval`) and to compare models on the same data.
+
+`fit_models` fits, on one sweep table, the memory-aware model of BUTTER-E
+
+    energy = c·FLOPs + Σ_level m_level·bytes(level) + s·time
+
+(bytes charged to the cache level each layer's working set fits in, s the static power the other
+terms do not explain), the naive models energy ∝ FLOPs and energy ∝ parameters × steps, and a time
+model (time from FLOPs, bytes by level, steps and a fixed set-up cost per run), which `predict`
+needs when the time of a new configuration is not known.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from fecomlite.model.features import run_features
+
+MODEL_FORMAT = "fecomlite-energy-model/1"
+WEIGHTINGS = ("relative", "absolute")
+TARGETS = ("above-idle", "total")
+DEFAULT_FOLDS = 5
+_REWEIGHT_ROUNDS = 2
+_CV_SEED = 20240917
+
+
+class FitError(ValueError):
+    """Data a model cannot be fitted to (too few rows, no positive energies, bad columns)."""
+
+
+@dataclass
+class LinearFit:
+    """y ≈ X·coef over `features` (those with data; `dropped` had none and are 0)."""
+
+    name: str
+    target: str
+    features: list[str]
+    dropped: list[str]
+    coef: np.ndarray
+    cov: np.ndarray
+    sigma: float  # residual scale: relative (a fraction) or absolute (target's unit)
+    dof: int
+    weighting: str
+    r2: float
+    cv_rel_rmse: float  # relative RMS error on held-out rows of k-fold cross-validation
+    cv_folds: int
+    y: np.ndarray
+    fitted: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return int(self.y.size)
+
+    @property
+    def residuals(self) -> np.ndarray:
+        return self.y - self.fitted
+
+    @property
+    def std_errors(self) -> np.ndarray:
+        return np.sqrt(np.clip(np.diag(self.cov), 0, None))
+
+    def vector(self, values: dict[str, float]) -> np.ndarray:
+        """The feature vector of one row (missing dropped features count as 0)."""
+        missing = [f for f in self.features if f not in values]
+        if missing:
+            raise FitError(f"{self.name}: no value for {', '.join(missing)}")
+        return np.array([float(values[f]) for f in self.features])
+
+    def predict(self, values: dict[str, float]) -> float:
+        return float(self.vector(values) @ self.coef)
+
+    def interval(
+        self, values: dict[str, float], confidence: float = 0.9
+    ) -> tuple[float, float, float, float]:
+        """(mean, low, high, sd) of a new observation: parameter and residual uncertainty."""
+        if not 0 < confidence < 1:
+            raise FitError(f"confidence must be between 0 and 1, not {confidence}")
+        x0 = self.vector(values)
+        mean = float(x0 @ self.coef)
+        noise = self.sigma * abs(mean) if self.weighting == "relative" else self.sigma
+        sd = float(np.sqrt(max(float(x0 @ self.cov @ x0), 0.0) + noise**2))
+        t = float(stats.t.ppf((1 + confidence) / 2, max(self.dof, 1)))
+        return mean, mean - t * sd, mean + t * sd, sd
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "target": self.target, "features": self.features,
+            "dropped": self.dropped, "coef": self.coef.tolist(), "cov": self.cov.tolist(),
+            "std_errors": self.std_errors.tolist(), "sigma": self.sigma, "dof": self.dof,
+            "weighting": self.weighting, "r2": self.r2, "cv_rel_rmse": self.cv_rel_rmse,
+            "cv_folds": self.cv_folds, "y": self.y.tolist(), "fitted": self.fitted.tolist(),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LinearFit:
+        try:
+            return cls(
+                name=data["name"], target=data["target"], features=list(data["features"]),
+                dropped=list(data["dropped"]), coef=np.asarray(data["coef"], float),
+                cov=np.asarray(data["cov"], float).reshape(len(data["coef"]), -1),
+                sigma=float(data["sigma"]), dof=int(data["dof"]), weighting=data["weighting"],
+                r2=float(data["r2"]), cv_rel_rmse=float(data["cv_rel_rmse"]),
+                cv_folds=int(data["cv_folds"]), y=np.asarray(data["y"], float),
+                fitted=np.asarray(data["fitted"], float),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FitError(f"not a saved fit: {exc!r}") from exc
+
+
+def _solve(
+    x: np.ndarray, y: np.ndarray, weighting: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(coef, weights, (XᵀWX)⁻¹) of a weighted least-squares fit.
+
+    Columns are scaled to unit RMS first (FLOPs ~1e12 next to seconds ~1), so that the solve and
+    the inverse see a well-conditioned matrix; the results are scaled back.
+    """
+    scale = np.sqrt(np.mean(x**2, axis=0))
+    scale[scale == 0] = 1.0
+    xs = x / scale
+    weights = np.ones_like(y)
+    coef = np.linalg.lstsq(xs, y, rcond=None)[0]
+    if weighting == "relative":
+        for _ in range(_REWEIGHT_ROUNDS):
+            fitted = xs @ coef
+            ok = fitted > 0
+            weights = 1.0 / np.where(ok, fitted, y)  # a row the fit puts below 0 keeps its own
+            coef = np.linalg.lstsq(xs * weights[:, None], y * weights, rcond=None)[0]
+    xw = xs * weights[:, None]
+    inverse = np.linalg.pinv(xw.T @ xw) / np.outer(scale, scale)
+    return coef / scale, weights, inverse
+
+
+def fit_linear(
+    x: np.ndarray, y: np.ndarray, features: Sequence[str], *, name: str = "model",
+    target: str = "energy_J", weighting: str = "relative", folds: int = DEFAULT_FOLDS,
+) -> LinearFit:
+    """Fit y = X·β through the origin; features whose column is all zero are dropped (no data)."""
+    if weighting not in WEIGHTINGS:
+        raise FitError(f"weighting must be one of {WEIGHTINGS}, not {weighting!r}")
+    x = np.asarray(x, float)
+    y = np.asarray(y, float)
+    if x.ndim != 2 or x.shape[0] != y.size or x.shape[1] != len(features):
+        raise FitError(f"{name}: {x.shape} features for {y.size} rows and {len(features)} names")
+    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
+        raise FitError(f"{name}: features and {target} must be finite numbers")
+    if weighting == "relative" and np.any(y <= 0):
+        raise FitError(f"{name}: relative weighting needs positive {target} in every row "
+                       f"({int(np.sum(y <= 0))} are ≤ 0); use absolute weighting")
+    used = np.any(x != 0, axis=0)
+    names = [f for f, u in zip(features, used, strict=True) if u]
+    dropped = [f for f, u in zip(features, used, strict=True) if not u]
+    x = x[:, used]
+    p = x.shape[1]
+    if p == 0:
+        raise FitError(f"{name}: every feature is zero")
+    if y.size <= p:
+        raise FitError(f"{name}: {y.size} rows cannot fit {p} coefficients "
+                       f"({', '.join(names)}); measure more configurations")
+    coef, weights, inverse = _solve(x, y, weighting)
+    fitted = x @ coef
+    dof = y.size - p
+    weighted = (y - fitted) * weights
+    sigma = float(np.sqrt(np.sum(weighted**2) / dof))
+    cov = sigma**2 * inverse
+    total = float(np.sum((y - y.mean()) ** 2))
+    r2 = 1.0 - float(np.sum((y - fitted) ** 2)) / total if total > 0 else float("nan")
+    cv, k = _cross_validate(x, y, weighting, folds)
+    return LinearFit(name, target, names, dropped, coef, cov, sigma, dof, weighting, r2, cv, k,
+                     y, fitted)
+
+
+def _cross_validate(
+    x: np.ndarray, y: np.ndarray, weighting: str, folds: int
+) -> tuple[float, int]:
+    """Relative RMS error of k-fold held-out predictions (folds too small to fit are skipped)."""
+    k = min(max(folds, 2), y.size)
+    order = np.random.default_rng(_CV_SEED).permutation(y.size)
+    errors: list[np.ndarray] = []
+    for fold in range(k):
+        held = order[fold::k]
+        train = np.setdiff1d(order, held)
+        if train.size <= x.shape[1] or np.linalg.matrix_rank(x[train]) < x.shape[1]:
+            continue
+        coef = _solve(x[train], y[train], weighting)[0]
+        held = held[y[held] != 0]  # (absolute weighting only) a zero has no relative error
+        errors.append((x[held] @ coef - y[held]) / y[held])
+    if not errors:
+        return float("nan"), k
+    return float(np.sqrt(np.mean(np.concatenate(errors) ** 2))), k
+
+
+# -- the models of one sweep table -------------------------------------------------------------
+
+
+@dataclass
+class EnergyModels:
+    """The memory-aware, naive and time models fitted on one table, and what they came from."""
+
+    target: str  # above-idle | total
+    domain: str  # "all" or one energy domain (cpu-package, dram, gpu:0, ...)
+    levels: list[str]
+    hierarchy: dict[str, Any]  # MemoryHierarchy.to_json()
+    provenance: dict[str, Any]  # label, per-domain provenance and model, source runs
+    fits: dict[str, LinearFit]
+    points: list[dict[str, Any]]  # per configuration: measured and fitted, for the report
+
+    @property
+    def memory_aware(self) -> LinearFit:
+        return self.fits["memory_aware"]
+
+    def comparison(self) -> list[dict[str, Any]]:
+        """Energy models side by side on the same rows (the time model is not one of them)."""
+        return [
+            {"model": name, "features": fit.features, "r2": fit.r2,
+             "cv_rel_rmse": fit.cv_rel_rmse, "n": fit.n}
+            for name, fit in self.fits.items() if name in ENERGY_MODELS
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": MODEL_FORMAT, "target": self.target, "domain": self.domain,
+            "levels": self.levels, "hierarchy": self.hierarchy, "provenance": self.provenance,
+            "fits": {name: fit.to_json() for name, fit in self.fits.items()},
+            "comparison": self.comparison(), "points": self.points,
+            "breakpoints": [
+                {"level": lv["name"], "size_bytes": lv["size_bytes"]}
+                for lv in self.hierarchy.get("levels", []) if lv["size_bytes"] is not None
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EnergyModels:
+        if not isinstance(data, dict) or data.get("format") != MODEL_FORMAT:
+            raise FitError(f"not a fitted model (format {MODEL_FORMAT})")
+        try:
+            return cls(
+                data["target"], data["domain"], list(data["levels"]), data["hierarchy"],
+                data["provenance"],
+                {name: LinearFit.from_json(fit) for name, fit in data["fits"].items()},
+                list(data.get("points", [])),
+            )
+        except KeyError as exc:
+            raise FitError(f"a fitted model without {exc.args[0]!r}") from exc
+
+
+ENERGY_MODELS = ("memory_aware", "flops_only", "params_only")
+
+
+def model_features(levels: Sequence[str]) -> dict[str, list[str]]:
+    """Each model's features; `bytes_<level>` are the bytes moved at each cache level."""
+    memory = [f"bytes_{level}" for level in levels]
+    return {
+        "memory_aware": ["flops", *memory, "time_s"],
+        "flops_only": ["flops"],
+        "params_only": ["params_steps"],
+        "time": ["flops", *memory, "steps", "fixed"],
+    }
+
+
+def target_energy(row: dict[str, Any], domains: Sequence[str], target: str) -> float:
+    """A row's energy for the fit: above idle, or plus idle power × time ("total")."""
+    energy = sum(float(row[f"energy_J_{d}"]) for d in domains)
+    if target == "total":
+        energy += sum(float(row[f"idle_W_{d}"]) for d in domains) * float(row["time_s"])
+    return energy
+
+
+def provenance_label(domains: dict[str, dict[str, Any]]) -> str:
+    """measured, estimated (with the models named) or mixed — never left unsaid."""
+    kinds = {meta.get("provenance", "unknown") for meta in domains.values()}
+    models = sorted({meta["model"] for meta in domains.values() if meta.get("model")})
+    if kinds == {"measured"}:
+        return "measured"
+    named = f" (model {', '.join(models)})" if models else ""
+    if kinds == {"estimated"}:
+        return f"estimated{named}"
+    return "mixed: " + ", ".join(
+        f"{d} {meta.get('provenance', 'unknown')}" for d, meta in sorted(domains.items())
+    ) + named
+
+
+def fit_models(
+    rows: Sequence[dict[str, Any]], hierarchy: dict[str, Any],
+    domains: dict[str, dict[str, Any]], *, target: str = "above-idle", domain: str = "all",
+    weighting: str = "relative", folds: int = DEFAULT_FOLDS, source: dict[str, Any] | None = None,
+) -> EnergyModels:
+    """Fit every model on sweep rows (see `fecomlite.model.sweep` for the columns).
+
+    domains: each energy domain's {"provenance", "model"}, as the sweep recorded them.
+    """
+    if target not in TARGETS:
+        raise FitError(f"target must be one of {TARGETS}, not {target!r}")
+    if domain != "all" and domain not in domains:
+        raise FitError(f"no energy domain {domain!r} in these runs; they have "
+                       f"{', '.join(sorted(domains)) or 'none'}")
+    used = ({d: m for d, m in domains.items() if m.get("additive", True)} if domain == "all"
+            else {domain: domains[domain]})
+    if not used:
+        raise FitError("these runs hold no energy domain")
+    levels = [lv["name"] for lv in hierarchy["levels"]]
+    names = model_features(levels)
+    values = [_row_values(row, levels) for row in rows]
+    energy = np.array([target_energy(row, list(used), target) for row in rows])
+    fits: dict[str, LinearFit] = {}
+    for model, features in names.items():
+        y = np.array([v["time_s"] for v in values]) if model == "time" else energy
+        x = np.array([[v[f] for f in features] for v in values])
+        fits[model] = fit_linear(
+            x, y, features, name=model, target="time_s" if model == "time" else "energy_J",
+            weighting=weighting, folds=folds,
+        )
+    points = [
+        {"key": row.get("key", str(i)), "flops": v["flops"], "steps": v["steps"],
+         "max_working_set": float(row["max_working_set_bytes"]),
+         "level": row.get("working_set_level"), "measured_J": float(energy[i]),
+         "fitted_J": float(fits["memory_aware"].fitted[i]),
+         "pj_per_flop": float(energy[i] / v["flops"] * 1e12) if v["flops"] else None}
+        for i, (row, v) in enumerate(zip(rows, values, strict=True))
+    ]
+    provenance = {
+        "label": provenance_label(used), "domains": used, **(source or {}),
+    }
+    return EnergyModels(target, domain, levels, hierarchy, provenance, fits, points)
+
+
+def _row_values(row: dict[str, Any], levels: Sequence[str]) -> dict[str, float]:
+    try:
+        values = run_features(
+            float(row["flops_per_step"]), int(row["params"]),
+            {lv: float(row[f"bytes_per_step_{lv}"]) for lv in levels}, int(row["steps"]),
+        )
+        values["time_s"] = float(row["time_s"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise FitError(f"row {row.get('key', '?')}: missing or bad column {exc}") from exc
+    return values

@@ -1,0 +1,122 @@
+"""Predicted energy of a network's training, with an interval and the data it rests on.
+
+The memory-aware model needs the run's time. When it is not given, the time model fitted on the
+same sweep predicts it, and its uncertainty is added: var(E) = var(E | time) + s² · var(time),
+s the model's static power (the two fits' errors are treated as independent). Intervals are
+Student-t intervals of a new observation (`LinearFit.interval`): parameter and residual spread;
+a lower bound below zero is shown as zero (no energy or time is negative).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from fecomlite.model.cache import MemoryHierarchy
+from fecomlite.model.features import ApiFeatures, StepFeatures, run_features
+from fecomlite.model.fit import EnergyModels, FitError
+
+
+@dataclass
+class Prediction:
+    energy_J: float
+    low_J: float
+    high_J: float
+    confidence: float
+    time_s: float
+    time_low_s: float
+    time_high_s: float
+    time_source: str  # "given" or "predicted"
+    features: dict[str, float]
+    naive: dict[str, tuple[float, float, float]]  # model -> (mean, low, high)
+    provenance: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "energy_J": self.energy_J, "low_J": self.low_J, "high_J": self.high_J,
+            "confidence": self.confidence, "time_s": self.time_s, "time_low_s": self.time_low_s,
+            "time_high_s": self.time_high_s, "time_source": self.time_source,
+            "features": self.features,
+            "naive": {k: list(v) for k, v in self.naive.items()},
+            "provenance": self.provenance, "notes": self.notes,
+        }
+
+
+def predict(
+    models: EnergyModels, step: StepFeatures, steps: int, *, time_s: float | None = None,
+    confidence: float = 0.9,
+) -> Prediction:
+    """Energy of `steps` training steps of a network whose one step is `step`."""
+    if steps < 1:
+        raise FitError(f"steps must be positive, not {steps}")
+    levels = set(models.levels)
+    strange = set(step.bytes_by_level) - levels
+    if strange:
+        raise FitError(f"the features use cache levels {sorted(strange)}, the model "
+                       f"{models.levels}: predict on the hierarchy the model was fitted on")
+    values = run_features(step.flops, step.params, step.bytes_by_level, steps)
+    for level in levels - set(step.bytes_by_level):
+        values[f"bytes_{level}"] = 0.0
+    notes = _notes(models, step, values)
+    memory = models.memory_aware
+    if time_s is None:
+        t_mean, t_low, t_high, t_sd = models.fits["time"].interval(values, confidence)
+        source = "predicted"
+        if t_mean <= 0:
+            notes.append("the time model predicts no positive time here: outside its data")
+    else:
+        if time_s <= 0:
+            raise FitError(f"time must be positive, not {time_s}")
+        t_mean, t_low, t_high, t_sd, source = time_s, time_s, time_s, 0.0, "given"
+    values["time_s"] = t_mean
+    mean, _, _, sd = memory.interval(values, confidence)
+    if "time_s" in memory.features:
+        static = float(memory.coef[memory.features.index("time_s")])
+        sd = float(np.hypot(sd, static * t_sd))
+    t = float(stats.t.ppf((1 + confidence) / 2, max(memory.dof, 1)))
+    naive = {
+        name: models.fits[name].interval(values, confidence)[:3]
+        for name in ("flops_only", "params_only")
+    }
+    naive = {name: (m, max(lo, 0.0), hi) for name, (m, lo, hi) in naive.items()}
+    return Prediction(mean, max(mean - t * sd, 0.0), mean + t * sd, confidence, t_mean,
+                      max(t_low, 0.0), t_high, source, values, naive, models.provenance, notes)
+
+
+def predict_call(
+    models: EnergyModels, call: ApiFeatures, hierarchy: MemoryHierarchy, time_s: float,
+    confidence: float = 0.9,
+) -> tuple[float, float, float]:
+    """(mean, low, high) energy of one forward call that took `time_s` (e.g. a measured call of a
+    method-level run): its FLOPs, its bytes at the level its working set fits in, its time."""
+    if not call.known:
+        raise FitError(call.note or f"no FLOP model for {call.api}")
+    values = {f"bytes_{level}": 0.0 for level in models.levels}
+    values[f"bytes_{hierarchy.level_of(call.working_set)}"] = call.bytes_read + call.bytes_written
+    values.update(flops=call.flops, time_s=time_s)
+    mean, low, high, _ = models.memory_aware.interval(values, confidence)
+    return mean, max(low, 0.0), high
+
+
+def _notes(models: EnergyModels, step: StepFeatures, values: dict[str, float]) -> list[str]:
+    """What makes this prediction less certain than its interval says."""
+    notes = []
+    if step.unknown:
+        notes.append(f"{len(step.unknown)} layer(s) without a FLOP model are not counted: "
+                     f"{', '.join(step.unknown)}")
+    memory = models.memory_aware
+    for feature in memory.dropped:
+        if values.get(feature, 0.0) > 0:
+            notes.append(f"{feature.removeprefix('bytes_')}: this network's working set reaches "
+                         "a level no fitted configuration reached; its cost is not in the model "
+                         "(the prediction is too low by that much)")
+    for feature in ("flops", "steps"):
+        seen = [p.get(feature) for p in models.points if p.get(feature) is not None]
+        if seen and not min(seen) / 2 <= values[feature] <= max(seen) * 2:
+            notes.append(f"{feature} {values[feature]:.3g} is far outside the fitted range "
+                         f"{min(seen):.3g}–{max(seen):.3g}: an extrapolation")
+    return notes

@@ -1,0 +1,382 @@
+"""`fecomlite sweep`'s engine: a grid of small networks, each trained as one measured run.
+
+Every configuration runs `fc_program.py` as a fecomlite run (kind `sweep-config`, gated and
+repeated, at project level) under one parent run of kind `sweep`. A configuration's energy is
+its training region's (`region:train`, per domain, above idle, mean over repetitions), so
+interpreter start-up, imports and the warm-up step are not counted; its features come from the
+configuration (features.py), exactly. The table (one row per configuration) is stored as the
+sweep's result "sweep" and written as CSV (Parquet would need pyarrow, which fecomlite does not
+depend on).
+
+The default grid (24 configurations × 2 repetitions, Keras) took 441 s on the 2-CPU machine
+fecomlite is built on (shared with other work); `--tiny` (2 configurations) is for CI.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fecomlite.model.cache import MemoryHierarchy, cpu_hierarchy, hierarchy_for
+from fecomlite.model.features import training_step
+from fecomlite.model.network import ConfigError, NetworkConfig
+
+if TYPE_CHECKING:
+    from fecomlite.server.client import ServerClient
+    from fecomlite.settings import RunSettings
+    from fecomlite.store import Store
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+SWEEP_FORMAT = "fecomlite-sweep/1"
+FRAMEWORKS = ("keras", "torch")
+FC_PROGRAM = Path(__file__).with_name("fc_program.py")
+REGION_SITE = "region:train"
+SWEEP_KIND = "sweep"
+CONFIG_KIND = "sweep-config"
+PROCESS_DOMAIN = "cpu-process"
+PROCESS_MODEL = "process-cpu-share"
+PROCESS_MODEL_TEXT = (
+    "E = (P_max − P_idle) × CPU time of the program's process tree ÷ CPUs: the cpu-util-linear "
+    "envelope applied to the program's own CPU time (util:process), so that other processes on "
+    "the machine do not count"
+)
+CPU_ESTIMATE_SENSOR = "est:cpu-package"  # fecomlite.sensors.estimate.EstimatedCpuPower
+PROCESS_UTILISATION_SENSOR = "util:process"  # fecomlite.sensors.utilisation, % of all CPUs
+
+
+@dataclass(frozen=True)
+class SweepGrid:
+    """The cross product of these lists; configurations with the same layers are run once."""
+
+    widths: tuple[int, ...] = (16, 64, 256, 1024)
+    depths: tuple[int, ...] = (1, 3)
+    shapes: tuple[str, ...] = ("rectangle", "funnel")
+    batch_sizes: tuple[int, ...] = (32, 256)
+    dataset_sizes: tuple[int, ...] = (8192,)
+    epochs: int = 1
+    inputs: int = 32
+    outputs: int = 10
+    optimizer: str = "adam"
+
+    def configurations(self) -> list[NetworkConfig]:
+        """Every configuration, checked (ConfigError names the one that is wrong)."""
+        for name in ("widths", "depths", "shapes", "batch_sizes", "dataset_sizes"):
+            if not getattr(self, name):
+                raise ConfigError(f"the grid's {name} list is empty")
+        seen: set[tuple[Any, ...]] = set()
+        configs = []
+        for width, depth, shape, batch, size in itertools.product(
+            self.widths, self.depths, self.shapes, self.batch_sizes, self.dataset_sizes
+        ):
+            config = NetworkConfig(width, depth, shape, batch, size, self.epochs, self.inputs,
+                                   self.outputs, self.optimizer)
+            same = (tuple(config.layer_sizes()), batch, size)
+            if same not in seen:
+                seen.add(same)
+                configs.append(config)
+        return configs
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+
+DEFAULT_GRID = SweepGrid()  # 24 configurations, under 10 minutes on 2 CPUs (module docstring)
+TINY_GRID = SweepGrid(widths=(8, 256), depths=(1,), shapes=("rectangle",), batch_sizes=(32,),
+                      dataset_sizes=(512,))
+_LISTS = {"widths": int, "depths": int, "shapes": str, "batch_sizes": int, "dataset_sizes": int}
+
+
+def grid_from_mapping(data: dict[str, Any], base: SweepGrid = DEFAULT_GRID) -> SweepGrid:
+    """A grid from a file's or the command line's keys (unknown keys and bad values are errors)."""
+    known = {f.name for f in fields(SweepGrid)}
+    changes: dict[str, Any] = {}
+    for key, value in data.items():
+        name = key.replace("-", "_")
+        if name not in known:
+            raise ConfigError(f"unknown grid key {key!r}; known: {', '.join(sorted(known))}")
+        if name in _LISTS:
+            items = value if isinstance(value, list) else [value]
+            changes[name] = tuple(_item(name, v, _LISTS[name]) for v in items)
+        else:
+            default = getattr(base, name)
+            changes[name] = _item(name, value, type(default))
+    grid = replace(base, **changes)
+    grid.configurations()  # check every configuration now, before anything runs
+    return grid
+
+
+def _item(name: str, value: Any, kind: type) -> Any:
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        if isinstance(value, str) and value.strip().isdigit():
+            return int(value)
+        raise ConfigError(f"grid {name}: {value!r} is not a whole number")
+    if kind is str and not isinstance(value, str):
+        raise ConfigError(f"grid {name}: {value!r} is not a name")
+    return value.strip() if isinstance(value, str) else value
+
+
+def load_grid(path: Path, base: SweepGrid = DEFAULT_GRID) -> SweepGrid:
+    """A grid from a TOML or JSON file whose top-level keys are SweepGrid's fields."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read grid file {path}: {exc}") from exc
+    try:
+        if Path(path).suffix == ".json":
+            data = json.loads(raw)
+        else:
+            data = tomllib.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} is not a valid grid file: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a grid file holds a table of lists, not {type(data).__name__}")
+    return grid_from_mapping(data, base)
+
+
+def parse_list(text: str) -> list[str]:
+    """A command-line list: "16,64,256" (spaces allowed)."""
+    items = [t.strip() for t in text.split(",")]
+    if not all(items):
+        raise ConfigError(f"{text!r} is not a comma-separated list")
+    return items
+
+
+# -- rows -------------------------------------------------------------------------------------
+
+
+def feature_columns(config: NetworkConfig, hierarchy: MemoryHierarchy) -> dict[str, Any]:
+    """A configuration's columns that need no measurement."""
+    step = training_step(config.layers(), hierarchy, config.optimizer)
+    row: dict[str, Any] = {
+        "key": config.key, **config.to_json(),
+        "hidden_widths": "/".join(str(w) for w in config.hidden_widths()),
+        "params": step.params, "steps": config.steps, "flops_per_step": step.flops,
+        "weight_bytes": step.weight_bytes, "activation_bytes_per_step": step.activation_bytes,
+        "bytes_per_step": step.bytes_moved,
+        **{f"bytes_per_step_{lv}": b for lv, b in step.bytes_by_level.items()},
+        "max_working_set_bytes": step.max_working_set,
+        "working_set_level": hierarchy.level_of(step.max_working_set),
+    }
+    return row
+
+
+def measured_columns(store: Store, run_id: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(columns, domains) of a finished configuration run: the training region's time and
+    energy per domain (mean and σ over repetitions), and each domain's provenance and model.
+
+    Besides the run's energy domains, where CPU power is estimated, the domain `cpu-process`
+    (model process-cpu-share, PROCESS_MODEL_TEXT): machine-wide utilisation counts every process
+    of a shared machine, the program's own CPU time only its own work.
+    """
+    from fecomlite.analysis import ADDITIVE_DOMAINS, analyse_run
+
+    analysis = analyse_run(store, run_id, compare_levels=False)
+    spans = store.db.execute(
+        "SELECT e.t_start_ns, e.t_end_ns FROM events e JOIN sites s ON s.id = e.site_id "
+        "WHERE e.run_id=? AND s.key=? ORDER BY e.rep", (run_id, REGION_SITE)).fetchall()
+    site = next((s for s in analysis.sites if s["key"] == REGION_SITE), None)
+    if site is None or not spans:
+        return {"status": "no training region measured"}, {}
+    durations = [(b - a) / 1e9 for a, b in spans]
+    columns: dict[str, Any] = {
+        "repetitions": len(spans), "time_s": _mean(durations), "time_s_std": _std(durations),
+    }
+    domains: dict[str, Any] = {}
+    for info in analysis.domains:
+        d = info["domain"]
+        energy = site["energy"].get(d)
+        if energy is None:
+            continue
+        per_rep = [e for e in energy["per_rep_J"] if e is not None and math.isfinite(e)]
+        columns[f"energy_J_{d}"] = _mean(per_rep)
+        columns[f"energy_J_{d}_std"] = _std(per_rep)
+        columns[f"idle_W_{d}"] = info["idle_W"]
+        domains[d] = {
+            "provenance": info["provenance"], "model": info["model"], "sensor": info["sensor"],
+            "additive": d in ADDITIVE_DOMAINS or d.startswith("gpu:"),
+        }
+    additive = [d for d, meta in domains.items() if meta["additive"]]
+    columns["energy_J_all"] = sum(columns[f"energy_J_{d}"] for d in additive) if additive else None
+    process = _process_energy(store, run_id, spans)
+    if process is not None and domains.get("cpu-package", {}).get("provenance") == "estimated":
+        columns[f"energy_J_{PROCESS_DOMAIN}"] = _mean(process)
+        columns[f"energy_J_{PROCESS_DOMAIN}_std"] = _std(process)
+        columns[f"idle_W_{PROCESS_DOMAIN}"] = 0.0  # none of the idle machine is the program's
+        domains[PROCESS_DOMAIN] = {
+            "provenance": "estimated", "model": PROCESS_MODEL, "additive": False,
+            "sensor": f"{PROCESS_UTILISATION_SENSOR} × {CPU_ESTIMATE_SENSOR} envelope",
+        }
+    columns["provenance"] = "; ".join(
+        f"{d}: {m['provenance']}" + (f" ({m['model']})" if m["model"] else "")
+        for d, m in sorted(domains.items())
+    )
+    return columns, domains
+
+
+def _process_energy(store: Store, run_id: int, spans: list[tuple[int, int]]) -> list[float] | None:
+    """Per span, (P_max − P_idle) × the process tree's CPU share integrated (process-cpu-share);
+    None when the run has no CPU estimate envelope or no process utilisation."""
+    from fecomlite import attribution as at
+
+    details = (store.result(run_id, "sensors") or {}).get(CPU_ESTIMATE_SENSOR) or {}
+    params = details.get("model_params") or {}
+    sensor = next((s for s in store.sensors(run_id) if s["name"] == PROCESS_UTILISATION_SENSOR),
+                  None)
+    if "max_w" not in params or sensor is None:
+        return None
+    rows = store.db.execute("SELECT t_ns, value FROM samples WHERE sensor_id=? ORDER BY t_ns",
+                            (sensor["id"],)).fetchall()
+    if len(rows) < 2:
+        return None
+    t = np.array([r[0] for r in rows], dtype=np.int64)
+    watts = (params["max_w"] - params["idle_w"]) * np.array([r[1] for r in rows]) / 100.0
+    intervals = at.power_intervals(t, watts, period_s=sensor["period_s"])
+    return [at.window_energy(intervals, 0.0, a, b)[0] for a, b in spans]
+
+
+def default_domain(domains: dict[str, dict[str, Any]]) -> tuple[str, str]:
+    """The energy a fit uses unless told otherwise, and why, in words."""
+    additive = [m for m in domains.values() if m.get("additive")]
+    if additive and all(m["provenance"] == "measured" for m in additive):
+        return "all", "every energy domain is measured"
+    if PROCESS_DOMAIN in domains:
+        return PROCESS_DOMAIN, ("CPU power is estimated here from machine-wide utilisation, "
+                                "which other processes disturb; the program's own CPU time is not")
+    return "all", "the sum of the run's energy domains"
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _std(values: Sequence[float]) -> float | None:
+    if len(values) < 2:
+        return None
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> Path:
+    """One row per configuration; columns in first-seen order, empty where a row has none."""
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, restval="")
+        writer.writeheader()
+        writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
+    return path
+
+
+# -- running ------------------------------------------------------------------------------------
+
+
+@dataclass
+class SweepResult:
+    sweep_id: int
+    status: str  # finished | interrupted
+    table: dict[str, Any]
+    csv_path: Path
+
+
+def run_sweep(
+    client: ServerClient, grid: SweepGrid, settings: RunSettings, *, home: Path,
+    framework: str = "keras",
+    csv_path: Path | None = None,
+    on_config: Callable[[int, int, NetworkConfig], None] = lambda i, n, config: None,
+) -> SweepResult:
+    """Measure every configuration of `grid` (the settings' level is forced to project, see the
+    module docstring); store and write the table; returns it."""
+    from fecomlite.experiment import prepare_program, run_experiment
+    from fecomlite.store import Store
+
+    if framework not in FRAMEWORKS:
+        raise ConfigError(f"framework must be one of {FRAMEWORKS}, not {framework!r}")
+    configs = grid.configurations()
+    settings = replace(settings, level="project")
+    hierarchy = cpu_hierarchy()
+    used = {"grid": grid.to_json(), "framework": framework, "run_settings": settings.to_json()}
+    with Store(client.store_path) as store:
+        sweep_id = store.create_run(
+            kind=SWEEP_KIND, program=str(FC_PROGRAM), level="project", settings=used,
+            status="running", t_start_ns=time.monotonic_ns(),
+        )
+    rows: list[dict[str, Any]] = []
+    domains: dict[str, Any] = {}
+    status = "finished"
+    try:
+        for i, config in enumerate(configs):
+            on_config(i, len(configs), config)
+            argv = ["--config", json.dumps(config.to_json()), "--framework", framework]
+            program = prepare_program(FC_PROGRAM, argv, settings, home / "work")
+            outcome = run_experiment(
+                client, program, settings, kind=CONFIG_KIND, parent_id=sweep_id,
+                extra={"network": config.to_json(), "framework": framework, "sweep": sweep_id},
+                log_dir=home / "logs" / f"sweep-{sweep_id}" / config.key,
+            )
+            row = {**feature_columns(config, hierarchy), "framework": framework,
+                   "run_id": outcome.run_id, "status": outcome.status}
+            if outcome.status == "finished":
+                with Store(client.store_path) as store:
+                    measured, found = measured_columns(store, outcome.run_id)
+                row.update(measured)
+                domains.update(found)
+            rows.append(row)
+            if outcome.status == "interrupted":
+                status = "interrupted"
+                break
+    except KeyboardInterrupt:
+        status = "interrupted"
+    finally:
+        csv_path = csv_path or home / "sweeps" / f"sweep-{sweep_id}.csv"
+        with Store(client.store_path) as store:
+            machine = store.run(rows[0]["run_id"])["machine"] if rows else {}
+        table = {
+            "format": SWEEP_FORMAT, "sweep_id": sweep_id, "framework": framework,
+            "grid": grid.to_json(), "hierarchy": hierarchy.to_json(), "domains": domains,
+            "gpu_hierarchies": gpu_hierarchies(machine),
+            "measured_at": "project level, training region (region:train) only",
+            "rows": rows, "csv": str(write_csv(rows, csv_path)),
+        }
+        with Store(client.store_path) as store:
+            store.put_result(sweep_id, "sweep", table)
+            store.update_run(sweep_id, status=status, t_end_ns=time.monotonic_ns())
+    return SweepResult(sweep_id, status, table, csv_path)
+
+
+def gpu_hierarchies(machine: dict[str, Any]) -> list[dict[str, Any]]:
+    """The L2 breakpoints of the machine's GPUs, for the report: the sweep trains on the CPU, so
+    the features use the CPU's levels, but a GPU's L2 is where its energy per FLOP would jump."""
+    return [hierarchy_for(f"gpu:{int(g.get('index', i))}", machine).to_json()
+            for i, g in enumerate((machine or {}).get("gpus", []))]
+
+
+def load_sweep(store: Store, sweep_id: int) -> dict[str, Any]:
+    """A stored sweep's table; StoreError/ConfigError say why there is none."""
+    run = store.run(sweep_id)
+    if run["kind"] != SWEEP_KIND:
+        raise ConfigError(f"run {sweep_id} is not a sweep (its kind is {run['kind']!r})")
+    table = store.result(sweep_id, "sweep")
+    if table is None:
+        raise ConfigError(f"sweep {sweep_id} has no table (was it interrupted at the start?)")
+    return table
+
+
+def latest_sweep_id(store: Store) -> int:
+    row = store.db.execute("SELECT max(id) FROM runs WHERE kind=?", (SWEEP_KIND,)).fetchone()
+    if row is None or row[0] is None:
+        raise ConfigError(f"no sweep in {store.path}; run `fecomlite sweep` first")
+    return int(row[0])
