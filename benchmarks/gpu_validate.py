@@ -1,0 +1,214 @@
+"""Validate fecomlite's GPU figures against known work on an NVIDIA GPU (PyTorch + NVML).
+
+Runs bursts of bf16 matrix products of known size and count under `fecomlite run` (method level,
+NVML, GPU synchronised at probe boundaries) and prints:
+  (a) per-call GPU energy + energy outside calls against the NVML counter's total for the run;
+  (b) each call's above-idle energy per FLOP against the long calls (>= 300 ms) of the same size,
+      for calls shorter and longer than 100 ms;
+  (c) the probe and GPU-sync overhead: the workload's wall time original vs measured, and the
+      measured run with sync on vs off.
+Needs only PyTorch, nvidia-ml-py and fecomlite; finishes within 3 minutes on an H200.
+
+    python benchmarks/gpu_validate.py              # on a machine with an NVIDIA GPU
+    python benchmarks/gpu_validate.py --device cpu --quick   # a smoke run of the pipeline on CPU
+
+A burst is one call of `gpuwork.burst(n, reps)`: the module lives outside the measured project, so
+its products are not wrapped one by one, and `--api gpuwork` makes each burst one measured call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+
+GPUWORK = """
+import torch
+
+_cache = {}
+
+
+def setup(device, sizes):
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    for n in sizes:
+        _cache[n] = (torch.randn(n, n, device=device, dtype=dtype),
+                     torch.randn(n, n, device=device, dtype=dtype))
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def burst(n, reps):
+    a, b = _cache[n]
+    for _ in range(reps):
+        c = torch.matmul(a, b)
+    return c.shape[0]
+"""
+
+WORKLOAD = """
+import json, sys, time
+import gpuwork
+
+plan = json.loads(sys.argv[1])
+device = sys.argv[2]
+gpuwork.setup(device, sorted({n for n, _, _ in plan}))
+start = time.perf_counter()
+for n, reps, gap in plan:
+    gpuwork.burst(n, reps)
+    time.sleep(gap)
+print("workload_s", time.perf_counter() - start)
+"""
+
+
+def make_plan(device: str, quick: bool, seed: int = 1) -> list[tuple[int, int, float]]:
+    """(size, products, idle gap after) per burst: short and long bursts of each size."""
+    rng = random.Random(seed)
+    if device == "cpu":
+        sizes = {256: [2, 8, 40, 200]} if quick else {512: [2, 8, 40, 150]}
+    else:  # ~0.2 ms per 4096³ and ~1.6 ms per 8192³ bf16 product on an H200
+        sizes = {4096: [10, 50, 200, 2000, 4000], 8192: [3, 10, 40, 250, 500]}
+    plan = [(n, reps, rng.uniform(0.05, 0.3)) for n, counts in sizes.items() for reps in counts]
+    rng.shuffle(plan)
+    return plan
+
+
+def fecomlite_run(home: Path, project: Path, plan: list, device: str, *extra: str) -> int:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(project.parent / "lib"), env.get("PYTHONPATH", "")])
+    cmd = [
+        sys.executable, "-m", "fecomlite.cli", "run", str(project / "workload.py"),
+        "--home", str(home), "--api", "gpuwork", "--idle", "3", "--tail", "1.5",
+        "--gate-max-wait", "15", *extra, "--", json.dumps(plan), device,
+    ]
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    from fecomlite.store import Store
+
+    with Store(home / "store.sqlite") as store:
+        return store.latest_run_id()
+
+
+def original_seconds(project: Path, plan: list, device: str) -> float:
+    env = {**os.environ, "PYTHONPATH": str(project.parent / "lib")}
+    out = subprocess.run(
+        [sys.executable, str(project / "workload.py"), json.dumps(plan), device],
+        check=True, env=env, capture_output=True, text=True,
+    ).stdout
+    return float(out.split()[-1])
+
+
+def workload_seconds(log: Path) -> float:
+    """The workload's own timing line from a repetition's log."""
+    for line in log.read_text().splitlines():
+        if line.startswith("workload_s"):
+            return float(line.split()[-1])
+    raise RuntimeError(f"{log} has no workload_s line")
+
+
+def validate(home: Path, run_id: int, plan: list) -> dict:
+    from fecomlite.analysis import analyse_run
+    from fecomlite.store import Store
+
+    with Store(home / "store.sqlite") as store:
+        analysis = analyse_run(store, run_id)
+        reps = store.repetitions(run_id)
+    gpu = [d for d in analysis.domains if d["domain"].startswith("gpu:")]
+    domain = gpu[0] if gpu else analysis.domains[0]
+    name = domain["domain"]
+    calls = analysis.calls
+    api_of = {row["key"]: row["api"] for row in analysis.sites}
+    burst = [i for i, k in enumerate(analysis.site_keys) if api_of.get(k) == "gpuwork.burst"]
+    mask = np.isin(calls["site"], burst)
+    flop_of = np.array([2.0 * n**3 * reps for n, reps, _ in plan])
+    size_of = np.array([n for n, _, _ in plan])
+    out: dict = {"domain": name, "provenance": domain["provenance"], "sensor": domain["sensor"]}
+    out["a_conservation"] = {
+        "in_calls_J": domain["in_calls_J"],
+        "outside_calls_J": domain["outside_calls_J"],
+        "above_idle_J": domain["above_idle_J"],
+        "total_J": domain["total_J"],
+        "relative_gap": (domain["in_calls_J"] + domain["outside_calls_J"]) / domain["above_idle_J"]
+        - 1 if domain["above_idle_J"] else float("nan"),
+    }
+    errors: dict[str, list[float]] = {"short (<100 ms)": [], "long (>=100 ms)": []}
+    per_size_long: dict[int, float] = {}
+    rows = []
+    for rep in sorted({r["rep"] for r in reps}):
+        idx = np.flatnonzero(mask & (calls["rep"] == rep))
+        idx = idx[np.argsort(calls["t_start_ns"][idx])]
+        if len(idx) != len(plan):
+            continue
+        energy = calls["energy_J"][name][idx]
+        duration = calls["duration_s"][idx]
+        for n in set(size_of.tolist()):
+            long_ = (size_of == n) & (duration >= 0.3)
+            if long_.any():
+                per_size_long[n] = float(np.median(energy[long_] / flop_of[long_]))
+        for j in range(len(plan)):
+            reference = per_size_long.get(int(size_of[j]))
+            if reference is None or duration[j] >= 0.3:
+                continue
+            error = energy[j] / (flop_of[j] * reference) - 1
+            errors["short (<100 ms)" if duration[j] < 0.1 else "long (>=100 ms)"].append(error)
+            rows.append((rep, int(size_of[j]), duration[j] * 1e3, energy[j], error))
+    out["b_pj_per_flop_long"] = {n: v * 1e12 for n, v in per_size_long.items()}
+    out["b_errors"] = {
+        k: {"calls": len(v), "median_abs": statistics.median(map(abs, v)) if v else None}
+        for k, v in errors.items()
+    }
+    out["b_rows"] = rows
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--quick", action="store_true", help="a short plan (smoke test)")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    plan = make_plan(args.device, args.quick)
+    root = Path(tempfile.mkdtemp(prefix="fecomlite-gpu-"))
+    (root / "lib").mkdir()
+    (root / "lib" / "gpuwork.py").write_text(textwrap.dedent(GPUWORK))
+    project = root / "project"
+    project.mkdir()
+    (project / "workload.py").write_text(textwrap.dedent(WORKLOAD))
+    home = root / "home"
+
+    plain = original_seconds(project, plan, args.device)
+    run_sync = fecomlite_run(home, project, plan, args.device, "--repeat", "2", "--sync", "on")
+    fecomlite_run(home, project, plan, args.device, "--repeat", "1", "--sync", "off")
+    result = validate(home, run_sync, plan)
+
+    logs = sorted((home / "logs").glob("*"))
+    sync_s = statistics.median(workload_seconds(log) for log in logs[0].glob("rep-*.log"))
+    nosync_s = statistics.median(workload_seconds(log) for log in logs[1].glob("rep-*.log"))
+    print(f"fecomlite GPU validation on {args.device}: {len(plan)} bursts, domain "
+          f"{result['domain']} ({result['provenance']}, sensor {result['sensor']})")
+    a = result["a_conservation"]
+    print(f"(a) calls {a['in_calls_J']:.1f} J + outside {a['outside_calls_J']:.1f} J vs "
+          f"counter above idle {a['above_idle_J']:.1f} J (total {a['total_J']:.1f} J): "
+          f"gap {a['relative_gap']:+.2%}")
+    print("(b) long-call reference pJ/FLOP by size:",
+          {n: round(v, 3) for n, v in result["b_pj_per_flop_long"].items()})
+    for label, err in result["b_errors"].items():
+        median = "n/a" if err["median_abs"] is None else f"{err['median_abs']:.1%}"
+        print(f"    {label}: {err['calls']} calls, median |error| {median}")
+    for rep, n, ms, joules, error in result["b_rows"]:
+        print(f"      rep {rep} n={n:5d} {ms:8.1f} ms {joules:8.3f} J  error {error:+.1%}")
+    print(f"(c) workload time (the program's own timer): original {plain:.3f} s, measured with "
+          f"GPU sync {sync_s:.3f} s ({sync_s / plain - 1:+.2%}), without sync {nosync_s:.3f} s "
+          f"({nosync_s / plain - 1:+.2%}); {len(plan)} wrapped bursts per repetition")
+    print(f"finished in {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
