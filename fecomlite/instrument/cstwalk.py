@@ -1,0 +1,87 @@
+"""A fast, read-only walk over libcst trees: the child fields of each node type, in source order.
+
+libcst's own traversal (``node.visit``) rebuilds every node it passes, which costs more than the
+analyses built on it; reading the dataclass fields directly is several times faster. Fields that
+only ever hold whitespace, punctuation or plain strings are skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import libcst as cst
+
+_TRIVIA = frozenset(
+    [
+        "lpar",
+        "rpar",
+        "comma",
+        "leading_lines",
+        "lines_after_decorators",
+        "header",
+        "footer",
+        "semicolon",
+        "colon",
+        "equal",
+        "star",
+        "operator",
+        "asynchronous",
+        "lbracket",
+        "rbracket",
+        "lbrace",
+        "rbrace",
+        "dot",
+        "newline",
+        "indent",
+        "conversion",
+        "start",
+        "end",
+        "whitespace",
+        "prefix",
+        "quote",
+        "value_str",
+        "trailing_whitespace",
+    ]
+)
+# Field orders that differ from source order (calls must be met in source order).
+_ORDER: dict[type, tuple[str, ...]] = {
+    cst.FunctionDef: ("decorators", "name", "type_parameters", "params", "returns", "body"),
+    cst.ClassDef: ("decorators", "name", "type_parameters", "bases", "keywords", "body"),
+    cst.IfExp: ("body", "test", "orelse"),
+    cst.ExceptHandler: ("type", "name", "body"),
+    cst.ExceptStarHandler: ("type", "name", "body"),
+    cst.MatchCase: ("pattern", "guard", "body"),
+    cst.Parameters: (
+        "posonly_params", "posonly_ind", "params", "star_arg", "kwonly_params", "star_kwarg"
+    ),
+    cst.Arg: ("keyword", "value"),
+}  # fmt: skip
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def fields(tp: type) -> tuple[str, ...]:
+    """Names of the fields of node type ``tp`` that may hold nodes, in source order."""
+    names = _FIELDS.get(tp)
+    if names is None:
+        declared = [f.name for f in dataclasses.fields(tp)]
+        order = _ORDER.get(tp, ())
+        names = tuple(n for n in order if n in declared) + tuple(
+            n
+            for n in declared
+            if n not in order and n not in _TRIVIA and not n.startswith("whitespace")
+        )
+        _FIELDS[tp] = names
+    return names
+
+
+def children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The child nodes of ``node`` (trivia excluded), in source order."""
+    for name in fields(type(node)):
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            yield value
+        elif type(value) is tuple or type(value) is list:
+            for item in value:
+                if isinstance(item, cst.CSTNode):
+                    yield item

@@ -1,0 +1,124 @@
+"""Canonical API names: one name per API, however the user imported it.
+
+Qualified names come from libcst's scope analysis (``tf.keras.layers.Dense`` →
+``tensorflow.keras.layers.Dense``). The same API is reachable under several public paths, so
+the name is then canonicalised with a short, documented table of the frameworks' own
+re-exports:
+
+* Keras: ``tensorflow.keras.*``, ``tensorflow.python.keras.*``, ``tf_keras.*``, ``keras.api.*``
+  are all ``keras.*``; ``keras.models.Sequential``/``keras.models.Model`` are
+  ``keras.Sequential``/``keras.Model``; ``keras.layers.Input`` is ``keras.Input``.
+* TensorFlow: ``tensorflow.compat.v2.*`` is ``tensorflow.*``.
+* PyTorch: ``torch.nn.modules.<module>.<Class>`` is ``torch.nn.<Class>``,
+  ``torch.optim.<module>.<Class>`` is ``torch.optim.<Class>``.
+
+Names of objects that framework calls return (see ``resolve.py``):
+
+* an object built by a constructor ``C(...)`` (a capitalised last component) is a ``C``: its
+  methods are ``C.method`` and calling it is ``C.__call__``; an alternative constructor
+  ``C.from_x(...)`` called on the class also gives a ``C``;
+* any other framework call ``f(...)`` gives an object named ``f()``: ``tf.constant(1).numpy()``
+  is ``tensorflow.constant().numpy``. This says exactly what is known, never a guessed type.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+DEFAULT_ROOTS: tuple[str, ...] = ("tensorflow", "keras", "tf_keras", "torch")
+
+_PREFIX_ALIASES: dict[str, str] = {
+    "tensorflow.keras": "keras",
+    "tensorflow.python.keras": "keras",
+    "tensorflow.compat.v2": "tensorflow",
+    "tf_keras": "keras",
+    "keras.api": "keras",
+    "keras.models.Sequential": "keras.Sequential",
+    "keras.models.Model": "keras.Model",
+    "keras.engine.sequential.Sequential": "keras.Sequential",
+    "keras.engine.training.Model": "keras.Model",
+    "keras.layers.Input": "keras.Input",
+}
+_PATTERN_ALIASES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^torch\.nn\.modules\.\w+\.(?=[A-Z])"), "torch.nn."),
+    (re.compile(r"^torch\.optim\.\w+\.(?=[A-Z])"), "torch.optim."),
+)
+
+# Calls that compile a function or module into a graph: the body is measured as one unit.
+COMPILERS: frozenset[str] = frozenset(
+    {
+        "tensorflow.function",
+        "torch.compile",
+        "torch.jit.script",
+        "torch.jit.trace",
+        "torch.jit.trace_module",
+        "torch.jit.script_method",
+        "jax.jit",
+    }
+)
+# Methods Keras runs inside its own tf.function during fit/evaluate/predict.
+KERAS_GRAPH_METHODS: frozenset[str] = frozenset({"call", "train_step", "test_step", "predict_step"})
+
+
+def canonical(name: str) -> str:
+    """The canonical spelling of a fully qualified API name."""
+    for _ in range(4):  # aliases chain (tensorflow.keras.models.Model → keras.Model): few steps
+        new = _rewrite_once(name)
+        if new == name:
+            return name
+        name = new
+    return name
+
+
+def _rewrite_once(name: str) -> str:
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        target = _PREFIX_ALIASES.get(".".join(parts[:cut]))
+        if target is not None:
+            return ".".join([target, *parts[cut:]])
+    for pattern, replacement in _PATTERN_ALIASES:
+        name = pattern.sub(replacement, name)
+    return name
+
+
+def is_class_name(name: str) -> bool:
+    """Whether the last component names a class (by Python convention: Capitalised)."""
+    last = name.rsplit(".", 1)[-1]
+    return last[:1].isupper()
+
+
+def factory_class(name: str) -> str | None:
+    """``C`` for an alternative constructor ``C.from_x``-style call made on class ``C``."""
+    owner, _, last = name.rpartition(".")
+    if owner and is_class_name(owner) and not is_class_name(last) and not last.startswith("_"):
+        return owner
+    return None
+
+
+class Roots:
+    """The configured API roots (``tensorflow``, ``torch``, ``numpy``, ``numpy.linalg`` ...)."""
+
+    def __init__(self, roots: Iterable[str]) -> None:
+        self.names: tuple[str, ...] = tuple(dict.fromkeys(r.strip() for r in roots if r.strip()))
+        self._firsts = frozenset(r.split(".", 1)[0] for r in self.names)
+
+    def covers(self, qualified: str) -> bool:
+        """Whether a qualified name lies under a root (its calls are wrapped)."""
+        return any(qualified == r or qualified.startswith(r + ".") for r in self.names)
+
+    def leads_to(self, qualified: str) -> bool:
+        """Whether attributes of this name may lie under a root (``numpy`` for ``numpy.linalg``)."""
+        return self.covers(qualified) or any(r.startswith(qualified + ".") for r in self.names)
+
+    def root_of(self, name: str) -> str:
+        """The root reported for a canonical name: the longest matching root, else its package."""
+        best = ""
+        for r in self.names:
+            if (name == r or name.startswith(r + ".")) and len(r) > len(best):
+                best = r
+        return best or name.split(".", 1)[0]
+
+    def first_components(self) -> Sequence[str]:
+        """Top-level package names; a file that mentions none of them cannot import a root."""
+        return sorted(self._firsts)

@@ -1,0 +1,469 @@
+"""Instrument a file, a notebook or a project directory into a separate copy, with a manifest.
+
+The original is never written to. The copy holds every file of the project (so it runs from its
+own folder) except virtualenvs, version-control folders and caches; Python files and notebooks
+are instrumented, everything else is copied. Files are independent, so a project big enough to
+repay the start-up of worker processes is spread over the CPUs.
+"""
+
+from __future__ import annotations
+
+import errno
+import gc
+import io
+import json
+import multiprocessing
+import os
+import shutil
+import threading
+import time
+import tokenize
+from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from fecomlite.instrument.names import DEFAULT_ROOTS, Roots
+from fecomlite.instrument.notebook import instrument_notebook
+from fecomlite.instrument.transform import Rewrite, SourceError, instrument_source
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+MANIFEST = Path(".fecomlite") / "manifest.json"
+MANIFEST_FORMAT = 1
+SKIP_DIRS = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        "__pycache__",
+        ".venv",
+        "venv",
+        ".tox",
+        ".nox",
+        ".eggs",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".hypothesis",
+        ".ipynb_checkpoints",
+        "node_modules",
+        "site-packages",
+        ".fecomlite",
+    }
+)
+PYTHON_SUFFIXES = frozenset({".py", ".pyw"})
+SKIP_SUFFIXES = frozenset({".pyc", ".pyo"})
+# Below this much Python source (~1,200 lines), starting workers costs more than they save.
+PARALLEL_MIN_BYTES = 40_000
+
+
+class InstrumentError(Exception):
+    """The whole request is refused (nothing was written)."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A file that could not be instrumented; ``line``/``col`` are 1-based."""
+
+    path: str
+    line: int
+    col: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}:{self.col}: {self.message}"
+
+
+@dataclass
+class InstrumentResult:
+    source: Path
+    out: Path
+    manifest: Path | None  # None when only listing
+    api_roots: tuple[str, ...]
+    sites: dict[str, dict[str, object]] = field(default_factory=dict)
+    files_instrumented: int = 0  # Python files and notebooks with at least one site
+    files_unchanged: int = 0  # Python files and notebooks with none (copied as they are)
+    files_copied: int = 0  # other files
+    failures: list[Failure] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    lines: int = 0  # lines of Python and notebook source read
+    seconds: float = 0.0
+    workers: int = 1
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    @property
+    def sites_by_root(self) -> dict[str, int]:
+        return dict(Counter(str(site["root"]) for site in self.sites.values()).most_common())
+
+
+def default_out(path: Path) -> Path:
+    """The default copy: a sibling ``<name>-instrumented/`` folder (outside ``path``)."""
+    path = Path(os.path.abspath(path))
+    name = path.stem if path.suffix in (*PYTHON_SUFFIXES, ".ipynb") else path.name
+    return path.parent / f"{name}-instrumented"
+
+
+def configured_roots(path: Path, extra: Sequence[str] = ()) -> tuple[str, ...]:
+    """Default roots, then ``[tool.fecomlite] api`` of the project's pyproject.toml, then
+    ``extra`` (``--api``)."""
+    roots = list(DEFAULT_ROOTS)
+    folder = Path(os.path.abspath(path))
+    if not folder.is_dir():
+        folder = folder.parent
+    for candidate in (folder, *folder.parents):
+        pyproject = candidate / "pyproject.toml"
+        if pyproject.is_file():
+            try:
+                config = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+                raise InstrumentError(
+                    f"{pyproject}: cannot read [tool.fecomlite]: {error}"
+                ) from error
+            api = config.get("tool", {}).get("fecomlite", {}).get("api", [])
+            if isinstance(api, str) or not all(isinstance(item, str) for item in api):
+                raise InstrumentError(
+                    f"{pyproject}: [tool.fecomlite] api must be a list of strings"
+                )
+            roots.extend(api)
+            break
+    roots.extend(extra)
+    return Roots(roots).names
+
+
+def instrument_path(
+    path: Path,
+    out: Path | None = None,
+    api_roots: Sequence[str] = (),
+    *,
+    list_only: bool = False,
+    workers: int | None = None,
+) -> InstrumentResult:
+    """Instrument ``path`` (a ``.py`` file, a ``.ipynb`` notebook or a directory) into ``out``.
+
+    ``api_roots`` adds to the default roots and the project's ``[tool.fecomlite] api``.
+    ``list_only`` finds the sites without writing anything. ``workers`` caps the processes
+    (default: one per CPU, for projects big enough). Raises ``InstrumentError`` when the request
+    is refused; per-file problems are in ``InstrumentResult.failures``.
+    """
+    started = time.perf_counter()
+    path = Path(os.path.abspath(path))
+    try:
+        is_dir = path.is_dir()
+        exists = is_dir or path.is_file()
+    except OSError as error:  # a looping symlink given as PATH
+        raise InstrumentError(f"{path}: {error.strerror or error}") from error
+    if not exists:
+        raise InstrumentError(f"{path}: no such file or directory")
+    if is_dir and (path / MANIFEST).is_file():
+        raise InstrumentError(
+            f"{path} is already an instrumented copy ({MANIFEST} is there); "
+            "instrument the original project instead"
+        )
+    out = Path(os.path.abspath(out)) if out is not None else default_out(path)
+    roots = configured_roots(path, api_roots)
+    result = InstrumentResult(
+        source=path, out=out, manifest=None if list_only else out / MANIFEST, api_roots=roots
+    )
+    if not list_only:
+        _prepare_out(path, out)
+    files = _discover(path, out, result) if is_dir else [_entry(path, path.name, single=True)]
+    work = [f for f in files if f.kind != "copy"]
+    copies = [f for f in files if f.kind == "copy"]
+    outcomes = _run(work, out, roots, list_only, workers, result, copies)
+    for outcome in sorted(outcomes, key=lambda o: o.rel):
+        result.lines += outcome.lines
+        result.notes.extend(outcome.notes)
+        result.failures.extend(outcome.failures)
+        if outcome.failures and not outcome.sites:
+            continue
+        if outcome.sites:
+            result.files_instrumented += 1
+        else:
+            result.files_unchanged += 1
+        for site in outcome.sites:
+            key = str(site.pop("key"))
+            result.sites[key] = {"file": outcome.rel, **site}
+    result.failures.sort(key=lambda f: (f.path, f.line, f.col))
+    if not list_only:
+        _write_manifest(result)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+# ----------------------------------------------------------------------------- output folder
+
+
+def _prepare_out(source: Path, out: Path) -> None:
+    real_source, real_out = source.resolve(), out.resolve()
+    if real_out == real_source or real_source.is_relative_to(real_out):
+        raise InstrumentError(f"--out {out} would contain the original; choose a folder outside it")
+    if out.exists() or out.is_symlink():
+        if not out.is_dir():
+            raise InstrumentError(f"--out {out} exists and is not a folder")
+        if (out / MANIFEST).is_file():
+            shutil.rmtree(out)  # an earlier instrumented copy: replaced as a whole
+        elif any(out.iterdir()):
+            raise InstrumentError(
+                f"--out {out} exists, is not empty and is not a fecomlite copy; "
+                "choose another folder or remove it"
+            )
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def _write_manifest(result: InstrumentResult) -> None:
+    assert result.manifest is not None
+    source_root = result.source if result.source.is_dir() else result.source.parent
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "source_root": str(source_root),
+        "api_roots": list(result.api_roots),
+        "sites": result.sites,
+    }
+    result.manifest.parent.mkdir(parents=True, exist_ok=True)
+    result.manifest.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------- discovery
+
+
+@dataclass(frozen=True)
+class _File:
+    path: str  # absolute, as found (symlinks not resolved)
+    rel: str  # relative to the instrumented root, with "/"
+    kind: str  # python | notebook | copy
+    size: int
+
+
+def _entry(path: Path, rel: str, *, single: bool = False) -> _File:
+    """A file found in a project; a file given alone is Python (a script) unless a notebook."""
+    suffix = path.suffix.lower()
+    if suffix == ".ipynb":
+        kind = "notebook"
+    elif suffix in PYTHON_SUFFIXES or single:
+        kind = "python"
+    else:
+        kind = "copy"
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0  # reported when read
+    return _File(str(path), rel, kind, size)
+
+
+def _discover(root: Path, out: Path, result: InstrumentResult) -> list[_File]:
+    """Every file to instrument or copy, following symlinks once (loops are reported)."""
+    files: list[_File] = []
+    real_out = os.path.realpath(out)
+    seen = {_identity(root)}
+
+    def unreadable(error: OSError) -> None:
+        rel = os.path.relpath(error.filename or str(root), root)
+        result.failures.append(Failure(rel, 1, 1, f"cannot read folder: {error.strerror}"))
+
+    for folder, dirnames, filenames in os.walk(root, onerror=unreadable, followlinks=True):
+        base = Path(folder)
+        kept = []
+        for name in sorted(dirnames):
+            full = base / name
+            rel = full.relative_to(root).as_posix()
+            if name in SKIP_DIRS or name.endswith(".egg-info") or (full / "pyvenv.cfg").exists():
+                continue
+            if os.path.realpath(full) == real_out:
+                continue
+            if (full / MANIFEST).is_file():
+                result.notes.append(f"{rel}: skipped: an instrumented copy")
+                continue
+            try:
+                identity = _identity(full)
+            except OSError as error:
+                result.notes.append(f"{rel}: skipped: {_link_problem(error)}")
+                continue
+            if identity in seen:
+                target = os.path.realpath(full)
+                result.notes.append(f"{rel}: skipped: symlink loop (points back to {target})")
+                continue
+            seen.add(identity)
+            kept.append(name)
+        dirnames[:] = kept
+        for name in sorted(filenames):
+            full = base / name
+            rel = full.relative_to(root).as_posix()
+            if full.suffix in SKIP_SUFFIXES:
+                continue
+            try:
+                full.stat()
+            except OSError as error:
+                result.notes.append(f"{rel}: skipped: {_link_problem(error)}")
+                continue
+            files.append(_entry(full, rel))
+    return files
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_dev, stat.st_ino
+
+
+def _link_problem(error: OSError) -> str:
+    if error.errno == errno.ELOOP:
+        return "symlink loop"
+    if error.errno == errno.ENOENT:
+        return "broken symlink"
+    return error.strerror or str(error)
+
+
+# ----------------------------------------------------------------------------- per-file work
+
+
+@dataclass
+class _Outcome:
+    rel: str
+    lines: int = 0
+    sites: list[dict[str, object]] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _run(
+    work: list[_File],
+    out: Path,
+    roots: tuple[str, ...],
+    list_only: bool,
+    workers: int | None,
+    result: InstrumentResult,
+    copies: list[_File],
+) -> list[_Outcome]:
+    tasks = [
+        (f.path, f.rel, f.kind == "notebook", None if list_only else str(out / f.rel), roots)
+        for f in sorted(work, key=lambda f: -f.size)  # big files first: even finish times
+    ]
+    count = _worker_count(work, workers)
+    result.workers = count
+    if count == 1:
+        outcomes = [_process(task) for task in tasks]
+        if not list_only:
+            _copy_all(copies, out, result)
+        return outcomes
+    gc.freeze()  # forked workers then never scan (and so never copy) the parent's heap
+    try:
+        with ProcessPoolExecutor(max_workers=count, mp_context=_context()) as pool:
+            futures = [pool.submit(_process, task) for task in tasks]
+            if not list_only:
+                _copy_all(copies, out, result)  # meanwhile, in this process
+            return [future.result() for future in futures]
+    finally:
+        gc.unfreeze()
+
+
+def _worker_count(work: list[_File], workers: int | None) -> int:
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    limit = min(cpus, workers or cpus, len(work))
+    if sum(f.size for f in work) < PARALLEL_MIN_BYTES:
+        return 1
+    return max(limit, 1)
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    """Fork (instant, libcst already imported) unless threads make forking unsafe."""
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
+
+
+def _copy_all(copies: list[_File], out: Path, result: InstrumentResult) -> None:
+    made: set[Path] = set()
+    for file in copies:
+        target = out / file.rel
+        if target.parent not in made:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            made.add(target.parent)
+        try:
+            shutil.copy2(file.path, target)
+            result.files_copied += 1
+        except OSError as error:
+            result.failures.append(Failure(file.rel, 1, 1, f"cannot copy: {error.strerror}"))
+
+
+@lru_cache(maxsize=8)
+def _roots(names: tuple[str, ...]) -> Roots:
+    return Roots(names)
+
+
+def _process(task: tuple[str, str, bool, str | None, tuple[str, ...]]) -> _Outcome:
+    """Instrument one file (in a worker process or here); never raises."""
+    source, rel, notebook, target, roots = task
+    outcome = _Outcome(rel)
+    try:
+        data = Path(source).read_bytes()
+    except OSError as error:
+        outcome.failures.append(Failure(rel, 1, 1, f"cannot read: {error.strerror}"))
+        return outcome
+    outcome.lines = data.count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
+    rewrite: Rewrite | None = None
+    encoding = "utf-8"
+    try:
+        text, encoding = _decode(data, notebook)
+        if notebook:
+            rewrite, cell_errors = instrument_notebook(text, rel, _roots(roots))
+            outcome.failures += [Failure(rel, e.line, e.col, e.message) for e in cell_errors]
+        else:
+            rewrite = instrument_source(text, rel, _roots(roots))
+    except SourceError as error:
+        outcome.failures.append(Failure(rel, error.line, error.col, error.message))
+    except (RecursionError, MemoryError) as error:
+        outcome.failures.append(Failure(rel, 1, 1, f"too deeply nested to analyse ({error!r})"))
+    except Exception as error:  # a bug here must not stop the other files
+        message = f"internal error: {type(error).__name__}: {error}"
+        outcome.failures.append(Failure(rel, 1, 1, message))
+    if rewrite is not None:
+        outcome.sites, outcome.notes = rewrite.sites, rewrite.notes
+    if target is not None:
+        try:
+            _write(Path(source), Path(target), rewrite, encoding)
+        except OSError as error:
+            outcome.failures.append(Failure(rel, 1, 1, f"cannot write copy: {error.strerror}"))
+            outcome.sites = []
+    return outcome
+
+
+def _decode(data: bytes, notebook: bool) -> tuple[str, str]:
+    """The text of a file and its encoding (PEP 263 cookie or BOM; notebooks are UTF-8)."""
+    if notebook:
+        encoding = "utf-8-sig" if data.startswith(b"\xef\xbb\xbf") else "utf-8"
+    else:
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        except SyntaxError as error:
+            raise SourceError(error.lineno or 1, 1, str(error.msg or error)) from error
+    try:
+        return data.decode(encoding), encoding
+    except LookupError as error:
+        raise SourceError(1, 1, f"unknown encoding {encoding!r} in the coding cookie") from error
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        col = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        hint = "" if encoding != "utf-8" else " (declare the file's encoding with a coding cookie)"
+        message = f"cannot decode byte 0x{data[error.start]:02x} as {encoding}{hint}"
+        raise SourceError(line, col, message) from error
+
+
+def _write(source: Path, target: Path, rewrite: Rewrite | None, encoding: str) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if rewrite is None or rewrite.text is None:
+        shutil.copy2(source, target)  # unchanged, or failed: the copy still runs as before
+    else:
+        target.write_bytes(rewrite.text.encode(encoding))
+        shutil.copystat(source, target)

@@ -1,0 +1,822 @@
+"""Which calls of a module reach a framework API, and under which canonical name.
+
+Two passes over one libcst tree:
+
+1. ``collect`` walks the tree once (``cstwalk``: libcst's own traversal costs more than the
+   analysis) and records every call, binding, function and class.
+2. ``Resolver`` gives each expression an abstract value. Names go through libcst's scope
+   analysis (``scopes.py``: which assignments an access sees, import qualified names); values
+   then follow attributes, calls, assignments, ``self.x = ...`` attributes, function returns,
+   parameter annotations and the arguments of calls within the module.
+
+Values: ``Api`` (a module/class/function under a root), ``Obj`` (something a framework call
+returned), ``Compiled`` (a graph-compiled unit), and the user's own classes, instances,
+functions and ``super()``. Naming rules are documented in ``names.py``.
+
+Bodies that frameworks compile into graphs (``@tf.function``, ``torch.jit.script``,
+``torch.compile``, Keras ``call``/``train_step``, and user code they call) are not
+instrumented inside; calling them is one ``compiled`` site.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import libcst as cst
+from libcst.helpers import get_full_name_for_node
+from libcst.metadata import BuiltinAssignment, ImportAssignment
+from libcst.metadata.scope_provider import Scope
+
+from fecomlite.instrument.cstwalk import fields
+from fecomlite.instrument.names import (
+    COMPILERS,
+    KERAS_GRAPH_METHODS,
+    Roots,
+    canonical,
+    factory_class,
+    is_class_name,
+)
+
+# ----------------------------------------------------------------------------- pass 1: collect
+
+_DefNode = cst.FunctionDef | cst.Lambda | cst.ClassDef
+
+
+@dataclass(eq=False)
+class ClassInfo:
+    node: cst.ClassDef
+    qualname: str
+    methods: dict[str, FuncInfo] = field(default_factory=dict)
+    attrs: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class FuncInfo:
+    node: cst.FunctionDef
+    qualname: str
+    cls: ClassInfo | None  # set for methods defined directly in a class body
+    returns: list[cst.BaseExpression] = field(default_factory=list)
+    params: list[cst.Param] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.node.name.value
+
+    def decorator_names(self) -> set[str]:
+        return {get_full_name_for_node(d.decorator) or "" for d in self.node.decorators}
+
+
+@dataclass(eq=False)
+class CallRecord:
+    node: cst.Call
+    function: str  # enclosing def qualname, "<module>" at top level
+    cls: ClassInfo | None  # innermost enclosing class (what super() refers to)
+    chain: tuple[_DefNode, ...]  # enclosing defs, lambdas and classes, outermost first
+    quotes: frozenset[str]  # quote characters of enclosing f-strings
+    in_annotation: bool
+
+
+@dataclass(eq=False)
+class Collected:
+    calls: list[CallRecord] = field(default_factory=list)
+    bindings: dict[cst.Name, cst.BaseExpression] = field(default_factory=dict)
+    order: dict[cst.CSTNode, int] = field(default_factory=dict)
+    functions: dict[cst.FunctionDef, FuncInfo] = field(default_factory=dict)
+    classes: dict[cst.ClassDef, ClassInfo] = field(default_factory=dict)
+    params: dict[cst.Param, tuple[FuncInfo, int]] = field(default_factory=dict)
+    star_imports: list[str] = field(default_factory=list)
+
+
+class _Collector:
+    """The single walk of pass 1; keeps the enclosing context on explicit stacks."""
+
+    def __init__(self) -> None:
+        self.out = Collected()
+        self.func: FuncInfo | None = None
+        self.cls: ClassInfo | None = None  # class whose body we are directly in
+        self.owner: ClassInfo | None = None  # innermost enclosing class (for super())
+        self.qual: list[str] = []
+        self.chain: tuple[_DefNode, ...] = ()
+        self.quotes: frozenset[str] = frozenset()
+        self.in_annotation = False
+        self.counter = 0
+
+    def walk(self, node: cst.CSTNode) -> None:
+        handler = _HANDLERS.get(type(node))
+        if handler is not None:
+            handler(self, node)
+        else:
+            self.children(node)
+
+    def children(self, node: cst.CSTNode) -> None:
+        for name in fields(type(node)):
+            value = getattr(node, name)
+            if isinstance(value, cst.CSTNode):
+                self.walk(value)
+            elif type(value) is tuple or type(value) is list:
+                for item in value:
+                    if isinstance(item, cst.CSTNode):
+                        self.walk(item)
+
+    def mark(self, node: cst.CSTNode) -> None:
+        self.counter += 1
+        self.out.order[node] = self.counter
+
+    # -- handlers
+
+    def call(self, node: cst.Call) -> None:
+        self.out.calls.append(
+            CallRecord(
+                node=node,
+                function=".".join(self.qual) or "<module>",
+                cls=self.owner,
+                chain=self.chain,
+                quotes=self.quotes,
+                in_annotation=self.in_annotation,
+            )
+        )
+        self.children(node)
+
+    def function_def(self, node: cst.FunctionDef) -> None:
+        for decorator in node.decorators:
+            self.walk(decorator)
+        qualname = ".".join([*self.qual, node.name.value])
+        info = FuncInfo(node=node, qualname=qualname, cls=self.cls)
+        self.out.functions[node] = info
+        if self.cls is not None:
+            self.cls.methods[node.name.value] = info
+        self.mark(node)
+        params = node.params
+        every = (*params.posonly_params, *params.params)
+        for index, param in enumerate(every):
+            self.out.params[param] = (info, index)
+        info.params = [*every, *params.kwonly_params]
+        for param in info.params:
+            self.out.params.setdefault(param, (info, -1))
+        self.walk(params)  # defaults run in the enclosing scope, at definition time
+        if node.returns is not None:
+            self.walk(node.returns)
+        saved = (self.func, self.cls, self.chain)
+        self.func, self.cls, self.chain = info, None, (*self.chain, node)
+        self.qual.append(node.name.value)
+        self.walk(node.body)
+        self.qual.pop()
+        self.func, self.cls, self.chain = saved
+
+    def class_def(self, node: cst.ClassDef) -> None:
+        for decorator in node.decorators:
+            self.walk(decorator)
+        for arg in (*node.bases, *node.keywords):
+            self.walk(arg)
+        info = ClassInfo(node=node, qualname=".".join([*self.qual, node.name.value]))
+        self.out.classes[node] = info
+        self.mark(node)
+        saved = (self.func, self.cls, self.owner, self.chain)
+        self.func, self.cls, self.owner, self.chain = None, info, info, (*self.chain, node)
+        self.qual.append(node.name.value)
+        self.walk(node.body)
+        self.qual.pop()
+        self.func, self.cls, self.owner, self.chain = saved
+
+    def lambda_(self, node: cst.Lambda) -> None:
+        self.walk(node.params)
+        saved = self.chain
+        self.chain = (*self.chain, node)
+        self.walk(node.body)
+        self.chain = saved
+
+    def param(self, node: cst.Param) -> None:
+        self.mark(node)
+        self.children(node)
+
+    def annotation(self, node: cst.Annotation) -> None:
+        saved = self.in_annotation
+        self.in_annotation = True
+        self.children(node)
+        self.in_annotation = saved
+
+    def formatted_string(self, node: cst.FormattedString) -> None:
+        saved = self.quotes
+        self.quotes = self.quotes | {node.start[-1]}
+        self.children(node)
+        self.quotes = saved
+
+    def assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self.bind(target.target, node.value)
+        self.children(node)
+
+    def ann_assign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self.bind(node.target, node.value)
+        self.children(node)
+
+    def named_expr(self, node: cst.NamedExpr) -> None:
+        self.bind(node.target, node.value)
+        self.children(node)
+
+    def with_item(self, node: cst.WithItem) -> None:
+        if node.asname is not None:  # context managers of frameworks enter as themselves
+            self.bind(node.asname.name, node.item)
+        self.children(node)
+
+    def return_(self, node: cst.Return) -> None:
+        if self.func is not None and node.value is not None:
+            self.func.returns.append(node.value)
+        self.children(node)
+
+    def import_from(self, node: cst.ImportFrom) -> None:
+        self.mark(node)
+        if isinstance(node.names, cst.ImportStar) and not node.relative and node.module:
+            self.out.star_imports.append(get_full_name_for_node(node.module) or "")
+
+    def import_(self, node: cst.Import) -> None:
+        self.mark(node)
+
+    def for_(self, node: cst.For | cst.CompFor) -> None:
+        self.mark_targets(node.target)
+        self.children(node)
+
+    def aug_assign(self, node: cst.AugAssign) -> None:
+        self.mark_targets(node.target)
+        self.children(node)
+
+    def except_handler(self, node: cst.ExceptHandler | cst.ExceptStarHandler) -> None:
+        if node.name is not None:
+            self.mark_targets(node.name.name)
+        self.children(node)
+
+    def mark_targets(self, target: cst.BaseExpression) -> None:
+        """Bindings whose value is unknown still count as the latest assignment of a name."""
+        if isinstance(target, cst.Name):
+            self.mark(target)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self.mark_targets(element.value)
+        elif isinstance(target, cst.StarredElement):
+            self.mark_targets(target.value)
+
+    def bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Name):
+            self.out.bindings[target] = value
+            self.mark(target)
+        elif isinstance(target, cst.Attribute):
+            self.bind_attribute(target, value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            values = value.elements if isinstance(value, (cst.Tuple, cst.List)) else ()
+            if len(target.elements) == len(values) and not any(
+                isinstance(e, cst.StarredElement) for e in (*target.elements, *values)
+            ):
+                for t, v in zip(target.elements, values, strict=True):
+                    self.bind(t.value, v.value)
+            else:
+                self.mark_targets(target)
+
+    def bind_attribute(self, target: cst.Attribute, value: cst.BaseExpression) -> None:
+        """``self.x = value`` in a method: an attribute of the method's class."""
+        func = self.func
+        if func is None or func.cls is None or not func.params:
+            return
+        receiver = target.value
+        if isinstance(receiver, cst.Name) and receiver.value == func.params[0].name.value:
+            func.cls.attrs.setdefault(target.attr.value, []).append(value)
+
+
+def _class_body_binding(
+    collector: _Collector, target: cst.BaseExpression, value: cst.BaseExpression
+) -> None:
+    if collector.cls is not None and isinstance(target, cst.Name):
+        collector.cls.attrs.setdefault(target.value, []).append(value)
+
+
+def _assign_in_class(collector: _Collector, node: cst.Assign) -> None:
+    for target in node.targets:
+        _class_body_binding(collector, target.target, node.value)
+    collector.assign(node)
+
+
+def _ann_assign_in_class(collector: _Collector, node: cst.AnnAssign) -> None:
+    if node.value is not None:
+        _class_body_binding(collector, node.target, node.value)
+    collector.ann_assign(node)
+
+
+_HANDLERS: dict[type, Any] = {
+    cst.Call: _Collector.call,
+    cst.FunctionDef: _Collector.function_def,
+    cst.ClassDef: _Collector.class_def,
+    cst.Lambda: _Collector.lambda_,
+    cst.Param: _Collector.param,
+    cst.Annotation: _Collector.annotation,
+    cst.FormattedString: _Collector.formatted_string,
+    cst.Assign: _assign_in_class,
+    cst.AnnAssign: _ann_assign_in_class,
+    cst.NamedExpr: _Collector.named_expr,
+    cst.WithItem: _Collector.with_item,
+    cst.Return: _Collector.return_,
+    cst.For: _Collector.for_,
+    cst.CompFor: _Collector.for_,
+    cst.AugAssign: _Collector.aug_assign,
+    cst.ExceptHandler: _Collector.except_handler,
+    cst.ExceptStarHandler: _Collector.except_handler,
+    cst.Name: lambda self, node: None,
+    cst.FormattedStringText: lambda self, node: None,
+    cst.ImportFrom: _Collector.import_from,
+    cst.Import: _Collector.import_,
+    cst.SimpleString: lambda self, node: None,
+    cst.Integer: lambda self, node: None,
+    cst.Float: lambda self, node: None,
+}
+
+
+def collect(module: cst.Module) -> Collected:
+    """Pass 1: every call (in source order), binding, function and class of ``module``."""
+    collector = _Collector()
+    collector.walk(module)
+    return collector.out
+
+
+# ----------------------------------------------------------------------------- pass 2: values
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    """A module, class or function reached through an import of (or towards) a root."""
+
+    raw: str  # qualified name as imported, before canonicalisation
+
+
+@dataclass(frozen=True, slots=True)
+class Obj:
+    """An object a framework call returned; ``member``: reached as an attribute of one."""
+
+    type: str
+    member: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    name: str  # e.g. "tensorflow.function(train_step)"
+
+
+@dataclass(frozen=True, slots=True)
+class UserClass:
+    cls: ClassInfo
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    cls: ClassInfo
+
+
+@dataclass(frozen=True, slots=True)
+class UserFunc:
+    func: FuncInfo
+    bound: bool = False  # reached through an instance: the first parameter is taken
+
+
+@dataclass(frozen=True, slots=True)
+class SuperOf:
+    cls: ClassInfo
+
+
+class _Super:
+    """The builtin ``super``."""
+
+
+SUPER = _Super()
+Value = Api | Obj | Compiled | UserClass | Instance | UserFunc | SuperOf | _Super | None
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    api: str  # canonical name
+    kind: str  # function | constructor | method | compiled
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """A call that will be wrapped."""
+
+    record: CallRecord
+    api: str
+    kind: str
+    root: str
+
+
+_PENDING = object()
+
+
+class Resolver:
+    """Pass 2: abstract values of expressions, memoised per node."""
+
+    def __init__(
+        self, collected: Collected, scopes: Mapping[cst.CSTNode, Scope | None], roots: Roots
+    ) -> None:
+        self.col = collected
+        self.roots = roots
+        self.referents: dict[cst.CSTNode, Iterable[Any]] = {}
+        for scope in {id(s): s for s in scopes.values() if s is not None}.values():
+            for access in scope.accesses:
+                self.referents[access.node] = access.referents
+        self.records = {record.node: record for record in collected.calls}
+        self._values: dict[cst.CSTNode, Any] = {}
+        self._calls: dict[cst.Call, tuple[Resolution | None, Value]] = {}
+        self._returns: dict[FuncInfo, Any] = {}
+        self._params: dict[cst.Param, Any] = {}
+        self._bases: dict[ClassInfo, Any] = {}
+        self._compilers: dict[FuncInfo, str | None] = {}
+        self._by_callee_name: dict[str, list[CallRecord]] | None = None
+
+    # -- expressions
+
+    def value(self, node: cst.CSTNode) -> Value:
+        known = self._values.get(node, _PENDING)
+        if known is not _PENDING:
+            return known
+        self._values[node] = None  # cycles resolve to "unknown"
+        result = self._compute(node)
+        self._values[node] = result
+        return result
+
+    def _compute(self, node: cst.CSTNode) -> Value:
+        if isinstance(node, cst.Name):
+            return self._name(node, node.value)
+        if isinstance(node, cst.Attribute):
+            if node in self.referents:  # `a.b.c` after `import a.b.c` is one access
+                return self._name(node, get_full_name_for_node(node) or "")
+            return self.attribute(self.value(node.value), node.attr.value)
+        if isinstance(node, cst.Call):
+            return self.call(node)[1]
+        if isinstance(node, cst.NamedExpr):
+            return self.value(node.value)
+        if isinstance(node, cst.IfExp):
+            body = self.value(node.body)
+            return body if body == self.value(node.orelse) else None
+        return None
+
+    def _name(self, node: cst.Name | cst.Attribute, name: str) -> Value:
+        """The value of the latest assignment this access may see whose value is known.
+
+        libcst's scope analysis already drops assignments that come later in the same scope;
+        of the rest (branches, ``try: import x / except ImportError: x = None``, globals set
+        anywhere) the latest with a known value wins.
+        """
+        referents = self.referents.get(node)
+        if referents is None:
+            return None
+        if not referents:
+            return self._star_import(name)
+        ordered = sorted(
+            referents, key=lambda a: self.col.order.get(getattr(a, "node", None), 0), reverse=True
+        )
+        for assignment in ordered:
+            found = self._binding(assignment, name)
+            if found is not None:
+                return found
+        return None
+
+    def _binding(self, assignment: Any, name: str) -> Value:
+        if isinstance(assignment, ImportAssignment):
+            for qualified in assignment.get_qualified_names_for(name):
+                q = qualified.name
+                if not q.startswith(".") and self.roots.leads_to(q):
+                    return Api(q)
+            return None
+        if isinstance(assignment, BuiltinAssignment):
+            return SUPER if name == "super" else None
+        node = assignment.node
+        if isinstance(node, cst.Name):
+            bound = self.col.bindings.get(node)
+            return None if bound is None else self.value(bound)
+        if isinstance(node, cst.FunctionDef):
+            info = self.col.functions.get(node)
+            return None if info is None else UserFunc(info)
+        if isinstance(node, cst.ClassDef):
+            cls = self.col.classes.get(node)
+            return None if cls is None else UserClass(cls)
+        if isinstance(node, cst.Param):
+            return self.param(node)
+        return None
+
+    def _star_import(self, name: str) -> Value:
+        for module in reversed(self.col.star_imports):
+            qualified = f"{module}.{name}"
+            if self.roots.covers(qualified):
+                return Api(qualified)
+        return None
+
+    def attribute(self, base: Value, attr: str) -> Value:
+        if isinstance(base, Api):
+            qualified = f"{base.raw}.{attr}"
+            return Api(qualified) if self.roots.leads_to(qualified) else None
+        if isinstance(base, Obj):
+            return Obj(f"{base.type}.{attr}", member=True)
+        if isinstance(base, Compiled):
+            return Obj(f"{base.name}.{attr}", member=True)
+        if isinstance(base, (Instance, UserClass)):
+            defined, found = self._lookup(base.cls, attr, bound=isinstance(base, Instance))
+        elif isinstance(base, SuperOf):
+            defined, found = self._lookup(base.cls, attr, bound=True, skip=True)
+        else:
+            return None
+        if defined:
+            return found
+        api_base = self.api_base(base.cls)
+        return None if api_base is None else Obj(f"{api_base}.{attr}", member=True)
+
+    def _lookup(
+        self, cls: ClassInfo, attr: str, *, bound: bool, skip: bool = False
+    ) -> tuple[bool, Value]:
+        """Whether the user's class (or a user-defined base) defines ``attr``, and its value."""
+        for info in self._mro(cls)[1 if skip else 0 :]:
+            method = info.methods.get(attr)
+            if method is not None:
+                return True, UserFunc(method, bound=bound)
+            if attr in info.attrs:
+                for expr in reversed(info.attrs[attr]):
+                    found = self.value(expr)
+                    if found is not None:
+                        return True, found
+                return True, None
+        return False, None
+
+    def _mro(self, cls: ClassInfo) -> list[ClassInfo]:
+        seen: list[ClassInfo] = []
+        todo = [cls]
+        while todo:
+            current = todo.pop(0)
+            if current in seen:
+                continue
+            seen.append(current)
+            for base in current.node.bases:
+                value = self.value(base.value)
+                if isinstance(value, UserClass):
+                    todo.append(value.cls)
+        return seen
+
+    def api_base(self, cls: ClassInfo) -> str | None:
+        """The canonical framework class a user class derives from, if any."""
+        if cls in self._bases:
+            return self._bases[cls]
+        self._bases[cls] = None
+        found = None
+        for base in cls.node.bases:
+            if base.keyword is not None:
+                continue
+            value = self.value(base.value)
+            if isinstance(value, Api) and self.roots.covers(value.raw):
+                found = canonical(value.raw)
+            elif isinstance(value, UserClass):
+                found = self.api_base(value.cls)
+            if found is not None:
+                break
+        self._bases[cls] = found
+        return found
+
+    # -- calls
+
+    def call(self, node: cst.Call) -> tuple[Resolution | None, Value]:
+        """What a call resolves to (``None`` when not wrapped) and the value it returns."""
+        known = self._calls.get(node)
+        if known is not None:
+            return known
+        self._calls[node] = (None, None)
+        result = self._call(node)
+        self._calls[node] = result
+        return result
+
+    def _call(self, node: cst.Call) -> tuple[Resolution | None, Value]:
+        callee = self.value(node.func)
+        if isinstance(callee, Api):
+            if not self.roots.covers(callee.raw):
+                return None, None
+            name = canonical(callee.raw)
+            if name in COMPILERS:
+                return Resolution(name, "function"), Compiled(self._compiled_name(name, node))
+            if is_class_name(name):
+                return Resolution(name, "constructor"), Obj(name)
+            owner = factory_class(name)
+            return Resolution(name, "function"), Obj(owner if owner else f"{name}()")
+        if isinstance(callee, Obj):
+            api = callee.type if callee.member else f"{callee.type}.__call__"
+            return Resolution(api, "method"), Obj(f"{api}()")
+        if isinstance(callee, Compiled):
+            return Resolution(callee.name, "compiled"), Obj(f"{callee.name}()")
+        if isinstance(callee, UserClass):
+            return None, Instance(callee.cls)
+        if isinstance(callee, Instance):
+            defined, user_call = self._lookup(callee.cls, "__call__", bound=True)
+            if defined:
+                return (
+                    self._call_user(user_call.func)
+                    if isinstance(user_call, UserFunc)
+                    else (None, None)
+                )
+            api_base = self.api_base(callee.cls)
+            if api_base is None:
+                return None, None
+            api = f"{api_base}.__call__"
+            return Resolution(api, "method"), Obj(f"{api}()")
+        if isinstance(callee, UserFunc):
+            return self._call_user(callee.func)
+        if callee is SUPER:
+            record = self.records.get(node)
+            return None, (SuperOf(record.cls) if record and record.cls else None)
+        return None, None
+
+    def _call_user(self, func: FuncInfo) -> tuple[Resolution | None, Value]:
+        compiler = self.compiler_of(func)
+        if compiler is not None:
+            name = f"{compiler}({func.qualname})"
+            return Resolution(name, "compiled"), Obj(f"{name}()")
+        return None, self.returns(func)
+
+    def _compiled_name(self, compiler: str, node: cst.Call) -> str:
+        target = _first_positional(node)
+        if target is None:
+            return f"{compiler}()"
+        value = self.value(target)
+        if isinstance(value, UserFunc):
+            return f"{compiler}({value.func.qualname})"
+        if isinstance(value, (UserClass, Instance)):
+            return f"{compiler}({value.cls.qualname})"
+        written = get_full_name_for_node(target)
+        return f"{compiler}({written or '...'})"
+
+    def compiler_of(self, func: FuncInfo) -> str | None:
+        """The compiler a decorator applies to ``func`` (``tensorflow.function``...), if any."""
+        if func in self._compilers:
+            return self._compilers[func]
+        self._compilers[func] = None
+        found = None
+        for decorator in func.node.decorators:
+            expr = decorator.decorator
+            if isinstance(expr, cst.Call):
+                expr = expr.func
+            name = self.api_name(expr)
+            if name in COMPILERS:
+                found = name
+                break
+        self._compilers[func] = found
+        return found
+
+    def api_name(self, expr: cst.CSTNode) -> str | None:
+        value = self.value(expr)
+        if isinstance(value, Api) and self.roots.covers(value.raw):
+            return canonical(value.raw)
+        return None
+
+    def returns(self, func: FuncInfo) -> Value:
+        """What a user function returns, when every known return agrees."""
+        if func in self._returns:
+            return self._returns[func]
+        self._returns[func] = None
+        values = {self.value(expr) for expr in func.returns} - {None}
+        found = values.pop() if len(values) == 1 else None
+        self._returns[func] = found
+        return found
+
+    def param(self, node: cst.Param) -> Value:
+        if node in self._params:
+            return self._params[node]
+        self._params[node] = None
+        found = self._param(node)
+        self._params[node] = found
+        return found
+
+    def _param(self, node: cst.Param) -> Value:
+        owner = self.col.params.get(node)
+        if owner is None:
+            return None
+        func, index = owner
+        if node.annotation is not None:
+            hinted = self.value(node.annotation.annotation)
+            if isinstance(hinted, Api) and self.roots.covers(hinted.raw):
+                name = canonical(hinted.raw)
+                if is_class_name(name):
+                    return Obj(name)
+            if isinstance(hinted, UserClass):
+                return Instance(hinted.cls)
+        if index == 0 and func.cls is not None:
+            decorators = func.decorator_names()
+            if "staticmethod" not in decorators:
+                return UserClass(func.cls) if "classmethod" in decorators else Instance(func.cls)
+        if node.default is not None:
+            default = self.value(node.default)
+            if default is not None:
+                return default
+        return self._from_call_sites(func, node, index)
+
+    def _from_call_sites(self, func: FuncInfo, param: cst.Param, index: int) -> Value:
+        """The value every call of ``func`` in this module passes for ``param``, if they agree."""
+        if self._by_callee_name is None:
+            self._by_callee_name = {}
+            for record in self.col.calls:
+                callee_node = record.node.func
+                if isinstance(callee_node, cst.Attribute):
+                    callee_node = callee_node.attr
+                if isinstance(callee_node, cst.Name):
+                    self._by_callee_name.setdefault(callee_node.value, []).append(record)
+        values: set[Any] = set()
+        for record in self._by_callee_name.get(func.name, ()):
+            callee = self.value(record.node.func)
+            if not isinstance(callee, UserFunc) or callee.func is not func:
+                continue
+            arg = _argument_for(record.node, param, index - (1 if callee.bound else 0))
+            if arg is not None:
+                values.add(self.value(arg))
+        values.discard(None)
+        return values.pop() if len(values) == 1 else None
+
+
+def _first_positional(node: cst.Call) -> cst.BaseExpression | None:
+    for arg in node.args:
+        if arg.keyword is None and not arg.star:
+            return arg.value
+        break
+    return None
+
+
+def _argument_for(call: cst.Call, param: cst.Param, index: int) -> cst.BaseExpression | None:
+    position = 0
+    for arg in call.args:
+        if arg.star:
+            return None  # positions after *args are unknown
+        if arg.keyword is None:
+            if position == index:
+                return arg.value
+            position += 1
+        elif arg.keyword.value == param.name.value:
+            return arg.value
+    return None
+
+
+# ----------------------------------------------------------------------------- graph bodies
+
+
+def compiled_bodies(resolver: Resolver) -> set[_DefNode]:
+    """Defs, lambdas and classes whose bodies run inside a compiled graph (never instrumented)."""
+    col = resolver.col
+    compiled: set[_DefNode] = set()
+
+    def add_class(cls: ClassInfo) -> None:
+        for method in cls.methods.values():
+            compiled.add(method.node)
+
+    def add_value(value: Value, node: cst.CSTNode | None = None) -> None:
+        if isinstance(node, cst.Lambda):
+            compiled.add(node)
+        elif isinstance(value, UserFunc):
+            compiled.add(value.func.node)
+        elif isinstance(value, (UserClass, Instance)):
+            add_class(value.cls)
+
+    for func in col.functions.values():
+        if resolver.compiler_of(func) is not None:
+            compiled.add(func.node)
+    for cls in col.classes.values():
+        for decorator in cls.node.decorators:
+            expr = decorator.decorator
+            if resolver.api_name(expr.func if isinstance(expr, cst.Call) else expr) in COMPILERS:
+                add_class(cls)
+        base = resolver.api_base(cls)
+        if base is not None and base.startswith("keras."):
+            for name in KERAS_GRAPH_METHODS & cls.methods.keys():
+                compiled.add(cls.methods[name].node)
+    for record in col.calls:
+        resolution, _ = resolver.call(record.node)
+        if resolution is not None and resolution.api in COMPILERS:
+            target = _first_positional(record.node)
+            if target is not None:
+                add_value(resolver.value(target), target)
+    # Whatever a graph body calls of the user's own code is traced into the graph too.
+    changed = True
+    while changed:
+        size = len(compiled)
+        for record in col.calls:
+            if any(node in compiled for node in record.chain):
+                add_value(resolver.value(record.node.func))
+        changed = len(compiled) != size
+    return compiled
+
+
+def find_sites(
+    module: cst.Module, scopes: Mapping[cst.CSTNode, Scope | None], roots: Roots
+) -> tuple[Collected, list[Site]]:
+    """All calls of ``module`` (source order) and, among them, the sites to wrap."""
+    collected = collect(module)
+    resolver = Resolver(collected, scopes, roots)
+    compiled = compiled_bodies(resolver)
+    sites = []
+    for record in collected.calls:
+        if record.in_annotation or any(node in compiled for node in record.chain):
+            continue
+        resolution, _ = resolver.call(record.node)
+        if resolution is not None:
+            sites.append(
+                Site(record, resolution.api, resolution.kind, roots.root_of(resolution.api))
+            )
+    return collected, sites
