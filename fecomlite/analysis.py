@@ -23,6 +23,8 @@ import numpy as np
 from scipy import stats
 
 from fecomlite import attribution as at
+from fecomlite.calibration import KIND as CALIBRATION_KIND
+from fecomlite.calibration import fit_groups
 from fecomlite.store import Store
 
 ENERGY_KINDS = ("counter", "power")
@@ -271,6 +273,12 @@ def analyse_run(
     api_index = {a: i for i, a in enumerate(api_names)}
     api_of_site = np.array([api_index[s["api"]] for s in sites], dtype=np.int64)
     api_of = api_of_site[site_of] if n else np.zeros(0, np.int64)
+    # a calibration replay (API `calibrate:<api>`) has its own rows but shares <api>'s intensity
+    fit_names, fit_index = fit_groups(api_names)
+    fit_of_api = np.array(fit_index, dtype=np.int64)
+    fit_of = fit_of_api[api_of]
+    replay = np.array([s["kind"] == CALIBRATION_KIND for s in sites], bool)[site_of] if n else (
+        np.zeros(0, bool))
     thread = _threads(ev["pid"], ev["tid"])
     parent, depth = at.nesting(t0, t1, thread)
 
@@ -287,7 +295,7 @@ def analyse_run(
     rep_energy: dict[str, list[dict[str, float]]] = {}
     results: dict[str, at.Attribution] = {}
     rep_windows = _rep_windows(reps, ev)
-    host = _with_program_gaps(t0, t1, thread, api_of, len(api_names), reps)
+    host = _with_program_gaps(t0, t1, thread, fit_of, len(fit_names), reps, t0[replay])
     for domain, sensor in sorted(chosen.items()):
         t, v = _samples(store, sensor["id"])
         try:
@@ -303,14 +311,14 @@ def analyse_run(
         if idle is None:
             idle = at.estimate_idle_W(iv, t0, t1)
             idle_source = "estimated from quiet intervals (no baseline stored)"
-        activities = api_names
+        activities = fit_names
         if domain in HOST_DOMAINS and host is not None:
             res = _calls_only(at.attribute(iv, method=method, idle_W=idle, **host), n)
-            activities = [*api_names, OUTSIDE_CALLS]
+            activities = [*fit_names, OUTSIDE_CALLS]
         else:
             res = at.attribute(
-                iv, t0, t1, idle_W=idle, thread=thread, group=api_of, method=method,
-                ngroups=max(len(api_names), 1), nest=(parent, depth),
+                iv, t0, t1, idle_W=idle, thread=thread, group=fit_of, method=method,
+                ngroups=max(len(fit_names), 1), nest=(parent, depth),
             )
         methods_used.add(res.method)
         results[domain] = res
@@ -341,12 +349,12 @@ def analyse_run(
     above_by_domain = {d["domain"]: d["above_idle_in_reps_J"] or d["above_idle_J"]
                        for d in domains}
     site_rows = _aggregate(calls, site_of, len(sites), dom_info, above_by_domain, reps,
-                           results, api_of_site)
+                           results, fit_of_api[api_of_site])
     for row, s in zip(site_rows, sites, strict=True):
         row.update({k: s[k] for k in ("key", "file", "line", "col", "api", "written", "kind",
                                       "function", "source")})
     api_rows = _aggregate(calls, api_of, len(api_names), dom_info, above_by_domain, reps,
-                          results, np.arange(len(api_names)))
+                          results, fit_of_api)
     for i, row in enumerate(api_rows):
         row["api"] = api_names[i]
         members = [s for s, a in zip(sites, api_of_site, strict=True) if a == i]
@@ -397,11 +405,17 @@ def program_gaps(
 
 def _with_program_gaps(
     t0: np.ndarray, t1: np.ndarray, thread: np.ndarray, api_of: np.ndarray, n_apis: int,
-    reps: list[dict[str, Any]],
+    reps: list[dict[str, Any]], replay_starts: np.ndarray,
 ) -> dict[str, Any] | None:
-    """attribute() arguments with the program's time outside calls as one more activity."""
-    windows = [(int(r["t_start_ns"]), int(r["t_end_ns"])) for r in reps
-               if r.get("t_start_ns") is not None and r.get("t_end_ns") is not None]
+    """attribute() arguments with the program's time outside calls as one more activity; a
+    calibration repetition's program ends where its replays begin (the gaps between replays are
+    idle, not the program's)."""
+    windows = []
+    for r in reps:
+        a, b = r.get("t_start_ns"), r.get("t_end_ns")
+        if a is not None and b is not None:
+            inside = replay_starts[(replay_starts >= a) & (replay_starts <= b)]
+            windows.append((int(a), int(inside.min()) if inside.size else int(b)))
     g0, g1 = program_gaps(t0, t1, windows)
     if g0.size == 0:
         return None

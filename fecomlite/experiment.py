@@ -275,7 +275,7 @@ class OpenRun:
             time.sleep(random.uniform(*settings.pause_s))
         self.on_progress("gate", rep)
         gate = (
-            self.client.gate(self.run_id, **_gate_thresholds(settings))
+            self.client.gate(self.run_id, rep=rep, **_gate_thresholds(settings))
             if settings.gate
             else {"checked": [], "passed": True, "skipped": "gate disabled", "waited_s": 0.0}
         )
@@ -332,7 +332,7 @@ def _run_repetition(
     spool = log_dir / f"rep-{rep}.spool"
     env = program_env(client, run_id, token, rep, program, sync, spool, datasize, extra_env)
     log_path = log_dir / f"rep-{rep}.log"
-    client.rep_start(run_id, rep, extra={"gate": gate, **(extra or {})})
+    client.rep_start(run_id, rep, extra=extra or {})
     t0 = time.monotonic_ns()
     with open(log_path, "wb") as log:
         out = None if show_output else log

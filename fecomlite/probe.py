@@ -222,11 +222,14 @@ class _Config:
         self.spool = env.get("FECOMLITE_SPOOL", "")
         self.sync = env.get("FECOMLITE_SYNC", "") == "1"
         self.datasize = env.get("FECOMLITE_DATASIZE", "")
+        self.calibrate = env.get("FECOMLITE_CALIBRATE", "")  # sites to replay at exit (JSON)
 
 
 _config = _Config(os.environ)
 _sender = Sender(_config)
-_special.update(_capture.special_handlers(_config.manifest, _config.datasize, _sender))
+_special.update(
+    _capture.special_handlers(_config.manifest, _config.datasize, _sender, _config.calibrate)
+)
 
 if _config.sync:
     call = _call_with_gpu_sync

@@ -123,6 +123,18 @@ class DataSizeHandler(Handler):
         return value[: max(1, math.ceil(n * self.fraction))]
 
 
+class KeepCallHandler(Handler):
+    """Hands the last call that returned to the calibration replayer (`fecomlite.calibration`),
+    which replays it at exit; only in a calibration repetition, only for the listed sites."""
+
+    def __init__(self, site: str, replayer: Any) -> None:
+        self.site = site
+        self.replayer = replayer
+
+    def after(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
+        self.replayer.keep(self.site, fn, args, kwargs)
+
+
 class ChainedHandler(Handler):
     def __init__(self, handlers: list[Handler]) -> None:
         self.handlers = handlers
@@ -227,8 +239,11 @@ def hyperparam_extractor(api: str, kind: str) -> Callable[..., dict[str, Any]] |
     return None
 
 
-def special_handlers(manifest_path: str, datasize: str, sink: Any) -> dict[str, Handler]:
-    """The sites that always take the slow path, from the manifest and the data-size setting."""
+def special_handlers(
+    manifest_path: str, datasize: str, sink: Any, calibrate: str = ""
+) -> dict[str, Handler]:
+    """The sites that always take the slow path, from the manifest, the data-size setting and
+    the sites to calibrate (`FECOMLITE_CALIBRATE`, a JSON list of site keys)."""
     if not manifest_path:
         return {}
     try:
@@ -237,6 +252,7 @@ def special_handlers(manifest_path: str, datasize: str, sink: Any) -> dict[str, 
     except (OSError, ValueError):
         return {}
     target, _, fraction = datasize.rpartition("=")
+    replayer = safely(_replayer, calibrate, sites) if calibrate else None
     handlers: dict[str, Handler] = {}
     for key, site in sites.items():
         chain: list[Handler] = []
@@ -245,9 +261,18 @@ def special_handlers(manifest_path: str, datasize: str, sink: Any) -> dict[str, 
         extract = hyperparam_extractor(site.get("api", ""), site.get("kind", ""))
         if extract is not None:
             chain.append(HyperparamHandler(extract, sink))
+        if replayer is not None and key in replayer.sites:
+            chain.append(KeepCallHandler(key, replayer))
         if chain:
             handlers[key] = chain[0] if len(chain) == 1 else ChainedHandler(chain)
     return handlers
+
+
+def _replayer(calibrate: str, sites: dict[str, Any]) -> Any:
+    """The calibration replayer, imported only in a calibration repetition."""
+    from fecomlite.calibration import Replayer
+
+    return Replayer.from_environment(calibrate, sites)
 
 
 def _jsonable(params: dict[str, Any]) -> dict[str, Any]:

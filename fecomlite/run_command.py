@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fecomlite import datasize as datasize_analysis
+from fecomlite.calibration import run_calibration
 from fecomlite.experiment import Program, RunOutcome, prepare_program, run_experiment
 from fecomlite.server.client import ServerClient, ensure_server
 from fecomlite.settings import RunSettings, SettingsError, find_project_config, resolve
@@ -57,6 +59,10 @@ def run_command(
     fractions: Annotated[
         str, typer.Option(help="Fractions of the first dimension for --datasize.")
     ] = ",".join(str(f) for f in datasize_analysis.DEFAULT_FRACTIONS),
+    calibrate: Annotated[
+        bool, typer.Option(help="Replay the costliest side-effect-free calls alone afterwards.")
+    ] = False,
+    top: Annotated[int, typer.Option(help="Call sites replayed by --calibrate.")] = 5,
     home: Annotated[
         Path | None, typer.Option(help="fecomlite's folder: store, server state (./.fecomlite).")
     ] = None,
@@ -93,7 +99,10 @@ def run_command(
     program = prepare_program(script, list(args or []), settings, home / "work")
     client = ensure_server(home)
     console.print(f"measurement server: [bold]{client.url}[/] (live view)")
-    outcome = _measure(client, program, settings, home, show_output=show_output)
+    after = functools.partial(run_calibration, top=top) if calibrate else None
+    outcome = _measure(client, program, settings, home, show_output=show_output, after=after)
+    if calibrate and outcome.status == "finished":
+        _print_calibration(client, outcome.run_id)
     if datasize and outcome.status == "finished":
         _datasize_runs(client, program, settings, home, outcome.run_id, datasize, fraction_list)
     _summarise(client, outcome)
@@ -120,7 +129,8 @@ def _measure(
         console=console,
         transient=False,
     ) as progress:
-        task = progress.add_task("repetitions", total=settings.repeat)
+        total = settings.repeat + (1 if options.get("after") else 0)  # + the calibration replays
+        task = progress.add_task("repetitions", total=total)
 
         def on_progress(stage: str, rep: int) -> None:
             progress.update(
@@ -146,6 +156,16 @@ def _measure(
     elif outcome.status == "interrupted":
         console.print("[yellow]interrupted[/]: measurements so far are kept.")
     return outcome
+
+
+def _print_calibration(client: ServerClient, run_id: int) -> None:
+    with Store(client.store_path) as store:
+        result = store.result(run_id, "calibration") or {}
+    for item in result.get("replayed", []):
+        console.print(f"calibration: replayed [bold]{item.get('api')}[/] ({item.get('site')})")
+    for item in result.get("skipped", []):
+        console.print(f"calibration: skipped {item.get('api')} ({item.get('site')}): "
+                      f"{item.get('reason')}", markup=False)
 
 
 def _stamp() -> str:

@@ -1,0 +1,160 @@
+"""`fecomlite run` end to end: real server, real sensors (estimated here), real programs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fecomlite.server.client import live_client
+from fecomlite.store import Store
+
+FAST = ["--idle", "0.5", "--tail", "0.3", "--gate-max-wait", "2"]
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory):
+    folder = tmp_path_factory.mktemp("fecomlite-home")
+    yield folder
+    client = live_client(folder)
+    if client is not None:
+        client.shutdown()
+
+
+def fecomlite(home: Path, cwd: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
+    env["COLUMNS"] = "200"
+    return subprocess.run(
+        [sys.executable, "-m", "fecomlite.cli", *args, "--home", str(home)],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def latest(home: Path) -> tuple[Store, int]:
+    store = Store(home / "store.sqlite", create=False)
+    return store, max(r["id"] for r in store.runs())
+
+
+def api_counts(store: Store, run_id: int) -> dict[str, int]:
+    rows = store.db.execute(
+        "SELECT s.api, count(*) FROM events e JOIN sites s ON s.id = e.site_id "
+        "WHERE e.run_id=? GROUP BY s.api", (run_id,)
+    )
+    return dict(rows.fetchall())
+
+
+NUMPY_SCRIPT = """
+    import numpy as np
+
+    a = np.ones((64, 64))
+    for i in range({n}):
+        b = np.matmul(a, a)
+        if i == {fail_at}:
+            raise RuntimeError("halfway")
+    print("done", float(np.sum(b)))
+"""
+
+
+def write(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def test_method_level_run_stores_gates_baseline_calls_and_hyperparameters(home, tmp_path):
+    script = write(tmp_path, "prog.py", NUMPY_SCRIPT.format(n=50, fail_at=-1))
+    result = fecomlite(home, tmp_path, "run", str(script), "--api", "numpy", "--repeat", "2",
+                       "--param", "learning_rate=0.1", *FAST)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "numpy.matmul" in result.stdout and "estimated" in result.stdout
+    store, run_id = latest(home)
+    run = store.run(run_id)
+    assert run["status"] == "finished" and run["level"] == "method"
+    assert run["settings"]["repeat"] == 2 and run["settings"]["api"] == ["numpy"]
+    assert run["hyperparams"] == {"learning_rate": "0.1"}
+    assert run["idle"], "no idle baseline stored"
+    reps = store.repetitions(run_id)
+    assert [r["rep"] for r in reps] == [1, 2]
+    for rep in reps:
+        assert rep["exit_code"] == 0 and rep["tail_end_ns"] > rep["t_end_ns"] > rep["t_start_ns"]
+        assert "passed" in rep["gate"] and rep["gate"]["checked"], rep["gate"]
+    counts = api_counts(store, run_id)
+    assert counts["numpy.matmul"] == 100 and counts["numpy.sum"] == 2
+    provenance = {s["domain"]: s["provenance"] for s in store.sensors(run_id)}
+    assert provenance["cpu-package"] == "estimated"
+
+
+def test_a_program_that_fails_keeps_its_measurements_up_to_the_failure(home, tmp_path):
+    script = write(tmp_path, "fails.py", NUMPY_SCRIPT.format(n=50, fail_at=19))
+    result = fecomlite(home, tmp_path, "run", str(script), "--api", "numpy", "--repeat", "2", *FAST)
+    assert result.returncode == 1
+    assert "RuntimeError: halfway" in result.stdout
+    store, run_id = latest(home)
+    run = store.run(run_id)
+    assert run["status"] == "failed" and run["exit_code"] == 1
+    assert len(store.repetitions(run_id)) == 1  # no second repetition after a failure
+    assert api_counts(store, run_id) == {"numpy.ones": 1, "numpy.matmul": 20}
+    raised = store.db.execute("SELECT count(*) FROM events WHERE run_id=? AND status=1", (run_id,))
+    assert raised.fetchone()[0] == 0  # the program raised, none of its numpy calls did
+
+
+KERAS_SCRIPT = """
+    import os
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import numpy as np
+    from tensorflow import keras
+
+    keras.utils.set_random_seed(1)
+    x = np.random.default_rng(0).random((512, 16)).astype("float32")
+    y = (x.sum(axis=1) > 8).astype("float32")
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"),
+                              keras.layers.Dense(1, activation="sigmoid")])
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate=0.01), loss="binary_crossentropy")
+    model.fit(x, y, epochs=2, batch_size=64, verbose=0)
+    print("loss", round(float(model.evaluate(x, y, verbose=0)), 2))
+"""
+
+
+@pytest.mark.slow
+def test_keras_method_and_project_level(home, tmp_path):
+    script = write(tmp_path, "keras_prog.py", KERAS_SCRIPT)
+    method = fecomlite(home, tmp_path, "run", str(script), "--repeat", "2", *FAST)
+    assert method.returncode == 0, method.stdout + method.stderr
+    store, run_id = latest(home)
+    run = store.run(run_id)
+    assert run["hyperparams"]["epochs"] == 2 and run["hyperparams"]["batch_size"] == 64
+    assert run["hyperparams"]["optimizer"] == "Adam"
+    assert run["hyperparams"]["learning_rate"] == pytest.approx(0.01)
+    assert run["hyperparams"]["parameters"] == 16 * 32 + 32 + 32 + 1
+    counts = api_counts(store, run_id)
+    assert counts["keras.Sequential.fit"] == 2 and counts["keras.layers.Dense"] == 4
+
+    project = fecomlite(home, tmp_path, "run", str(script), "--level", "project", "--repeat", "2",
+                        *FAST)
+    assert project.returncode == 0, project.stdout + project.stderr
+    store, project_id = latest(home)
+    assert store.run(project_id)["level"] == "project"
+    assert api_counts(store, project_id) == {"<program>": 2}
+
+
+@pytest.mark.slow
+def test_datasize_run_fits_curves_against_input_bytes(home, tmp_path):
+    script = write(tmp_path, "keras_prog.py", KERAS_SCRIPT)
+    result = fecomlite(home, tmp_path, "run", str(script), "--repeat", "1", "--datasize",
+                       "keras.Sequential.fit", "--fractions", "0.25,0.5,1", *FAST)
+    assert result.returncode == 0, result.stdout + result.stderr
+    store = Store(home / "store.sqlite", create=False)
+    parent = max(r["id"] for r in store.runs() if r["kind"] == "instrumented")
+    datasize = store.result(parent, "datasize")
+    assert datasize["target"] == "keras.Sequential.fit"
+    points = sorted(datasize["points"], key=lambda p: p["fraction"])
+    assert [p["fraction"] for p in points] == [0.25, 0.5, 1.0]
+    sizes = [p["input_bytes"] for p in points]
+    assert sizes[0] < sizes[1] < sizes[2] and sizes[2] == 512 * 16 * 4 + 512 * 4
+    assert "linear" in datasize["fits"]["seconds"]
+    print(json.dumps(datasize["fits"], indent=1))
