@@ -21,25 +21,12 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from fecomlite.sensors.base import Sensor
 from fecomlite.store import Store
 
 MAX_NAP_S = 0.05
-
-
-class Sensor(Protocol):
-    """docs/internals.md §3; `slow`, `sample_period_s` and `close()` are used when present."""
-
-    name: str
-    domain: str
-    unit: str
-    kind: str
-    provenance: str
-    model: str | None
-    period_s: float
-
-    def read(self) -> float | None: ...
 
 
 @dataclass(frozen=True)
