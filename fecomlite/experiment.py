@@ -280,27 +280,67 @@ class OpenRun:
             else {"checked": [], "passed": True, "skipped": "gate disabled", "waited_s": 0.0}
         )
         self.on_progress("run", rep)
-        result = _run_repetition(
-            self.client,
-            self.program,
-            settings,
-            self.run_id,
-            self.token,
-            rep,
-            self.sync,
-            self.datasize,
-            gate,
-            self.log_dir,
-            self.show_output,
-            extra_env,
-            extra,
-        )
+        result = self._run_program(rep, gate, extra_env, extra)
         self.outcome.repetitions.append(result)
         self.outcome.logs.append(self.log_dir / f"rep-{rep}.log")
         self.on_progress("tail", rep)
         if settings.tail_s > 0:
             self.client.tail(self.run_id, rep, settings.tail_s)
         return result
+
+    def _run_program(
+        self,
+        rep: int,
+        gate: dict[str, Any],
+        extra_env: dict[str, str] | None,
+        extra: dict[str, Any] | None,
+    ) -> RepetitionResult:
+        """One execution of the program, watched by the server, its output in rep-N.log."""
+        client, run_id = self.client, self.run_id
+        spool = self.log_dir / f"rep-{rep}.spool"
+        env = program_env(
+            client,
+            run_id,
+            self.token,
+            rep,
+            self.program,
+            self.sync,
+            spool,
+            self.datasize,
+            extra_env,
+        )
+        client.rep_start(run_id, rep, extra=extra or {})
+        t0 = time.monotonic_ns()
+        with open(self.log_dir / f"rep-{rep}.log", "wb") as log:
+            out = None if self.show_output else log
+            proc = subprocess.Popen(
+                [sys.executable, str(self.program.script), *self.program.argv],
+                cwd=self.program.cwd,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT if out else None,
+            )
+            client.watch(run_id, proc.pid)
+            try:
+                code = proc.wait()
+            except KeyboardInterrupt:
+                proc.send_signal(signal.SIGINT)  # it had its own SIGINT too, from the terminal
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                self._end_program(rep, proc.pid, t0, 130)
+                raise
+        self._end_program(rep, proc.pid, t0, code)
+        return RepetitionResult(rep, code, (time.monotonic_ns() - t0) / 1e9, gate)
+
+    def _end_program(self, rep: int, pid: int, t0: int, code: int) -> None:
+        t1 = time.monotonic_ns()
+        self.client.rep_end(self.run_id, rep, code)
+        if self.settings.level == "project":
+            batch = project_level_batch(self.program, rep, pid, t0, t1, code)
+            self.client.post_batch(self.run_id, self.token, batch)
 
 
 def _gate_thresholds(settings: RunSettings) -> dict[str, Any]:
@@ -312,65 +352,3 @@ def _gate_thresholds(settings: RunSettings) -> dict[str, Any]:
         "cpu_power_cv_max": settings.cpu_power_cv_max,
         "gpu_power_cv_max": settings.gpu_power_cv_max,
     }
-
-
-def _run_repetition(
-    client: ServerClient,
-    program: Program,
-    settings: RunSettings,
-    run_id: int,
-    token: str,
-    rep: int,
-    sync: bool,
-    datasize: str | None,
-    gate: dict[str, Any],
-    log_dir: Path,
-    show_output: bool,
-    extra_env: dict[str, str] | None = None,
-    extra: dict[str, Any] | None = None,
-) -> RepetitionResult:
-    spool = log_dir / f"rep-{rep}.spool"
-    env = program_env(client, run_id, token, rep, program, sync, spool, datasize, extra_env)
-    log_path = log_dir / f"rep-{rep}.log"
-    client.rep_start(run_id, rep, extra=extra or {})
-    t0 = time.monotonic_ns()
-    with open(log_path, "wb") as log:
-        out = None if show_output else log
-        proc = subprocess.Popen(
-            [sys.executable, str(program.script), *program.argv],
-            cwd=program.cwd,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT if out else None,
-        )
-        client.watch(run_id, proc.pid)
-        try:
-            code = proc.wait()
-        except KeyboardInterrupt:
-            proc.send_signal(signal.SIGINT)  # it had its own SIGINT too, from the terminal
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            _end_repetition(client, program, settings, run_id, token, rep, proc, t0, 130)
-            raise
-    _end_repetition(client, program, settings, run_id, token, rep, proc, t0, code)
-    return RepetitionResult(rep, code, (time.monotonic_ns() - t0) / 1e9, gate)
-
-
-def _end_repetition(
-    client: ServerClient,
-    program: Program,
-    settings: RunSettings,
-    run_id: int,
-    token: str,
-    rep: int,
-    proc: subprocess.Popen[bytes],
-    t0: int,
-    code: int,
-) -> None:
-    t1 = time.monotonic_ns()
-    client.rep_end(run_id, rep, code)
-    if settings.level == "project":
-        client.post_batch(run_id, token, project_level_batch(program, rep, proc.pid, t0, t1, code))
