@@ -20,7 +20,6 @@ from itertools import chain
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from fecomlite import attribution as at
 from fecomlite.calibration import KIND as CALIBRATION_KIND
@@ -235,6 +234,8 @@ def mean_ci95(values: np.ndarray) -> tuple[float, float, float]:
     mean = float(values.mean())
     if values.size < 2:
         return mean, math.nan, math.nan
+    from scipy import stats  # here: the server imports this module and must start fast
+
     half = float(stats.t.ppf(0.975, values.size - 1) * values.std(ddof=1) / math.sqrt(values.size))
     return mean, mean - half, mean + half
 

@@ -10,6 +10,7 @@ from fecomlite.model.command import model_app, sweep_command
 from fecomlite.report.command import report_command
 from fecomlite.run_command import run_command
 from fecomlite.server.command import server_command
+from fecomlite.watch_command import watch_command
 
 app = typer.Typer(
     name="fecomlite",
@@ -23,6 +24,7 @@ app.command("run")(run_command)
 app.command("report")(report_command)
 app.command("attribute")(attribute_command)
 app.command("server")(server_command)
+app.command("watch")(watch_command)
 app.command("sweep")(sweep_command)
 app.add_typer(model_app, name="model")
 

@@ -3,8 +3,12 @@
 Admin routes want `Authorization: Bearer <admin token>` (from the 0600 state file); event posts
 want the run's `X-Fecomlite-Token`. Tokens are checked before a body is read, bodies are size
 limited, and any failure becomes a JSON error with a 4xx/5xx status, never a dead server.
-The route table is data (`ROUTES`), so another listener (a read-only `/metrics`, issue 7) can be
-another `ThreadingHTTPServer` with its own table over the same `MeasurementService`.
+The read-only pages (the live view, its stream and assets, /metrics) want no token, but a Host
+header naming loopback, so a web page cannot reach them through a DNS name rebound to 127.0.0.1.
+
+The route table is data (`ROUTES`): `MetricsServer`, the listener `--metrics-addr` asks for, is
+another `ThreadingHTTPServer` over the same `MeasurementService` whose table holds GET /metrics
+alone; it may listen beyond loopback because it reads and never writes.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import hmac
 import json
 import re
 import secrets
+import socket
 import sys
 import threading
 from collections.abc import Callable
@@ -22,6 +27,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from fecomlite.server import live, metrics
+from fecomlite.server.replies import Reply, Stream
 from fecomlite.server.service import MeasurementService, RunNotFound
 from fecomlite.server.state import ServerState
 from fecomlite.store import StoreError
@@ -29,6 +36,8 @@ from fecomlite.store import StoreError
 MAX_BODY_BYTES = 16 * 1024 * 1024  # a probe batch every 200 ms stays far below this
 DISCARD_LIMIT_BYTES = 4 * MAX_BODY_BYTES  # refused bodies up to this size are read and dropped
 LOOPBACK = "127.0.0.1"
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+METRICS_TIMEOUT_S = 30.0  # a metrics client that sends nothing is dropped after this
 
 
 class ServerConfigError(ValueError):
@@ -53,11 +62,20 @@ def check_loopback(host: str) -> str:
     return LOOPBACK
 
 
+def parse_address(text: str) -> tuple[str, int]:
+    """HOST:PORT (IPv6 as [HOST]:PORT) of the metrics listener."""
+    host, sep, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ServerConfigError(f"a metrics address is HOST:PORT (e.g. 0.0.0.0:9464), not {text!r}")
+    return host, int(port)
+
+
 @dataclass(frozen=True)
 class Route:
     method: str
     pattern: re.Pattern[str]
-    auth: str  # "none" | "admin" | "run"
+    auth: str  # "none" | "admin" | "run" | "page" (no token, but a loopback Host header)
     handler: Callable[[MeasurementService, re.Match[str], Any], Any]
     raw: bool  # the handler takes the body as bytes, not as a JSON object
 
@@ -185,30 +203,78 @@ def _shutdown(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -
     return {"ok": True, "shutting_down": True}
 
 
+@_route("GET", "/", "page")
+def _live_page(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
+    return live.page()
+
+
+@_route("GET", r"/static/(?P<name>[A-Za-z0-9_.-]+)", "page")
+def _live_asset(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
+    try:
+        return live.asset(m["name"])
+    except live.AssetNotFound as exc:
+        raise _Refused(404, str(exc)) from exc
+
+
+@_route("GET", "/live/stream", "page")
+def _live_stream(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
+    return live.stream(svc.monitor, svc.closing)
+
+
+@_route("GET", "/metrics", "page")
+def _metrics(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
+    return metrics.exposition(svc.monitor)
+
+
 ROUTES: list[Route] = [
     _status, _create_run, _manifest, _watch, _hyperparams, _rep_start, _rep_end, _tail, _idle,
-    _gate, _events, _finish, _ingest, _shutdown,
+    _gate, _events, _finish, _ingest, _shutdown, _live_page, _live_asset, _live_stream, _metrics,
 ]
+# The metrics listener: the same handler, any Host (Prometheus names its target by address).
+METRICS_ROUTES: list[Route] = [Route("GET", re.compile("^/metrics$"), "none", _metrics.handler,
+                                     False)]
 
 
-class MeasurementServer(ThreadingHTTPServer):
-    """The listener: loopback only, one thread per request, owning the service it serves."""
+class _Listener(ThreadingHTTPServer):
+    """One thread per request over a shared service; `routes` is what this listener answers."""
 
     daemon_threads = True
+    routes: list[Route]
+    admin_token: str | None = None
+    max_body = MAX_BODY_BYTES
+    discard_limit = DISCARD_LIMIT_BYTES
+    explain_methods = True  # 405 for a known path with another method; False: 404
+
+    def __init__(self, service: MeasurementService, address: tuple[str, int],
+                 handler: type[BaseHTTPRequestHandler]) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, handler)
+        self.service = service
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+
+class MeasurementServer(_Listener):
+    """The listener: loopback only, one thread per request, owning the service it serves.
+    `metrics` is the optional read-only listener on another address (see `open_metrics`)."""
 
     def __init__(
         self, service: MeasurementService, port: int = 0, host: str = LOOPBACK,
         admin_token: str | None = None, max_body: int = MAX_BODY_BYTES,
     ) -> None:
-        super().__init__((check_loopback(host), port), _Handler)
-        self.service = service
+        super().__init__(service, (check_loopback(host), port), _Handler)
         self.admin_token = admin_token or secrets.token_urlsafe(32)
         self.max_body = max_body
         self.routes = ROUTES
+        self.metrics: MetricsServer | None = None
 
-    @property
-    def port(self) -> int:
-        return int(self.server_address[1])
+    def open_metrics(self, address: str) -> MetricsServer:
+        """Bind the read-only /metrics listener on `address` (HOST:PORT); `serve` runs it."""
+        self.metrics = MetricsServer(self.service, parse_address(address))
+        return self.metrics
 
     @property
     def url(self) -> str:
@@ -222,8 +288,26 @@ class MeasurementServer(ThreadingHTTPServer):
         threading.Thread(target=self.shutdown, daemon=True).start()
 
 
+class MetricsServer(_Listener):
+    """GET /metrics and nothing else (404), on any address: it holds no token, reads no body and
+    changes nothing, so it may face the network; the event and admin API never listens here."""
+
+    max_body = 0
+    discard_limit = 0
+    explain_methods = False
+
+    def __init__(self, service: MeasurementService, address: tuple[str, int]) -> None:
+        super().__init__(service, address, _MetricsHandler)
+        self.routes = METRICS_ROUTES
+
+    @property
+    def url(self) -> str:
+        host = self.server_address[0]
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}/metrics"
+
+
 class _Handler(BaseHTTPRequestHandler):
-    server: MeasurementServer
+    server: _Listener
     protocol_version = "HTTP/1.1"
     server_version = "fecomlite"
 
@@ -254,18 +338,23 @@ class _Handler(BaseHTTPRequestHandler):
         if code != 200:
             self._discard_body()
             self.close_connection = True
-        self._send(code, reply)
-        if reply.get("shutting_down"):
-            self.server.shutdown_soon()
+        if isinstance(reply, Stream):
+            self._stream(reply)
+        elif isinstance(reply, Reply):
+            self._send_bytes(code, reply.body, reply.content_type, reply.headers)
+        else:
+            self._send(code, reply)
+            if reply.get("shutting_down") and isinstance(self.server, MeasurementServer):
+                self.server.shutdown_soon()
 
-    def _dispatch(self, method: str) -> dict[str, Any]:
+    def _dispatch(self, method: str) -> Any:
         path = self.path.split("?", 1)[0]
         matches = [(r, m) for r in self.server.routes if (m := r.pattern.match(path))]
-        if not matches:
-            raise _Refused(404, f"no such endpoint: {path}")
         found = [(r, m) for r, m in matches if r.method == method]
-        if not found:
+        if not found and matches and self.server.explain_methods:
             raise _Refused(405, f"{path} wants {matches[0][0].method}")
+        if not found:
+            raise _Refused(404, f"no such endpoint: {method} {path}")
         route, match = found[0]
         self._authorise(route, match)
         body: Any = {}
@@ -280,8 +369,14 @@ class _Handler(BaseHTTPRequestHandler):
             if not header:
                 raise _Refused(401, "admin token required (Authorization: Bearer ...)")
             given = header.removeprefix("Bearer ").strip()
-            if not hmac.compare_digest(given.encode(), self.server.admin_token.encode()):
+            token = self.server.admin_token
+            if not token or not hmac.compare_digest(given.encode(), token.encode()):
                 raise _Refused(403, "wrong admin token")
+        elif route.auth == "page":
+            host = self.headers.get("Host", "")
+            name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+            if name not in LOOPBACK_NAMES:
+                raise _Refused(403, f"this page is served to loopback names only, not {host!r}")
         elif route.auth == "run":
             token = self.headers.get("X-Fecomlite-Token", "")
             if not token:
@@ -305,18 +400,62 @@ class _Handler(BaseHTTPRequestHandler):
         if self._body_read or not length.isdigit():
             return
         left = int(length)
-        if left > DISCARD_LIMIT_BYTES:
+        if left > self.server.discard_limit:
             return
         while left > 0 and (chunk := self.rfile.read(min(left, 1 << 16))):
             left -= len(chunk)
 
     def _send(self, code: int, reply: dict[str, Any]) -> None:
-        data = json.dumps(reply).encode()
+        self._send_bytes(code, json.dumps(reply).encode(), "application/json")
+
+    def _send_bytes(
+        self, code: int, data: bytes, content_type: str, headers: tuple[tuple[str, str], ...] = ()
+    ) -> None:
         try:
             self.send_response(code, HTTPStatus(code).phrase)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
+            for name, value in headers:
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
         except OSError:  # the client went away; nothing to tell it
             self.close_connection = True
+
+    def _stream(self, stream: Stream) -> None:
+        """Hold the connection for a stream (Server-Sent Events) until it ends or the client
+        leaves; no length is sent, so the connection closes after it."""
+        self.close_connection = True
+
+        def write(chunk: bytes) -> None:
+            self.wfile.write(chunk)
+            self.wfile.flush()
+
+        def connected() -> bool:
+            """False once the viewer closed its end: a peek that would block means still there,
+            one that reads nothing means the end of its stream."""
+            try:
+                return self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+            except BlockingIOError:
+                return True
+            except OSError:
+                return False
+
+        try:
+            self.send_response(200, "OK")
+            self.send_header("Content-Type", stream.content_type)
+            self.send_header("Connection", "close")
+            for name, value in stream.headers:
+                self.send_header(name, value)
+            self.end_headers()
+            stream.pump(write, connected)
+        except OSError:  # the viewer left
+            pass
+        except Exception as exc:  # report, end this stream; the viewer reconnects by itself
+            print(f"fecomlite server: stream {self.path}: {exc!r}", file=sys.stderr)
+
+
+class _MetricsHandler(_Handler):
+    """The metrics listener's handler: a client that sends nothing is dropped."""
+
+    timeout = METRICS_TIMEOUT_S

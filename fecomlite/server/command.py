@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from fecomlite.server.app import ServerConfigError
+from fecomlite.server.app import ServerConfigError, parse_address
 from fecomlite.server.runtime import ServerRunning, run_foreground
 
 
@@ -22,10 +22,17 @@ def server_command(
     host: Annotated[
         str, typer.Option(help="Listen address: loopback only (anything else is refused)")
     ] = "127.0.0.1",
+    metrics_addr: Annotated[
+        str | None,
+        typer.Option(help="Also serve GET /metrics (Prometheus, read-only) on HOST:PORT, e.g. "
+                     "0.0.0.0:9464; the event API stays on 127.0.0.1", show_default=False),
+    ] = None,
 ) -> None:
     """Run the local measurement server in the foreground until Ctrl-C."""
     try:
-        run_foreground(home, port, host)
-    except (ServerConfigError, ServerRunning) as exc:
+        if metrics_addr:
+            parse_address(metrics_addr)  # refuse a malformed address before finding sensors
+        run_foreground(home, port, host, metrics_addr)
+    except (ServerConfigError, ServerRunning, OSError) as exc:
         typer.echo(f"fecomlite server: {exc}", err=True)
         raise typer.Exit(2) from exc

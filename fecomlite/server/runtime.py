@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -58,10 +59,12 @@ def open_server(
     sensors: list[Sensor] | None = None,
     process_sensors: ProcessSensors | None = None,
     notes: list[str] | None = None,
+    metrics_addr: str | None = None,
     **service_options: Any,
 ) -> MeasurementServer:
     """A bound, not yet serving server over `<home>/store.sqlite`; sensors are discovered when
-    none are given. Refuses a non-loopback host and a home another live server owns."""
+    none are given. Refuses a non-loopback host and a home another live server owns.
+    `metrics_addr` (HOST:PORT) binds a second, read-only listener serving GET /metrics only."""
     host = check_loopback(host)
     home = home.resolve()
     other = live_client(home)
@@ -75,9 +78,15 @@ def open_server(
         home / "store.sqlite", sensors, notes=notes, machine=machine_info(),
         process_sensors=process_sensors, **service_options,
     )
+    server = None
     try:
-        return MeasurementServer(service, port, host)
+        server = MeasurementServer(service, port, host)
+        if metrics_addr:
+            server.open_metrics(metrics_addr)
+        return server
     except BaseException:
+        if server is not None:
+            server.server_close()
         service.close()
         raise
 
@@ -88,21 +97,30 @@ def serve(
     """Publish the state file and serve until shutdown, SIGTERM or Ctrl-C; then clean up."""
     home = home.resolve()
     pid = os.getpid()
+    metrics = server.metrics
+    if metrics is not None:
+        threading.Thread(target=metrics.serve_forever, kwargs={"poll_interval": 0.2},
+                         name="metrics-listener", daemon=True).start()
     write_state(home, server.state(pid))
     if ready:
         ready(server.url)
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
+        if metrics is not None:
+            metrics.shutdown()
+            metrics.server_close()
         server.server_close()
         server.service.close()
         remove_state(home, pid)
 
 
-def run_foreground(home: Path | None, port: int, host: str) -> None:
+def run_foreground(
+    home: Path | None, port: int, host: str, metrics_addr: str | None = None
+) -> None:
     """`fecomlite server`: serve in this process; SIGTERM stops it as cleanly as Ctrl-C."""
     home = (home or default_home()).resolve()
-    server = open_server(home, port, host)
+    server = open_server(home, port, host, metrics_addr=metrics_addr)
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(0)
@@ -121,4 +139,7 @@ def _announce(server: MeasurementServer, url: str, home: Path) -> None:
               f"{s['sample_interval_s'] * 1000:g} ms", flush=True)
     for note in status["notes"]:
         print(f"  note: {note}", flush=True)
+    print(f"  live view {url}/", flush=True)
+    if server.metrics is not None:
+        print(f"  metrics (read-only) {server.metrics.url}", flush=True)
     print(f"  state file {home / 'server.json'}; stop with Ctrl-C", file=sys.stderr, flush=True)

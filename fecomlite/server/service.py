@@ -1,4 +1,5 @@
-"""What the measurement server does, apart from HTTP: runs, tokens, sampling, idle, gate, ingest.
+"""What the measurement server does, apart from HTTP: runs, tokens, sampling, idle, gate, ingest,
+and the live state the live view and /metrics read (`monitor`, fed by `activity`).
 
 Every method may be called from any request thread; each thread has its own store connection
 (SQLite connections are per thread). Run tokens live in memory only: a restarted server refuses
@@ -9,10 +10,12 @@ from __future__ import annotations
 
 import hmac
 import os
+import platform
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ import numpy as np
 from fecomlite import __version__, batch_codec
 from fecomlite.server import spool
 from fecomlite.server.gate import GateThresholds, gated, wait_for_stable
+from fecomlite.server.monitor import Monitor
 from fecomlite.server.sampler import Sampler, SamplingRates, Sensor, sensor_details, sensor_row
 from fecomlite.server.series import POWER_KINDS, Series, idle_stats
 from fecomlite.store import Store
@@ -68,7 +72,10 @@ class MeasurementService:
         self.sampler.start()
         self._runs: dict[int, _Run] = {}
         self._lock = threading.Lock()
-        self._closing = threading.Event()
+        self.closing = threading.Event()  # set at shutdown: long waits and live streams end
+        self._activity: dict[int, dict[str, Any]] = {}  # run -> what it waits for, last gate
+        self.monitor = Monitor(self._db, self.sampler.recording, self.activity,
+                               host=self.machine.get("hostname") or platform.node())
 
     def _db(self) -> Store:
         """This thread's store connection (SQLite connections are per thread). A kept-alive
@@ -86,6 +93,23 @@ class MeasurementService:
         return run
 
     # -- status --------------------------------------------------------------------------------
+
+    def activity(self, run_id: int) -> dict[str, Any]:
+        """What the server is doing for a run now (`current`: idle baseline, gate or tail, with
+        when it began) and the run's last gate verdict (`gate`), for the live view."""
+        with self._lock:
+            return dict(self._activity.get(run_id, {}))
+
+    @contextmanager
+    def _doing(self, run_id: int, stage: str, **detail: Any) -> Iterator[None]:
+        current = {"stage": stage, "since_ns": time.monotonic_ns(), **detail}
+        with self._lock:
+            self._activity.setdefault(run_id, {})["current"] = current
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._activity[run_id]["current"] = None
 
     def status(self) -> dict[str, Any]:
         return {
@@ -176,7 +200,8 @@ class MeasurementService:
     def tail(self, run_id: int, rep: int, seconds: float) -> dict[str, Any]:
         """Keep sampling `seconds` after the repetition ended (power decays late), then mark it."""
         self._run(run_id)
-        self._sleep(_window(seconds))
+        with self._doing(run_id, "tail", rep=rep, seconds=seconds):
+            self._sleep(_window(seconds))
         tail_end = time.monotonic_ns()
         self._db().upsert_repetition(run_id, rep, tail_end_ns=tail_end)
         return {"tail_end_ns": tail_end}
@@ -187,7 +212,8 @@ class MeasurementService:
         """Mean power (and σ) of every power or counter sensor over the next `seconds`."""
         self._run(run_id)
         t0 = time.monotonic_ns()
-        self._sleep(_window(seconds))
+        with self._doing(run_id, "idle", seconds=seconds):
+            self._sleep(_window(seconds))
         t1 = time.monotonic_ns()
         self.sampler.flush()
         baseline: dict[str, Any] = {}
@@ -213,7 +239,10 @@ class MeasurementService:
             t0 = max(since, time.monotonic_ns() - lookback_ns)
             return self._series(store, run_id, t0, None, wanted=gated)
 
-        result = wait_for_stable(latest, th, sleep=self._sleep)
+        with self._doing(run_id, "gate", max_wait_s=th.max_wait_s):
+            result = wait_for_stable(latest, th, sleep=self._sleep)
+        with self._lock:
+            self._activity[run_id]["gate"] = result
         if rep is not None:
             store.upsert_repetition(run_id, rep, gate=result)
         else:
@@ -243,7 +272,7 @@ class MeasurementService:
 
     def _sleep(self, seconds: float) -> None:
         """Sleep, but wake at shutdown: a long idle window must not hold the server up."""
-        if self._closing.wait(seconds):
+        if self.closing.wait(seconds):
             raise RuntimeError("the server is shutting down")
 
     # -- events and spool ----------------------------------------------------------------------
@@ -266,7 +295,7 @@ class MeasurementService:
 
     def close(self) -> None:
         """Stop sampling; runs still open are marked `interrupted` (what they hold is kept)."""
-        self._closing.set()
+        self.closing.set()
         with self._lock:
             open_runs = list(self._runs)
             self._runs.clear()

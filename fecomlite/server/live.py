@@ -1,0 +1,198 @@
+"""The live view: a page served by the measurement server, kept current by Server-Sent Events.
+
+GET / is the page (static/live.html); GET /static/NAME its assets: the report's stylesheet and
+charts (fecomlite/report/static, shared, not copied) and the page's own script and styles, all
+from the package, nothing from a network. GET /live/stream pushes the active run's state every
+PUSH_S (more than twice a second) for as long as the viewer stays; the monitor refreshes only
+while someone asks, so a server nobody watches does no work for this.
+
+Each message is the whole state (small) plus the chart points closed since the previous message
+(`reset` says when the viewer must drop what it has: the first message and a new run).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from fecomlite.report.palette import MEMORY_COLORS, domain_color, domain_name
+from fecomlite.report.render import jsonable
+from fecomlite.server.monitor import BIN_S, Monitor, Snapshot
+from fecomlite.server.replies import Reply, Stream
+
+PUSH_S = 0.4
+TOP_APIS = 15
+HERE = Path(__file__).parent
+REPORT_STATIC = HERE.parent / "report" / "static"
+ASSETS: dict[str, tuple[Path, str]] = {
+    "report.css": (REPORT_STATIC / "report.css", "text/css; charset=utf-8"),
+    "charts.js": (REPORT_STATIC / "charts.js", "text/javascript; charset=utf-8"),
+    "live.css": (HERE / "static" / "live.css", "text/css; charset=utf-8"),
+    "live.js": (HERE / "static" / "live.js", "text/javascript; charset=utf-8"),
+    "favicon.svg": (HERE / "static" / "favicon.svg", "image/svg+xml"),
+}
+# The page runs only the server's own scripts and talks only to the server.
+SECURITY_HEADERS = (
+    ("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; "
+                                "connect-src 'self'; img-src 'self'; base-uri 'none'; "
+                                "form-action 'none'; frame-ancestors 'none'"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Cache-Control", "no-store"),
+)
+
+
+class AssetNotFound(LookupError):
+    """No such file among the live view's assets."""
+
+
+@cache
+def _read(path: Path) -> bytes:
+    return path.read_bytes()
+
+
+def page() -> Reply:
+    return Reply(_read(HERE / "static" / "live.html"), "text/html; charset=utf-8",
+                 SECURITY_HEADERS)
+
+
+def asset(name: str) -> Reply:
+    """One of ASSETS by name; anything else is unknown (no path is ever built from `name`)."""
+    if name not in ASSETS:
+        raise AssetNotFound(f"no asset {name!r}")
+    path, content_type = ASSETS[name]
+    return Reply(_read(path), content_type, SECURITY_HEADERS)
+
+
+def stream(monitor: Monitor, closing: threading.Event, push_s: float = PUSH_S) -> Stream:
+    """The SSE stream of one viewer: a message every `push_s` until it leaves or the server
+    stops."""
+
+    def pump(write: Callable[[bytes], None], connected: Callable[[], bool]) -> None:
+        write(b"retry: 2000\n\n")
+        seen: dict[str, Any] = {"seq": 0, "run": None, "started": False}
+        due = time.monotonic()
+        while connected():
+            data = message(monitor, monitor.refresh(), seen)
+            write(b"event: update\ndata: " + json.dumps(data, allow_nan=False).encode() + b"\n\n")
+            due = max(due + push_s, time.monotonic())  # on a fixed beat, however long it took
+            if closing.wait(due - time.monotonic()):
+                return
+
+    return Stream(pump, "text/event-stream; charset=utf-8",
+                  (("Cache-Control", "no-store"), ("X-Accel-Buffering", "no")))
+
+
+def message(monitor: Monitor, snap: Snapshot, seen: dict[str, Any]) -> dict[str, Any]:
+    """What the page shows now; `seen` (the viewer's last seq and run) is updated."""
+    run = snap.run
+    run_id = run["id"] if run else None
+    reset = not seen["started"] or seen["run"] != run_id
+    t0 = (run or {}).get("t_start_ns") or snap.t_ns
+    power = _power(snap)
+    memory = _memory(snap)
+    charted = [s["key"] for s in power + memory]
+    points, seq = monitor.history(charted, 0 if reset else seen["seq"], t0)
+    seen.update(seq=seq, run=run_id, started=True)
+    return jsonable({
+        "reset": reset,
+        "host": snap.host,
+        "t": (snap.t_ns - t0) / 1e9,
+        "bin_s": BIN_S,
+        "run": _run(run, snap.t_ns),
+        "stage": snap.stage,
+        "progress": snap.progress,
+        "gate": _gate(snap.gate),
+        "power": power,
+        "memory": memory,
+        "temperatures": [
+            {"key": s["name"], "label": s["name"], "now": s["now"]}
+            for s in snap.sensors if s["domain"] == "temperature"
+        ],
+        "utilisation": [
+            {"key": s["name"], "label": s["name"], "now": s["now"]}
+            for s in snap.sensors if s["domain"] == "utilisation"
+        ],
+        "points": {k: [[round(t, 3), v] for t, v in pts] for k, pts in points.items()},
+        "calls": _calls(snap),
+        "notes": snap.notes,
+    })
+
+
+def _run(run: dict[str, Any] | None, now: int) -> dict[str, Any] | None:
+    if run is None:
+        return None
+    end = run.get("t_end_ns") or now
+    return {**{k: run[k] for k in ("id", "kind", "program", "argv", "level", "status",
+                                   "exit_code")},
+            "elapsed_s": (end - run["t_start_ns"]) / 1e9 if run.get("t_start_ns") else None}
+
+
+def _power(snap: Snapshot) -> list[dict[str, Any]]:
+    """One series per energy domain: the sensor the report would use there."""
+    by_name = {s["name"]: s for s in snap.sensors}
+    out = []
+    for domain, name in sorted(snap.energy_domains.items()):
+        s = by_name[name]
+        prov = s["provenance"] + (f", {s['model']}" if s["model"] else "")
+        out.append({
+            "key": name, "label": f"{domain_name(domain)} ({prov})", "domain": domain,
+            "provenance": s["provenance"], "model": s["model"], "color": domain_color(domain),
+            "now": s["now"], "idle": s["idle_w"],
+        })
+    return out
+
+
+def _memory(snap: Snapshot) -> list[dict[str, Any]]:
+    out = []
+    for s in snap.sensors:
+        if s["unit"] != "B" or s["kind"] != "gauge":
+            continue
+        if s["domain"] == "process-memory":
+            what = "peak RSS" if "peak" in s["name"] else "process RSS"
+            color = MEMORY_COLORS["rss"]
+        elif s["domain"] in ("gpu-memory", "process-gpu-memory"):
+            what = "process GPU memory" if s["domain"] == "process-gpu-memory" else "GPU memory"
+            color = MEMORY_COLORS["gpu_memory"]
+        else:
+            continue
+        out.append({"key": s["name"], "label": f"{what} ({s['provenance']}, {s['name']})",
+                    "color": color, "now": s["now"], "peak": "peak" in s["name"]})
+    return out
+
+
+def _gate(gate: dict[str, Any] | None) -> dict[str, Any] | None:
+    if gate is None:
+        return None
+    return {k: gate.get(k) for k in ("passed", "gated", "waited_s", "reasons")}
+
+
+def _calls(snap: Snapshot) -> dict[str, Any]:
+    calls = snap.calls
+    last = calls.get("last")
+    domains = {d: next((s for s in snap.sensors if s["name"] == n), None)
+               for d, n in snap.energy_domains.items()}
+    return {
+        "total": calls["total"],
+        "last": None if last is None else {
+            "api": last["api"], "raised": last["raised"],
+            "ago_s": (snap.t_ns - last["t_end_ns"]) / 1e9,
+            "took_s": (last["t_end_ns"] - last["t_start_ns"]) / 1e9,
+        },
+        "domains": [
+            {"domain": d, "label": domain_name(d), "provenance": s["provenance"],
+             "model": s["model"]}
+            for d, s in sorted(domains.items()) if s is not None
+        ],
+        "top": [
+            {"api": a.api, "calls": a.calls, "seconds": a.seconds, "energy": a.energy_J}
+            for a in snap.apis[:TOP_APIS]
+        ],
+        "apis": len(snap.apis),
+        "method": calls.get("method"),
+        "settle_s": calls.get("settle_s"),
+    }

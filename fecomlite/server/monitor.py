@@ -1,0 +1,487 @@
+"""What is happening now, for the live view and /metrics: power per domain, memory, temperatures,
+calls, progress and gate of the active run, read from the store a little at a time.
+
+Why the store: the sampler keeps nothing in memory (its writer commits every `flush_s`), and the
+rows added since the last look are cheap to read (rowid cursors). The monitor never runs on its
+own: it refreshes when a viewer or a scraper asks, at most every MIN_REFRESH_S however many ask,
+so a server nobody watches spends nothing on it.
+
+Each sensor is binned on one fixed grid (BIN_S): a bin's power is the energy seen in it over the
+time it covers, so a counter and a power sensor read alike; a memory bin keeps its peak. Energy
+(`Track.energy_J`) adds every increment seen since the server started, so it only ever grows.
+Per-API energy is a running *overlap estimate* (`LIVE_METHOD`): each settled bin's energy above
+the run's idle baseline goes to the calls active in it, by leaf time (`attribution.leaf_time`).
+Calls reach the server when they end, so a call counts only for the bins that settle after it
+arrived (SETTLE_S); `fecomlite report` attributes the whole run afterwards, and better.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fecomlite import attribution as at
+from fecomlite.analysis import choose_energy_sensors
+from fecomlite.store import Store
+
+BIN_S = 0.5
+BIN_NS = int(BIN_S * 1e9)
+HISTORY_S = 300.0  # binned points kept per sensor for the live charts
+MIN_REFRESH_S = 0.2
+SETTLE_S = 2.0  # a bin is attributed once its calls have had this long to arrive (probe: 0.2 s)
+MAX_GAP_S = 2.0  # samples further apart (the sampler was parked) add no energy between them
+FRESH_S = 5.0  # a value older than this is no longer "now"
+ROWS_PER_QUERY = 50_000
+LIVE_METHOD = "live-overlap"
+ENERGY_KINDS = ("counter", "power")
+MOVING_AVERAGE_S = 0.5  # as fecomlite.analysis: such a power sensor smears a call over a second
+PEAK_DOMAINS = ("process-memory", "gpu-memory", "process-gpu-memory")
+
+
+@dataclass
+class Bin:
+    seq: int  # increases with every bin closed, across sensors: what a viewer has seen
+    start_ns: int
+    value: float  # W for energy sensors, the peak for memory, the mean for other gauges
+    energy_J: float  # energy sensors: energy seen in the bin
+    seconds: float  # energy sensors: time the bin's samples cover
+
+
+@dataclass
+class Track:
+    """One sensor, by name, followed across runs: latest value, energy so far, binned history."""
+
+    name: str
+    domain: str
+    unit: str
+    kind: str
+    provenance: str
+    model: str | None
+    last_t: int = -1
+    last_v: float | None = None
+    energy_J: float = 0.0
+    bins: deque[Bin] = field(default_factory=lambda: deque(maxlen=int(HISTORY_S / BIN_S)))
+    _index: int | None = None
+    _a: float = 0.0  # energy (J), or the bin's sum or peak
+    _b: float = 0.0  # seconds covered, or the number of values
+
+    @property
+    def energetic(self) -> bool:
+        return self.kind in ENERGY_KINDS and self.unit in ("J", "W")
+
+    def add(self, t: int, v: float, seq: Callable[[], int]) -> None:
+        """One sample; a sample at or before the last one is the same read stored for another
+        run that records at the same time, and is skipped."""
+        if t <= self.last_t:
+            return
+        index = t // BIN_NS
+        if self._index is not None and index != self._index:
+            self._close(seq())
+        self._index = index
+        if self.energetic:
+            gap = t - self.last_t
+            if self.last_v is not None and gap <= MAX_GAP_S * 1e9:
+                dt = gap / 1e9
+                energy = v - self.last_v if self.kind == "counter" else v * dt
+                if energy >= 0:  # a counter that went back was reset: count from its new value
+                    self.energy_J += energy
+                    self._a += energy
+                self._b += dt
+        elif self.domain in PEAK_DOMAINS:
+            self._a, self._b = max(self._a, v) if self._b else v, 1.0
+        else:
+            self._a, self._b = self._a + v, self._b + 1.0
+        self.last_t, self.last_v = t, v
+
+    def _close(self, seq: int) -> None:
+        if self._b > 0 and self._index is not None:
+            if self.energetic:
+                value, energy, seconds = self._a / self._b, self._a, self._b
+            else:
+                value = self._a if self.domain in PEAK_DOMAINS else self._a / self._b
+                energy, seconds = 0.0, 0.0
+            self.bins.append(Bin(seq, self._index * BIN_NS, value, energy, seconds))
+        self._a = self._b = 0.0
+
+    def now(self, t_ns: int) -> float | None:
+        """The current value: the last closed bin's power for energy sensors, the last reading
+        for gauges; None when the sensor has not been read for FRESH_S."""
+        if t_ns - self.last_t > FRESH_S * 1e9:
+            return None
+        if self.energetic:
+            return self.bins[-1].value if self.bins else None
+        return self.last_v
+
+    def bin_energy(self, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(energy J, seconds covered) of the closed bins starting at each of edges[:-1]."""
+        energy, seconds = np.zeros(edges.size - 1), np.zeros(edges.size - 1)
+        for b in reversed(self.bins):
+            if b.start_ns < edges[0]:
+                break
+            k = (b.start_ns - int(edges[0])) // BIN_NS
+            if k < energy.size:
+                energy[k], seconds[k] = b.energy_J, b.seconds
+        return energy, seconds
+
+
+@dataclass
+class ApiStats:
+    api: str
+    calls: int = 0
+    seconds: float = 0.0
+    energy_J: dict[str, float] = field(default_factory=dict)  # domain -> live overlap estimate
+
+
+@dataclass(frozen=True)
+class Energy:
+    """A sensor's energy since the server started (only grows)."""
+
+    name: str
+    domain: str
+    provenance: str
+    model: str | None
+    joules: float
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One refresh, copied out of the monitor: safe to read while the next refresh runs."""
+
+    t_ns: int
+    host: str
+    run: dict[str, Any] | None
+    stage: dict[str, Any]
+    progress: dict[str, Any]
+    gate: dict[str, Any] | None
+    sensors: list[dict[str, Any]]  # the active run's sensors, with their value now
+    energy_domains: dict[str, str]  # domain -> the sensor the per-API estimate uses
+    calls: dict[str, Any]
+    apis: list[ApiStats]  # by time in calls, most first
+    energy: list[Energy]  # every sensor the server has read, runs past included
+    notes: list[str]
+
+
+class RunView:
+    """The active run as the live view shows it: calls per API so far, the latest call, and the
+    running per-API energy estimate."""
+
+    def __init__(self, store: Store, run_id: int) -> None:
+        self.run_id = run_id
+        first = store.db.execute(
+            "SELECT min(rowid) FROM events WHERE run_id=?", (run_id,)
+        ).fetchone()[0]
+        self.cursor = (first - 1) if first is not None else _max_rowid(store, "events")
+        self.sites: dict[int, str] = {}  # site id -> API
+        self.apis: dict[str, ApiStats] = {}
+        self.last_call: dict[str, Any] | None = None
+        self.total_calls = 0
+        self.threads: dict[tuple[int, int], int] = {}
+        self.pending = np.zeros((0, 4), np.int64)  # t0, t1, thread, api index: not yet settled
+        self.api_index: dict[str, int] = {}
+        self.attributed_ns: int | None = None
+        self.outside_J: dict[str, float] = {}  # above idle with no call active: domain -> J
+        self.notes: list[str] = []  # what the estimate cannot do, as of its last step
+        self.details: dict[str, Any] = {}
+        self.sensor_names: set[str] = set()
+        self.row: dict[str, Any] = {}
+
+    def update(self, store: Store, now: int, tracks: dict[str, Track]) -> list[str]:
+        """Read what is new for this run; returns notes on what the estimate could not do."""
+        self.row = _run_row(store, self.run_id)
+        names = {r[0] for r in store.db.execute(
+            "SELECT name FROM sensors WHERE run_id=?", (self.run_id,))}
+        if names != self.sensor_names:
+            self.sensor_names = names
+            self.details = store.result(self.run_id, "sensors") or {}
+        limit = (now - int(SETTLE_S * 1e9)) // BIN_NS * BIN_NS
+        if self.attributed_ns is None:  # a run first seen late: its last HISTORY_S at most
+            start = self.row.get("t_start_ns") or limit
+            self.attributed_ns = max(start // BIN_NS * BIN_NS, limit - int(HISTORY_S * 1e9))
+        self._read_events(store)
+        self._attribute(limit, tracks)
+        return self.notes
+
+    def _read_events(self, store: Store) -> None:
+        top = _max_rowid(store, "events")
+        if top <= self.cursor:
+            return
+        span = (self.cursor, top, self.run_id)
+        grouped = store.db.execute(  # `+run_id`: scan the new rowids, not the run's index
+            "SELECT site_id, count(*), sum(t_end_ns - t_start_ns) FROM events "
+            "WHERE rowid > ? AND rowid <= ? AND +run_id = ? GROUP BY site_id", span,
+        ).fetchall()
+        self._learn_sites(store, {r[0] for r in grouped})
+        for site_id, count, ns in grouped:
+            stats = self._api(self.sites[site_id])
+            stats.calls += count
+            stats.seconds += (ns or 0) / 1e9
+            self.total_calls += count
+        last = store.db.execute(
+            "SELECT site_id, t_start_ns, t_end_ns, status FROM events WHERE rowid > ? "
+            "AND rowid <= ? AND +run_id = ? ORDER BY rowid DESC LIMIT 1", span,
+        ).fetchone()
+        if last is not None:
+            self.last_call = {"api": self.sites[last[0]], "t_start_ns": last[1],
+                              "t_end_ns": last[2], "raised": bool(last[3])}
+        rows = store.db.execute(
+            "SELECT t_start_ns, t_end_ns, pid, tid, site_id FROM events WHERE rowid > ? "
+            "AND rowid <= ? AND +run_id = ? AND t_end_ns > ?", (*span, self.attributed_ns),
+        ).fetchall()
+        if rows:
+            fresh = np.array([
+                (t0, t1, self.threads.setdefault((pid, tid), len(self.threads)),
+                 self.api_index[self.sites[site]])
+                for t0, t1, pid, tid, site in rows
+            ], dtype=np.int64)
+            self.pending = np.concatenate((self.pending, fresh))
+        self.cursor = top
+
+    def _learn_sites(self, store: Store, ids: set[int]) -> None:
+        missing = ids - self.sites.keys()
+        if missing:
+            for site_id, api in store.db.execute(
+                "SELECT id, api FROM sites WHERE run_id=?", (self.run_id,)
+            ):
+                self.sites[site_id] = api
+                self._api(api)
+
+    def _api(self, name: str) -> ApiStats:
+        stats = self.apis.get(name)
+        if stats is None:
+            stats = self.apis[name] = ApiStats(name)
+            self.api_index[name] = len(self.api_index)
+        return stats
+
+    def energy_sensors(self, tracks: dict[str, Track]) -> dict[str, Track]:
+        """The sensor the estimate uses per energy domain, among this run's sensors."""
+        rows = [{"name": t.name, "domain": t.domain, "kind": t.kind, "provenance": t.provenance}
+                for n, t in tracks.items() if n in self.sensor_names]
+        return {domain: tracks[row["name"]]
+                for domain, row in choose_energy_sensors(rows, self.details)[0].items()}
+
+    def _attribute(self, limit: int, tracks: dict[str, Track]) -> None:
+        """Share the above-idle energy of every bin settled by `limit` among the calls active
+        in it."""
+        assert self.attributed_ns is not None
+        end = min(limit, self.row.get("t_end_ns") or limit)
+        end = max(self.attributed_ns, end // BIN_NS * BIN_NS)
+        if end <= self.attributed_ns:
+            return
+        edges = np.arange(self.attributed_ns, end + 1, BIN_NS, dtype=np.int64)
+        ev = self.pending
+        inside = (ev[:, 1] > edges[0]) & (ev[:, 0] < edges[-1])
+        t0 = np.clip(ev[inside, 0], edges[0], edges[-1])
+        t1 = np.clip(ev[inside, 1], edges[0], edges[-1])
+        parent, _ = at.nesting(t0, t1, ev[inside, 2])
+        ngroups = max(len(self.api_index), 1)
+        leaf = at.leaf_time(edges, t0, t1, ev[inside, 3], parent, ngroups)
+        busy = leaf.sum(axis=1)
+        share = np.divide(leaf, busy[:, None], out=np.zeros_like(leaf), where=busy[:, None] > 0)
+        idle = self.row.get("idle") or {}
+        notes = []
+        for domain, track in self.energy_sensors(tracks).items():
+            idle_w = idle.get(track.name)
+            if idle_w is None:
+                notes.append(f"{track.name}: no idle baseline, so no per-API energy estimate")
+                continue
+            energy, seconds = track.bin_energy(edges)
+            above = np.maximum(energy - float(idle_w) * seconds, 0.0)  # a counter never shrinks
+            per_api = above @ share
+            for name, k in self.api_index.items():
+                if (joules := per_api[k]) > 0:
+                    stats = self.apis[name]
+                    stats.energy_J[domain] = stats.energy_J.get(domain, 0.0) + float(joules)
+            self.outside_J[domain] = self.outside_J.get(domain, 0.0) + float(above[busy <= 0].sum())
+        self.pending = ev[ev[:, 1] > edges[-1]]
+        self.attributed_ns = int(edges[-1])
+        self.notes = notes
+
+
+class Monitor:
+    """The live state of one server, refreshed on demand (thread-safe, rate-limited)."""
+
+    def __init__(
+        self, db: Callable[[], Store], recording: Callable[[], list[int]],
+        activity: Callable[[int], dict[str, Any]], host: str,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        """`db()` is the calling thread's store; `recording()` the runs now recording;
+        `activity(run)` what the server is doing for a run (idle, gate, tail) and its last gate."""
+        self._db, self._recording, self._activity = db, recording, activity
+        self.host = host
+        self._clock = clock
+        self._lock = threading.Lock()
+        store = db()
+        self._cursor = _max_rowid(store, "samples")  # energy counts from the server's start
+        self._sensor_max = _max_rowid(store, "sensors")
+        self._sensor_ids: dict[int, Track] = {}
+        self._tracks: dict[str, Track] = {}
+        self._seq = 0
+        self._run: RunView | None = None
+        self._snapshot: Snapshot | None = None
+        self._refreshed = 0
+        self.refreshes = 0  # how often the store was read: zero while nobody asks
+
+    def refresh(self) -> Snapshot:
+        """The state now (at most MIN_REFRESH_S old)."""
+        with self._lock:
+            now = self._clock()
+            if self._snapshot is None or now - self._refreshed >= MIN_REFRESH_S * 1e9:
+                store = self._db()
+                self._read_samples(store)
+                notes = self._follow_run(store, now)
+                self._snapshot = self._build(now, notes)
+                self._refreshed = now
+                self.refreshes += 1
+            return self._snapshot
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _read_samples(self, store: Store) -> None:
+        while True:
+            rows = store.db.execute(
+                "SELECT rowid, sensor_id, t_ns, value FROM samples WHERE rowid > ? "
+                "ORDER BY rowid LIMIT ?", (self._cursor, ROWS_PER_QUERY),
+            ).fetchall()
+            if not rows:
+                return
+            if any(r[1] not in self._sensor_ids for r in rows):
+                self._learn_sensors(store)
+            for _, sensor_id, t, value in rows:
+                track = self._sensor_ids.get(sensor_id)  # None: a sensor of a run before ours
+                if track is not None:
+                    track.add(t, value, self._next_seq)
+            self._cursor = rows[-1][0]
+            if len(rows) < ROWS_PER_QUERY:
+                return
+
+    def _learn_sensors(self, store: Store) -> None:
+        for row in store.db.execute(
+            "SELECT id, name, domain, unit, kind, provenance, model FROM sensors WHERE id > ? "
+            "ORDER BY id", (self._sensor_max,),
+        ):
+            sensor_id, name = row[0], row[1]
+            track = self._tracks.get(name)
+            if track is None:
+                track = self._tracks[name] = Track(*row[1:])
+            self._sensor_ids[sensor_id] = track
+            self._sensor_max = max(self._sensor_max, sensor_id)
+
+    def _follow_run(self, store: Store, now: int) -> list[str]:
+        recording = self._recording()
+        if recording and (self._run is None or self._run.run_id != max(recording)):
+            self._run = RunView(store, max(recording))
+        if self._run is None:
+            return []
+        return self._run.update(store, now, self._tracks)
+
+    def _build(self, now: int, notes: list[str]) -> Snapshot:
+        energy = [Energy(t.name, t.domain, t.provenance, t.model, t.energy_J)
+                  for t in self._tracks.values() if t.energetic]
+        view = self._run
+        calls = {"total": 0, "last": None, "outside_J": {}, "method": LIVE_METHOD,
+                 "settle_s": SETTLE_S}
+        if view is None:
+            return Snapshot(now, self.host, None, {"stage": "waiting"}, {}, None, [],
+                            {}, calls, [], energy, [])
+        calls.update(total=view.total_calls, last=view.last_call, outside_J=dict(view.outside_J))
+        row = view.row
+        activity = self._activity(view.run_id)
+        idle = row.get("idle") or {}
+        sensors = [
+            {"name": t.name, "domain": t.domain, "unit": t.unit, "kind": t.kind,
+             "provenance": t.provenance, "model": t.model, "now": t.now(now),
+             "averaging_s": (view.details.get(t.name) or {}).get("averaging_s"),
+             "idle_w": idle.get(t.name)}
+            for name, t in sorted(self._tracks.items()) if name in view.sensor_names
+        ]
+        apis = [ApiStats(a.api, a.calls, a.seconds, dict(a.energy_J)) for a in view.apis.values()]
+        return Snapshot(
+            t_ns=now, host=self.host,
+            run={k: row.get(k) for k in ("id", "kind", "program", "argv", "level", "status",
+                                         "exit_code", "t_start_ns", "t_end_ns", "created_unix")},
+            stage=_stage(row, row["repetitions"], activity, now),
+            progress=_progress(row, row["repetitions"]),
+            gate=activity.get("gate"),
+            sensors=sensors,
+            energy_domains={d: t.name for d, t in view.energy_sensors(self._tracks).items()},
+            calls=calls,
+            apis=sorted(apis, key=lambda a: -a.seconds),
+            energy=energy,
+            notes=notes,
+        )
+
+    def history(
+        self, names: list[str], since_seq: int, t0_ns: int
+    ) -> tuple[dict[str, list[tuple[float, float]]], int]:
+        """The binned points of these sensors closed after `since_seq` and starting at or after
+        `t0_ns`, as (seconds since t0, value); and the seq they go up to (the next call's
+        `since_seq`: a refresh may have come between the snapshot and this call)."""
+        out: dict[str, list[tuple[float, float]]] = {}
+        with self._lock:
+            for name in names:
+                track = self._tracks.get(name)
+                if track is None:
+                    continue
+                points = []
+                for b in reversed(track.bins):
+                    if b.seq <= since_seq:
+                        break
+                    if b.start_ns >= t0_ns:
+                        points.append(((b.start_ns - t0_ns) / 1e9, b.value))
+                out[name] = points[::-1]
+            return out, self._seq
+
+
+def _max_rowid(store: Store, table: str) -> int:
+    return int(store.db.execute(f"SELECT coalesce(max(rowid), 0) FROM {table}").fetchone()[0])
+
+
+def _run_row(store: Store, run_id: int) -> dict[str, Any]:
+    """The run's own columns (not its manifest, which may be large) and its repetitions."""
+    row = store.db.execute(
+        "SELECT id, kind, program, argv, level, status, exit_code, settings, idle, t_start_ns, "
+        "t_end_ns, created_unix FROM runs WHERE id=?", (run_id,),
+    ).fetchone()
+    out = dict(row)
+    for key in ("argv", "settings", "idle"):
+        out[key] = json.loads(out[key])
+    out["repetitions"] = [
+        dict(r) for r in store.db.execute(
+            "SELECT rep, t_start_ns, t_end_ns, tail_end_ns, exit_code FROM repetitions "
+            "WHERE run_id=? ORDER BY rep", (run_id,))
+    ]
+    return out
+
+
+def _stage(
+    row: dict[str, Any], reps: list[dict[str, Any]], activity: dict[str, Any], now: int
+) -> dict[str, Any]:
+    """What the run is doing: idle baseline, gate, a repetition, its tail, or finished."""
+    if row.get("status") != "running":
+        return {"stage": row.get("status")}
+    current = activity.get("current")
+    if current:
+        return {**current, "for_s": (now - current["since_ns"]) / 1e9}
+    running = [r for r in reps if r["t_start_ns"] is not None and r["t_end_ns"] is None]
+    if running:
+        r = running[-1]
+        return {"stage": "run", "rep": r["rep"], "for_s": (now - r["t_start_ns"]) / 1e9}
+    return {"stage": "between"}
+
+
+def _progress(row: dict[str, Any], reps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Repetitions done of those planned (the run's `repeat` setting, where it has one)."""
+    total = (row.get("settings") or {}).get("repeat")
+    done = sum(1 for r in reps if r["t_end_ns"] is not None)
+    return {"done": done, "total": total if isinstance(total, int) else None,
+            "started": len(reps)}

@@ -1,0 +1,244 @@
+/* The live view: listens to the measurement server's Server-Sent Events (live/stream) and keeps
+ * the page current. Charts are the report's (FecomCharts); every string from the measured
+ * program is set with textContent, never parsed as HTML.
+ */
+(function () {
+  "use strict";
+
+  const fmt = FecomCharts.fmt;
+  const WINDOW_S = 120;
+  const buffers = {};  // sensor -> {t: [...], v: [...]}: the chart points of the last WINDOW_S
+  let updates = 0;
+
+  function el(id) { return document.getElementById(id); }
+
+  function make(tag, cls, parent, text) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined) e.textContent = text;
+    if (parent) parent.appendChild(e);
+    return e;
+  }
+
+  function badge(parent, cls, text, title) {
+    const b = make("span", "badge " + cls, parent, text);
+    if (title) b.title = title;
+    return b;
+  }
+
+  function provenanceBadge(parent, s) {
+    return badge(parent, s.provenance === "measured" ? "measured" : "estimated",
+      s.provenance + (s.model ? " (" + s.model + ")" : ""), s.model || "");
+  }
+
+  // -- chart buffers ---------------------------------------------------------------------------
+
+  function keep(m) {
+    if (m.reset) for (const k in buffers) delete buffers[k];
+    for (const k in m.points) {
+      const b = buffers[k] || (buffers[k] = { t: [], v: [] });
+      for (const p of m.points[k]) { b.t.push(p[0]); b.v.push(p[1]); }
+      let cut = 0;
+      while (cut < b.t.length && b.t[cut] < m.t - WINDOW_S) cut++;
+      if (cut) { b.t.splice(0, cut); b.v.splice(0, cut); }
+    }
+  }
+
+  function drawChart(m) {
+    const power = m.power.filter((p) => buffers[p.key] && buffers[p.key].t.length).map((p) => {
+      const b = buffers[p.key];
+      // a step per bin: the edges are the bin starts and the last bin's end
+      return { key: p.key, label: p.label, color: p.color, idle: p.idle,
+               t: b.t.concat([b.t[b.t.length - 1] + m.bin_s]), v: b.v.slice() };
+    });
+    const memory = m.memory.filter((s) => !s.peak && buffers[s.key] && buffers[s.key].t.length)
+      .map((s) => ({ key: s.key, label: s.label, color: s.color,
+                     t: buffers[s.key].t.slice(), v: buffers[s.key].v.slice() }));
+    const hi = Math.max(m.t, 1);
+    FecomCharts.timeline(el("timeline"), {
+      series: power, memory: memory, range: [Math.max(0, hi - WINDOW_S), hi],
+      empty: m.run ? "no samples yet" : "no run is recording",
+    });
+  }
+
+  // -- header ----------------------------------------------------------------------------------
+
+  const STAGES = {
+    idle: (s) => "idle baseline (" + fmt(s.seconds, "s") + "), " + fmt(s.for_s, "s") + " in",
+    gate: (s) => "stability gate: waiting " + fmt(s.for_s, "s") + " (at most " +
+                 fmt(s.max_wait_s, "s") + ")",
+    tail: (s) => "tail after repetition " + s.rep + " (" + fmt(s.seconds, "s") + ")",
+    run: (s) => "repetition " + s.rep + " running for " + fmt(s.for_s, "s"),
+    between: () => "between repetitions",
+    waiting: () => "no run yet: start one with fecomlite run or fecomlite watch",
+    finished: () => "run finished",
+    failed: () => "run failed",
+    interrupted: () => "run interrupted",
+  };
+
+  function header(m) {
+    const run = m.run;
+    el("program").textContent = run ? (run.program || "(unnamed program)") : "fecomlite live view";
+    const sub = el("subtitle");
+    sub.replaceChildren();
+    if (run) {
+      make("span", "", sub, "run " + run.id + " · " + run.kind + " · " + run.level + " level · ");
+      badge(sub, run.status === "running" ? "ok" : run.status === "finished" ? "neutral" : "bad",
+        run.status);
+      make("span", "", sub, " · " + fmt(run.elapsed_s, "s") + " · host " + m.host);
+    } else {
+      make("span", "", sub, "host " + m.host + " · no run has recorded since the server started");
+    }
+    const stage = STAGES[m.stage.stage];
+    el("stage").textContent = stage ? stage(m.stage) : m.stage.stage;
+    el("stage").dataset.stage = m.stage.stage;
+    const p = m.progress || {};
+    const bar = el("progress");
+    bar.max = p.total || Math.max(p.started || 0, 1);
+    bar.value = p.done || 0;
+    el("progress-text").textContent = run ? (p.done || 0) + " of " +
+      (p.total || "?") + " done" + (p.started > p.done ? ", " + p.started + " started" : "") : "–";
+    gate(m);
+  }
+
+  function gate(m) {
+    const box = el("gate");
+    box.replaceChildren();
+    const g = m.gate;
+    if (m.stage.stage === "gate") {
+      badge(box, "neutral", "waiting");
+    } else if (!g) {
+      make("span", "muted", box, "not run yet");
+      box.dataset.state = "none";
+      return;
+    } else {
+      badge(box, g.passed ? "ok" : "bad", g.passed ? (g.gated ? "stable" : "not gated")
+        : "not stable");
+      make("span", "muted", box, " after " + fmt(g.waited_s, "s"));
+    }
+    box.dataset.state = m.stage.stage === "gate" ? "waiting" : g.passed ? "passed" : "failed";
+    if (g && g.reasons && g.reasons.length) {
+      const ul = make("ul", "reasons", box);
+      for (const r of g.reasons) make("li", "", ul, r);
+    }
+  }
+
+  // -- cards -----------------------------------------------------------------------------------
+
+  function card(parent, s, title, value, unit, extra) {
+    const c = make("div", "domain", parent);
+    c.style.setProperty("--c", s.color || "#888");
+    const name = make("div", "name", c, title + " ");
+    if (s.provenance) provenanceBadge(name, s);
+    const big = make("div", "big", c, fmt(value, unit));
+    big.dataset.key = s.key;
+    big.dataset.v = value === null || value === undefined ? "" : String(value);
+    if (extra) make("div", "what", c, extra);
+    return c;
+  }
+
+  function power(m) {
+    const box = el("power-cards");
+    box.replaceChildren();
+    if (!m.power.length) {
+      make("p", "muted", box, m.run ? "no energy sensor gave readings" : "");
+      return;
+    }
+    for (const p of m.power) {
+      card(box, p, p.label.replace(/ \(.*$/, ""), p.now, "W",
+        "idle baseline " + (p.idle === null || p.idle === undefined ? "not measured" : fmt(p.idle, "W")) +
+        " · " + p.key);
+    }
+  }
+
+  function memory(m) {
+    const box = el("memory-cards");
+    box.replaceChildren();
+    for (const s of m.memory) {
+      card(box, Object.assign({ provenance: null }, s), s.label, s.now, "B");
+    }
+  }
+
+  function listValues(id, items, unit, none, scale) {
+    const box = el(id);
+    box.replaceChildren();
+    if (!items.length) { make("span", "muted", box, none); return; }
+    items.forEach((s, i) => {
+      if (i) make("span", "", box, " · ");
+      const shown = s.now === null ? "–" : fmt(s.now * (scale || 1), unit);
+      const v = make("span", "", box, s.label + " " + shown);
+      v.dataset.key = s.key;
+      v.dataset.v = s.now === null ? "" : String(s.now);
+    });
+  }
+
+  // -- calls -----------------------------------------------------------------------------------
+
+  function calls(m) {
+    const c = m.calls;
+    const last = c.last;
+    el("call").textContent = last ? last.api + (last.raised ? " (raised)" : "") + " — ended " +
+      fmt(last.ago_s, "s") + " ago, took " + fmt(last.took_s, "s") : "—";
+    el("calls-total").textContent = c.total.toLocaleString("en") + " calls of " + c.apis + " APIs";
+    const head = el("apis-head");
+    head.replaceChildren();
+    make("th", "", head, "API");
+    make("th", "num", head, "calls");
+    make("th", "num", head, "time in calls");
+    for (const d of c.domains) {
+      const th = make("th", "num", head, d.label + " above idle ");
+      provenanceBadge(th, d);
+    }
+    const body = el("apis-table").tBodies[0];
+    body.replaceChildren();
+    for (const a of c.top) {
+      const tr = make("tr", "", body);
+      make("td", "api", tr, a.api);
+      make("td", "num", tr, a.calls.toLocaleString("en")).dataset.v = a.calls;
+      make("td", "num", tr, fmt(a.seconds, "s"));
+      for (const d of c.domains) {
+        const v = a.energy[d.domain];
+        make("td", "num", tr, v === undefined ? "–" : "≈ " + fmt(v, "J"));
+      }
+    }
+    el("apis-note").textContent = "Calls and time come from the probe's events as they arrive " +
+      "(a call is seen when it ends). Energy is a running estimate (" + c.method + "): each " +
+      "0.5 s step's energy above the idle baseline is shared by the calls active in it, once " +
+      c.settle_s + " s have passed; fecomlite report attributes the whole run afterwards.";
+  }
+
+  function notes(m) {
+    const list = el("notes");
+    list.replaceChildren();
+    for (const n of m.notes) make("li", "", list, n);
+    el("notes-card").hidden = !m.notes.length;
+  }
+
+  // -- the stream ------------------------------------------------------------------------------
+
+  function update(ev) {
+    const m = JSON.parse(ev.data);
+    updates += 1;
+    keep(m);
+    header(m);
+    power(m);
+    memory(m);
+    listValues("temperatures", m.temperatures, "°C", "no temperature sensor");
+    listValues("utilisation", m.utilisation, "%", "–", 0.01);  // sensors give percent
+    calls(m);
+    notes(m);
+    drawChart(m);
+    el("window-s").textContent = WINDOW_S;
+    document.body.dataset.updates = String(updates);
+    document.body.dataset.ready = "1";
+  }
+
+  const conn = el("conn");
+  const source = new EventSource("live/stream");
+  source.addEventListener("update", update);
+  source.addEventListener("open", () => { conn.className = "badge ok"; conn.textContent = "live"; });
+  source.addEventListener("error", () => {
+    conn.className = "badge bad";
+    conn.textContent = "reconnecting";
+  });
+})();
