@@ -3,36 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
-from fecomlite.server.client import live_client
 from fecomlite.store import Store
 
 FAST = ["--idle", "0.5", "--tail", "0.3", "--gate-max-wait", "2"]
 
 
-@pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory):
-    folder = tmp_path_factory.mktemp("fecomlite-home")
-    yield folder
-    client = live_client(folder)
-    if client is not None:
-        client.shutdown()
-
-
-def fecomlite(home: Path, cwd: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
-    env["COLUMNS"] = "200"
-    return subprocess.run(
-        [sys.executable, "-m", "fecomlite.cli", *args, "--home", str(home)],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
-    )
+def fecomlite_run(home: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_cli(cwd, "run", "--home", str(home), *args)
 
 
 def latest(home: Path) -> tuple[Store, int]:
@@ -43,7 +27,8 @@ def latest(home: Path) -> tuple[Store, int]:
 def api_counts(store: Store, run_id: int) -> dict[str, int]:
     rows = store.db.execute(
         "SELECT s.api, count(*) FROM events e JOIN sites s ON s.id = e.site_id "
-        "WHERE e.run_id=? GROUP BY s.api", (run_id,)
+        "WHERE e.run_id=? GROUP BY s.api",
+        (run_id,),
     )
     return dict(rows.fetchall())
 
@@ -68,8 +53,18 @@ def write(tmp_path: Path, name: str, body: str) -> Path:
 
 def test_method_level_run_stores_gates_baseline_calls_and_hyperparameters(home, tmp_path):
     script = write(tmp_path, "prog.py", NUMPY_SCRIPT.format(n=50, fail_at=-1))
-    result = fecomlite(home, tmp_path, "run", str(script), "--api", "numpy", "--repeat", "2",
-                       "--param", "learning_rate=0.1", *FAST)
+    result = fecomlite_run(
+        home,
+        tmp_path,
+        str(script),
+        "--api",
+        "numpy",
+        "--repeat",
+        "2",
+        "--param",
+        "learning_rate=0.1",
+        *FAST,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "numpy.matmul" in result.stdout and "estimated" in result.stdout
     store, run_id = latest(home)
@@ -91,7 +86,7 @@ def test_method_level_run_stores_gates_baseline_calls_and_hyperparameters(home, 
 
 def test_a_program_that_fails_keeps_its_measurements_up_to_the_failure(home, tmp_path):
     script = write(tmp_path, "fails.py", NUMPY_SCRIPT.format(n=50, fail_at=19))
-    result = fecomlite(home, tmp_path, "run", str(script), "--api", "numpy", "--repeat", "2", *FAST)
+    result = fecomlite_run(home, tmp_path, str(script), "--api", "numpy", "--repeat", "2", *FAST)
     assert result.returncode == 1
     assert "RuntimeError: halfway" in result.stdout
     store, run_id = latest(home)
@@ -123,7 +118,7 @@ KERAS_SCRIPT = """
 @pytest.mark.slow
 def test_keras_method_and_project_level(home, tmp_path):
     script = write(tmp_path, "keras_prog.py", KERAS_SCRIPT)
-    method = fecomlite(home, tmp_path, "run", str(script), "--repeat", "2", *FAST)
+    method = fecomlite_run(home, tmp_path, str(script), "--repeat", "2", *FAST)
     assert method.returncode == 0, method.stdout + method.stderr
     store, run_id = latest(home)
     run = store.run(run_id)
@@ -134,8 +129,9 @@ def test_keras_method_and_project_level(home, tmp_path):
     counts = api_counts(store, run_id)
     assert counts["keras.Sequential.fit"] == 2 and counts["keras.layers.Dense"] == 4
 
-    project = fecomlite(home, tmp_path, "run", str(script), "--level", "project", "--repeat", "2",
-                        *FAST)
+    project = fecomlite_run(
+        home, tmp_path, str(script), "--level", "project", "--repeat", "2", *FAST
+    )
     assert project.returncode == 0, project.stdout + project.stderr
     store, project_id = latest(home)
     assert store.run(project_id)["level"] == "project"
@@ -145,8 +141,18 @@ def test_keras_method_and_project_level(home, tmp_path):
 @pytest.mark.slow
 def test_datasize_run_fits_curves_against_input_bytes(home, tmp_path):
     script = write(tmp_path, "keras_prog.py", KERAS_SCRIPT)
-    result = fecomlite(home, tmp_path, "run", str(script), "--repeat", "1", "--datasize",
-                       "keras.Sequential.fit", "--fractions", "0.25,0.5,1", *FAST)
+    result = fecomlite_run(
+        home,
+        tmp_path,
+        str(script),
+        "--repeat",
+        "1",
+        "--datasize",
+        "keras.Sequential.fit",
+        "--fractions",
+        "0.25,0.5,1",
+        *FAST,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     store = Store(home / "store.sqlite", create=False)
     parent = max(r["id"] for r in store.runs() if r["kind"] == "instrumented")

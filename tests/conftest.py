@@ -1,0 +1,36 @@
+"""Shared fixtures: a fecomlite home whose measurement server is shut down after the module."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fecomlite.server.client import live_client
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory):
+    """A fresh FECOMLITE_HOME; `fecomlite run` starts its server there, and it is stopped after."""
+    folder = tmp_path_factory.mktemp("fecomlite-home")
+    yield folder
+    client = live_client(folder)
+    if client is not None:
+        client.shutdown()
+
+
+def run_cli(cwd: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    """`fecomlite ARGS` as a user runs it: a new process, no FECOMLITE_ variables inherited."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
+    env["COLUMNS"] = "200"
+    return subprocess.run(
+        [sys.executable, "-m", "fecomlite.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
