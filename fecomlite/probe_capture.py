@@ -160,8 +160,8 @@ def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -
 def _learning_rate(optimizer: Any) -> float | None:
     for attr in ("learning_rate", "lr"):
         value = getattr(optimizer, attr, None)
-        if value is not None:
-            return safely(float, value)
+        if value is not None:  # often a float32: 7 significant digits are all it holds
+            return safely(lambda v: float(f"{float(v):.7g}"), value)
     groups = getattr(optimizer, "param_groups", None)
     return float(groups[0]["lr"]) if groups else None
 

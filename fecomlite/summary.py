@@ -19,7 +19,7 @@ def summary_table(analysis: RunAnalysis, top: int = 10) -> Table:
         f"{len(analysis.repetitions)} repetitions, {run['status']})",
         title_justify="left",
     )
-    table.add_column("API")
+    table.add_column("API", overflow="fold")
     table.add_column("calls", justify="right")
     table.add_column("time", justify="right")
     for domain in analysis.domains:
