@@ -17,6 +17,7 @@ import numpy as np
 
 from fecomlite.analysis import RunAnalysis, analyse_run, mean_ci95
 from fecomlite.report import tables, units
+from fecomlite.report.model_section import model_section
 from fecomlite.report.palette import SERIES_COLORS, domain_color, domain_name
 from fecomlite.report.timeline import TimelineBuilder
 from fecomlite.sensors.estimate import MODELS
@@ -63,6 +64,9 @@ def build_report(store: Store, run_id: int, method: str = "auto",
     ds = _datasize(datasize)
     if ds:
         charts.update(ds["charts"])
+    model = model_section(store, a)
+    if model:
+        charts.update(model.charts)
     context = {
         "title": f"{_program_name(a.run)} — run {run_id}",
         "generated": _when(time.time()),
@@ -79,6 +83,7 @@ def build_report(store: Store, run_id: int, method: str = "auto",
         "intensities": _intensities(a),
         "levels": levels,
         "datasize": ds,
+        "model": model.context if model else None,
         "tails": [{"key": f"tail-{i}", "title": c["title"]} for i, c in enumerate(tails)],
         "notes": a.notes,
         "method": a.method,

@@ -6,7 +6,9 @@
  *   FecomCharts.timeline(host, {series, memory, lanes, marks, range})
  *                                                             power, memory and call spans over time
  *   FecomCharts.scatter(host, {series, points, xUnit, yUnit}) log-log points
- *   FecomCharts.lines(host, {series, xUnit, yUnit})           x-y lines and markers
+ *   FecomCharts.lines(host, {series, xUnit, yUnit, xLog, yLog, vlines})
+ *                                                             x-y lines and markers; optional log
+ *                                                             axes and labelled vertical lines {x, label}
  *   FecomCharts.fmt(value, unit)                              the report's number format
  *
  * Each returns {draw()}; charts redraw themselves when their host is resized.
@@ -656,7 +658,12 @@
 
   function lines(host, data) {
     frame(host, "fc-lines");
-    const series = (data.series || []).filter((s) => s.points && s.points.length);
+    const xLog = !!data.xLog, yLog = !!data.yLog;
+    // A log axis cannot place zero or less: such points are left out.
+    const series = (data.series || []).map((s) => Object.assign({}, s, {
+      points: (s.points || []).filter((p) => (!xLog || p[0] > 0) && (!yLog || p[1] > 0)),
+    })).filter((s) => s.points.length);
+    const vlines = (data.vlines || []).filter((v) => isFinite(v.x) && (!xLog || v.x > 0));
     if (!series.length) return empty(host, data.empty || "nothing to show");
     legend(host, series);
     const wrap = htmlEl("div", "fc-plot", host);
@@ -667,17 +674,40 @@
       const W = Math.max(280, wrap.clientWidth || host.clientWidth || 480), H = data.height || 220;
       const left = 72, right = 16, top = 26, bottom = 40;
       const svg = svgEl("svg", { width: W, height: H, class: "fc-svg" }, wrap);
-      let x0 = Infinity, x1 = -Infinity, y0 = data.yZero === false ? Infinity : 0, y1 = -Infinity;
+      let x0 = Infinity, x1 = -Infinity, y0 = data.yZero === false || yLog ? Infinity : 0, y1 = -Infinity;
       for (const s of series) for (const [x, y] of s.points) {
         x0 = Math.min(x0, x); x1 = Math.max(x1, x); y0 = Math.min(y0, y); y1 = Math.max(y1, y);
       }
-      if (!(x1 > x0)) { x1 = x0 + 1; }
-      if (!(y1 > y0)) { y1 = y0 + 1; }
-      y1 += (y1 - y0) * 0.08;
-      const xs = linear(x0, x1, left, W - right), ys = linear(y0, y1, H - bottom, top);
+      for (const v of vlines) { x0 = Math.min(x0, v.x); x1 = Math.max(x1, v.x); }
+      let xs, ys, xt, yt;
+      if (xLog) {
+        [x0, x1] = range([x0, x1]);
+        xs = logScale(x0, x1, left, W - right);
+        xt = logTicks(x0, x1);
+      } else {
+        if (!(x1 > x0)) { x1 = x0 + 1; }
+        xs = linear(x0, x1, left, W - right);
+        xt = ticks(x0, x1, Math.max(2, Math.floor((W - left) / 100)));
+      }
+      if (yLog) {
+        [y0, y1] = range([y0, y1]);
+        ys = logScale(y0, y1, H - bottom, top);
+        yt = logTicks(y0, y1);
+      } else {
+        if (!(y1 > y0)) { y1 = y0 + 1; }
+        y1 += (y1 - y0) * 0.08;
+        ys = linear(y0, y1, H - bottom, top);
+        yt = ticks(y0, y1, 4);
+      }
       const g = svgEl("g", {}, svg);
-      yAxis(g, ys, ticks(y0, y1, 4), left, data.yUnit, W - left - right);
-      xAxis(g, xs, ticks(x0, x1, Math.max(2, Math.floor((W - left) / 100))), H - bottom, data.xUnit, left, W - right);
+      yAxis(g, ys, yt, left, data.yUnit, W - left - right, yLog);
+      xAxis(g, xs, xt, H - bottom, data.xUnit, left, W - right, xLog);
+      for (const v of vlines) {
+        const x = xs(v.x);
+        svgEl("line", { x1: x, x2: x, y1: top, y2: H - bottom, stroke: "#57606a",
+                        "stroke-dasharray": "4 3", class: "fc-vline" }, g);
+        svgText(g, x + 3, top + 10, v.label, { class: "fc-tick fc-vline-label" });
+      }
       svgText(g, (left + W - right) / 2, H - 4, data.xLabel || "", { class: "fc-axis-label", "text-anchor": "middle" });
       svgText(g, 4, 11, data.yLabel || "", { class: "fc-axis-label" });
       for (const s of series) {
