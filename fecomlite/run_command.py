@@ -223,3 +223,5 @@ def _summarise(client: ServerClient, outcome: RunOutcome) -> None:
         f"run [bold]{outcome.run_id}[/] stored in [bold]{client.store_path}[/]; "
         f"`fecomlite report {outcome.run_id}` renders it."
     )
+    if outcome.logs:
+        console.print(f"the program's output: {outcome.logs[0].parent}/rep-N.log")
