@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from fecomlite.attribute_command import attribute_command
+from fecomlite.ingest_command import ingest_command
 from fecomlite.instrument.command import instrument_command
 from fecomlite.model.command import model_app, sweep_command
 from fecomlite.report.command import report_command
@@ -24,6 +25,7 @@ app.command("run")(run_command)
 app.command("report")(report_command)
 app.command("attribute")(attribute_command)
 app.command("server")(server_command)
+app.command("ingest")(ingest_command)
 app.command("watch")(watch_command)
 app.command("sweep")(sweep_command)
 app.add_typer(model_app, name="model")

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from fecomlite import datasize as datasize_analysis
 from fecomlite.calibration import run_calibration
 from fecomlite.experiment import Program, RunOutcome, prepare_program, run_experiment
-from fecomlite.server.client import ServerClient, ensure_server
+from fecomlite.server.client import ServerClient, ServerError, ensure_server
 from fecomlite.settings import RunSettings, SettingsError, find_project_config, resolve
 from fecomlite.store import Store, default_home
 
@@ -138,14 +138,22 @@ def _measure(
             )
 
         log_dir = home / "logs" / f"{program.original.stem}-{_stamp()}"
-        outcome = run_experiment(
-            client,
-            program,
-            settings,
-            log_dir=log_dir,
-            on_progress=on_progress,
-            **options,
-        )
+        try:
+            outcome = run_experiment(
+                client,
+                program,
+                settings,
+                log_dir=log_dir,
+                on_progress=on_progress,
+                **options,
+            )
+        except ServerError as exc:
+            console.print(
+                f"[red]the measurement server stopped answering[/] ({exc}). What it stored is "
+                f"kept in {client.store_path}; the program's events since are in "
+                f"{log_dir}/*.spool: `fecomlite ingest {log_dir}/*.spool` adds them."
+            )
+            raise typer.Exit(3) from exc
         progress.update(task, completed=len(outcome.repetitions), description="repetitions")
     if outcome.status == "failed":
         console.print(

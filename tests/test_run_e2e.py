@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -164,3 +168,41 @@ def test_datasize_run_fits_curves_against_input_bytes(home, tmp_path):
     assert sizes[0] < sizes[1] < sizes[2] and sizes[2] == 512 * 16 * 4 + 512 * 4
     assert "linear" in datasize["fits"]["seconds"]
     print(json.dumps(datasize["fits"], indent=1))
+
+
+def test_a_killed_server_loses_nothing_the_program_measured(home, tmp_path):
+    """The program runs on when the server dies; its events wait in a spool for `ingest`."""
+    script = write(tmp_path, "slow.py", """
+        import time
+        import numpy as np
+
+        a = np.ones((8, 8))
+        for i in range(40):
+            np.matmul(a, a)
+            time.sleep(0.05)
+        print("finished")
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fecomlite.cli", "run", "--home", str(home), str(script),
+         "--api", "numpy", "--repeat", "1", "--no-gate", "--idle", "0.2", "--tail", "0.2"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not list((home / "logs").glob("slow-*/rep-1.log")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # the program is running and has posted a batch or two
+    server_pid = json.loads((home / "server.json").read_text())["pid"]
+    os.kill(server_pid, signal.SIGKILL)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 3, output
+    assert "stopped answering" in output
+    log_dir = next((home / "logs").glob("slow-*"))
+    assert (log_dir / "rep-1.log").read_text().strip() == "finished"
+    spools = list(log_dir.glob("*.spool"))
+    assert spools, "the probe spooled nothing after the server died"
+    ingest = run_cli(tmp_path, "ingest", "--home", str(home), *map(str, spools))
+    assert ingest.returncode == 0, ingest.stdout + ingest.stderr
+    store, run_id = latest(home)
+    assert api_counts(store, run_id)["numpy.matmul"] == 40  # posted before + spooled after
+    assert not any(log_dir.glob("*.spool"))
