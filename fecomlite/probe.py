@@ -127,6 +127,8 @@ def _sized_call(site: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any
     t1 = _now()
     out_bytes = _capture.safely(_capture.nbytes_of, (result,), {}, default=-1)
     _record(site, t0, t1, 0, in_bytes, out_bytes)
+    if site not in _slow_counts:  # the first sized call since the last resample: shapes too
+        _capture.record_shapes(_sender, site, fn, args, kwargs, result)
     if handler is not None:
         _capture.safely(handler.after, fn, args, kwargs, result)
     _count_slow(site)

@@ -53,6 +53,98 @@ def nbytes_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
     return total
 
 
+MAX_SHAPED_ARGS = 8  # arguments (and result items) whose shapes are recorded
+_LAYER_SHAPES = ("weight", "kernel", "embeddings", "bias")  # tensors: torch, Keras, Keras, both
+_LAYER_FACTS = ("kernel_size", "stride", "strides", "padding", "data_format", "use_bias")
+
+
+def shape_of(value: Any) -> dict[str, Any] | None:
+    """{"shape", "dtype", "itemsize"} of one tensor or array, None for anything else."""
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is None or dtype is None or isinstance(value, type):
+        return None
+    dims = [d if isinstance(d, int) or d is None else getattr(d, "value", d) for d in shape]
+    if not all(d is None or isinstance(d, int) for d in dims):
+        return None
+    name, itemsize = _dtype_facts(dtype)
+    return {"shape": dims, "dtype": name, "itemsize": itemsize}
+
+
+_dtype_cache: dict[Any, tuple[str, int | None]] = {}
+
+
+def _dtype_facts(dtype: Any) -> tuple[str, int | None]:
+    """(name, bytes per item) of a numpy, torch or TensorFlow dtype; cached, since a dtype's
+    `name` is computed anew on each access and a program uses only a handful of dtypes."""
+    facts = _dtype_cache.get(dtype)
+    if facts is None:
+        name = getattr(dtype, "name", None) or str(dtype).removeprefix("torch.")
+        itemsize = getattr(dtype, "itemsize", None) or getattr(dtype, "size", None)
+        facts = (str(name), itemsize if isinstance(itemsize, int) else None)
+        _dtype_cache[dtype] = facts
+    return facts
+
+
+def _shapes(values: Any) -> list[dict[str, Any] | None]:
+    return [shape_of(v) for v in list(values)[:MAX_SHAPED_ARGS]]
+
+
+def _layer_facts(owner: Any) -> dict[str, Any]:
+    """Weight shapes and the hyperparameters a FLOP count needs, of a layer or module."""
+    facts: dict[str, Any] = {}
+    torch_parameters = getattr(owner, "_parameters", None)
+    if isinstance(torch_parameters, dict):  # a torch module: a missing attribute is costly there
+        tensors, attrs = torch_parameters, getattr(owner, "__dict__", {})
+    else:
+        tensors = attrs = {name: getattr(owner, name, None)
+                           for name in (*_LAYER_SHAPES, *_LAYER_FACTS)}
+    for name in _LAYER_SHAPES:
+        shape = shape_of(tensors.get(name))
+        if shape is not None:
+            facts[name] = shape
+    if not facts:
+        return facts
+    for name in _LAYER_FACTS:
+        value = attrs.get(name)
+        if isinstance(value, (bool, int, str)):
+            facts[name] = value
+        elif isinstance(value, (tuple, list)) and all(isinstance(v, int) for v in value):
+            facts[name] = list(value)
+    return facts
+
+
+def call_shapes(
+    fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any
+) -> dict[str, Any]:
+    """What the energy model needs to price a call: argument and result shapes and, for a
+    layer/module or a tensor method, the layer's weights or the tensor the method is bound to."""
+    shapes: dict[str, Any] = {
+        "args": _shapes(args),
+        "result": _shapes(result) if isinstance(result, (tuple, list)) else [shape_of(result)],
+    }
+    named = {k: shape_of(v) for k, v in list(kwargs.items())[:MAX_SHAPED_ARGS]}
+    if any(named.values()):
+        shapes["kwargs"] = {k: v for k, v in named.items() if v is not None}
+    owner = getattr(fn, "__self__", fn)
+    bound = shape_of(owner)
+    if bound is not None:
+        shapes["self"] = bound
+    else:
+        weights = _layer_facts(owner)
+        if weights:
+            shapes["weights"] = weights
+    return shapes
+
+
+def record_shapes(
+    sink: Any, site: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any
+) -> None:
+    """Hand a sized call's shapes to the sender (`Sender.add_shapes`); never raises."""
+    shapes = safely(call_shapes, fn, args, kwargs, result)
+    if shapes is not None:
+        safely(sink.add_shapes, site, shapes)
+
+
 _sync_functions: list[Callable[[], Any]] | None = None
 
 

@@ -28,7 +28,10 @@ class Sender:
     def __init__(self, config: Any) -> None:
         self.config = config
         self.hyperparams: dict[str, Any] = {}
+        self.shapes: dict[str, Any] = {}  # site -> shapes of its latest sized call, not yet sent
+        self._sent_shapes: dict[str, Any] = {}
         self._lock = threading.Lock()
+        self._shapes_lock = threading.Lock()  # held for a dict update only: on the user's thread
         self._conn: http.client.HTTPConnection | None = None
         self._down_until = 0.0
         url = urlsplit(config.url) if config.url else None
@@ -40,16 +43,31 @@ class Sender:
         with self._lock:
             self.hyperparams.update(params)
 
+    def add_shapes(self, site: str, shapes: dict[str, Any]) -> None:
+        """A sized call's shapes (`probe_capture.call_shapes`); sent once unless they change."""
+        if self._sent_shapes.get(site) != shapes:
+            with self._shapes_lock:
+                self.shapes[site] = shapes
+
+    def _take_shapes(self) -> dict[str, Any]:
+        with self._shapes_lock:
+            shapes, self.shapes = self.shapes, {}
+        self._sent_shapes.update(shapes)
+        return shapes
+
     def send(self, drain: Callable[[], tuple[Any, ...]]) -> None:
         """Drain the probe's buffer and send it as one batch (docs/internals.md §2)."""
         with self._lock:
             names, *columns = drain()
-            if not names and not self.hyperparams:
+            shapes = self._take_shapes()
+            if not names and not self.hyperparams and not shapes:
                 return
             meta: dict[str, Any] = {"rep": self.config.rep, "pid": os.getpid()}
             if self.hyperparams:
                 meta["hyperparams"] = self.hyperparams
                 self.hyperparams = {}
+            if shapes:
+                meta["shapes"] = shapes
             if self._host and self._post(batch_codec.encode(meta, names, tuple(columns))):
                 return
             if self.config.run:

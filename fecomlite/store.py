@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 1
+MAX_SHAPE_VARIANTS = 8  # distinct argument shapes kept per call site
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -323,7 +324,19 @@ class Store:
             )
             if header.get("hyperparams"):
                 self._merge_hyperparams(run_id, header["hyperparams"])
+            if isinstance(header.get("shapes"), dict) and header["shapes"]:
+                self._merge_shapes(run_id, header["shapes"])
         return len(in_bytes)
+
+    def _merge_shapes(self, run_id: int, shapes: dict[str, Any]) -> None:
+        """Result "shapes": {site: [distinct shape records, first seen first]}; a site whose
+        shapes vary keeps up to MAX_SHAPE_VARIANTS of them, so the report can say so."""
+        merged: dict[str, list[Any]] = self.result(run_id, "shapes") or {}
+        for site, record in shapes.items():
+            seen = merged.setdefault(site, [])
+            if record not in seen and len(seen) < MAX_SHAPE_VARIANTS:
+                seen.append(record)
+        self.put_result(run_id, "shapes", merged)
 
     # -- results ------------------------------------------------------------------------------
 

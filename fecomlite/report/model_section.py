@@ -5,9 +5,10 @@ coefficients with standard errors, R² and cross-validated error beside the naiv
 per FLOP against working-set size with the cache breakpoints, and measured against fitted energy.
 Any other run's report uses the latest fitted model in the same store (a configuration run's own
 sweep's first) and shows measured against predicted only where the features are known: a
-configuration run knows its network, so its training region can be predicted; a framework call
-records only bytes in and out, not layer shapes, so its API is listed as not predictable rather
-than given an invented figure. Predictions are always `estimated`, with the model named.
+configuration run knows its network, so its training region can be predicted; a framework call is
+predicted per call from the shapes the probe recorded at its sites (result "shapes"), and an API
+without recorded shapes is listed as not predictable rather than given an invented figure.
+Predictions are always `estimated`, with the model named.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from typing import Any
 from fecomlite.analysis import RunAnalysis
 from fecomlite.model.cache import MemoryHierarchy
 from fecomlite.model.command import MODEL_RESULT
-from fecomlite.model.features import api_kind, training_step
+from fecomlite.model.features import FeatureError, api_kind, training_step
 from fecomlite.model.fit import EnergyModels, FitError, LinearFit, target_energy
 from fecomlite.model.network import ConfigError, NetworkConfig
-from fecomlite.model.predict import predict
+from fecomlite.model.predict import predict, predict_call
+from fecomlite.model.recorded_shapes import features_from_shapes
 from fecomlite.model.sweep import CONFIG_KIND, REGION_SITE, SWEEP_KIND, measured_columns
 from fecomlite.report import units
 from fecomlite.report.palette import SERIES_COLORS
@@ -204,15 +206,99 @@ def run_section(store: Store, analysis: RunAnalysis) -> ModelSection | None:
         row, note = training_row(store, run, models, sweep_id)
         rows += [row] if row else []
         notes += [note] if note else []
-    unpredictable = [{"api": a["api"], "kind": api_kind(a["api"]), "calls": a.get("calls"),
-                      "why": NO_SHAPES}
-                     for a in analysis.apis if api_kind(a["api"]) is not None]
-    if not rows and not unpredictable and not notes:
+    shapes = store.result(int(run["id"]), "shapes") or {}
+    api_rows: list[dict[str, Any]] = []
+    unpredictable: list[dict[str, Any]] = []
+    for api in analysis.apis:
+        if api_kind(api["api"]) is None:
+            continue
+        row, why = api_row(api, analysis.sites, shapes, models)
+        if row is not None:
+            api_rows.append(row)
+        else:
+            unpredictable.append({"api": api["api"], "kind": api_kind(api["api"]),
+                                  "calls": api.get("calls"), "why": why})
+    if not rows and not api_rows and not unpredictable and not notes:
         return None
     context = {"kind": "run", "sweep_id": sweep_id, **_about(models), "rows": rows,
-               "unpredictable": unpredictable, "notes": notes,
+               "api_rows": api_rows, "unpredictable": unpredictable, "notes": notes,
+               "run_provenance": _run_provenance(analysis, models),
                "confidence": units.percent(CONFIDENCE)}
     return ModelSection(context, {})
+
+
+def api_row(
+    api: dict[str, Any], sites: list[dict[str, Any]], shapes: dict[str, list[dict[str, Any]]],
+    models: EnergyModels,
+) -> tuple[dict[str, Any] | None, str]:
+    """(row, "") measured against predicted energy per call of one API, or (None, why not).
+
+    Each site with recorded shapes is priced at its own mean call time; the API's prediction is
+    the call-weighted mean over those sites (its bounds too: the model's parameter error is
+    shared by every site). A site whose shapes varied is priced at the mean over its variants."""
+    mine = [s for s in sites if s.get("api") == api["api"] and s.get("calls")]
+    shaped = [s for s in mine if shapes.get(s.get("key"))]
+    if not shaped:
+        return None, NO_SHAPES
+    measured = _per_call_energy(api, models)
+    if measured is None:
+        return None, f"this run has no {models.domain} energy to compare with the model"
+    hierarchy = MemoryHierarchy.from_json(models.hierarchy)
+    sums = [0.0, 0.0, 0.0]
+    calls = 0
+    notes: list[str] = []
+    for site in shaped:
+        variants = shapes[site["key"]]
+        try:
+            priced = [predict_call(models, features_from_shapes(api["api"], v), hierarchy,
+                                   float(site["mean_time_s"]), CONFIDENCE) for v in variants]
+        except (FeatureError, FitError) as exc:
+            return None, f"{site['key']}: {exc}"
+        if len(variants) > 1:
+            notes.append(f"{site['key']}: {len(variants)} different shapes seen; their "
+                         "predictions are averaged (calls per shape are not recorded)")
+        for i in range(3):
+            sums[i] += site["calls"] * statistics.fmean(p[i] for p in priced)
+        calls += site["calls"]
+    if calls < sum(s["calls"] for s in mine):
+        notes.append(f"predicted from {calls} of {sum(s['calls'] for s in mine)} calls: "
+                     "the other sites' shapes were not recorded")
+    mean, low, high = (v / calls for v in sums)
+    value, provenance = measured
+    return {
+        "what": api["api"], "calls": api.get("calls"), "sites": len(shaped),
+        "measured": units.scaled(value, "J"), "measured_provenance": provenance,
+        "predicted": units.scaled(mean, "J"),
+        "interval": f"{units.scaled(low, 'J')} – {units.scaled(high, 'J')}",
+        "ratio": units.sig3(value / mean) if mean > 0 else "–",
+        "inside": low <= value <= high, "measured_J": value, "predicted_J": mean,
+        "low_J": low, "high_J": high, "notes": notes,
+    }, ""
+
+
+def _per_call_energy(api: dict[str, Any], models: EnergyModels) -> tuple[float, str] | None:
+    """(mean energy per call over the model's domains, measured | estimated), as the model's
+    target counts it (above idle, or with the idle share), None without those domains."""
+    used = list(models.provenance.get("domains") or {})
+    energy = api.get("energy") or {}
+    if not used or not api.get("calls") or any(d not in energy for d in used):
+        return None
+    key = "total_J" if models.target == "total" else "above_idle_J"
+    value = sum(float(energy[d][key]) for d in used) / api["calls"]
+    kinds = {energy[d]["provenance"] for d in used}
+    return value, "measured" if kinds == {"measured"} else "estimated"
+
+
+def _run_provenance(analysis: RunAnalysis, models: EnergyModels) -> str:
+    """The run's energy in the model's domains: measured, or estimated with its models named."""
+    used = set(models.provenance.get("domains") or {})
+    mine = [d for d in analysis.domains if d.get("domain") in used]
+    if not mine:
+        return "none of the model's domains"
+    if all(d.get("provenance") == "measured" for d in mine):
+        return "measured"
+    named = sorted({str(d["model"]) for d in mine if d.get("model")})
+    return "estimated" + (f" (model {', '.join(named)})" if named else "")
 
 
 def training_row(
