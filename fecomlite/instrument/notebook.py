@@ -22,6 +22,7 @@ import tokenize
 from dataclasses import dataclass
 from typing import Any
 
+from fecomlite.instrument.exports import ProjectView
 from fecomlite.instrument.names import Roots
 from fecomlite.instrument.transform import (
     Rewrite,
@@ -58,7 +59,7 @@ class _Cell:
 
 
 def instrument_notebook(
-    text: str, relpath: str, roots: Roots
+    text: str, relpath: str, roots: Roots, project: ProjectView | None = None
 ) -> tuple[Rewrite, list[NotebookError]]:
     """Instrument the code cells of a notebook given as JSON text; also the cells that failed."""
     try:
@@ -90,7 +91,7 @@ def instrument_notebook(
         first_line += len(part.lines)
     whole = "".join(part.masked for part in parts)
     tree = parse_check(whole, relpath, top_level_await=True)
-    rewrite = instrument_segments(whole, tree, segments, roots)
+    rewrite = instrument_segments(whole, tree, segments, roots, project)
     if rewrite.text is not None:
         _put_back(cells, parts, rewrite)
         rewrite.text = json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"

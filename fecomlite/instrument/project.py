@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from fecomlite.instrument.exports import Project, ProjectTable, build_table
 from fecomlite.instrument.names import DEFAULT_ROOTS, Roots
 from fecomlite.instrument.notebook import instrument_notebook
 from fecomlite.instrument.transform import Rewrite, SourceError, instrument_source
@@ -178,7 +179,8 @@ def instrument_path(
     files = _discover(path, out, result) if is_dir else [_entry(path, path.name, single=True)]
     work = [f for f in files if f.kind != "copy"]
     copies = [f for f in files if f.kind == "copy"]
-    outcomes = _run(work, out, roots, list_only, workers, result, copies)
+    table = _project_table(work, roots) if is_dir else {}
+    outcomes = _run(work, out, roots, list_only, workers, result, copies, table)
     for outcome in sorted(outcomes, key=lambda o: o.rel):
         result.lines += outcome.lines
         result.notes.extend(outcome.notes)
@@ -333,6 +335,19 @@ class _Outcome:
     notes: list[str] = field(default_factory=list)
 
 
+def _project_table(work: list[_File], roots: tuple[str, ...]) -> ProjectTable:
+    """The first pass (``exports.py``) over the project's Python files, before any worker."""
+    sources = {}
+    for file in work:
+        if file.kind != "python":
+            continue
+        try:
+            sources[file.rel], _ = _decode(Path(file.path).read_bytes(), notebook=False)
+        except (OSError, SourceError):
+            continue  # reported by the per-file pass
+    return build_table(sources, _roots(roots))
+
+
 def _run(
     work: list[_File],
     out: Path,
@@ -341,6 +356,7 @@ def _run(
     workers: int | None,
     result: InstrumentResult,
     copies: list[_File],
+    table: ProjectTable,
 ) -> list[_Outcome]:
     tasks = [
         (f.path, f.rel, f.kind == "notebook", None if list_only else str(out / f.rel), roots)
@@ -349,13 +365,16 @@ def _run(
     count = _worker_count(work, workers)
     result.workers = count
     if count == 1:
+        _use_table(table)
         outcomes = [_process(task) for task in tasks]
         if not list_only:
             _copy_all(copies, out, result)
         return outcomes
     gc.freeze()  # forked workers then never scan (and so never copy) the parent's heap
     try:
-        with ProcessPoolExecutor(max_workers=count, mp_context=_context()) as pool:
+        with ProcessPoolExecutor(
+            max_workers=count, mp_context=_context(), initializer=_use_table, initargs=(table,)
+        ) as pool:
             futures = [pool.submit(_process, task) for task in tasks]
             if not list_only:
                 _copy_all(copies, out, result)  # meanwhile, in this process
@@ -402,6 +421,15 @@ def _roots(names: tuple[str, ...]) -> Roots:
     return Roots(names)
 
 
+_project: Project | None = None  # this process's view of the first pass, set before _process
+
+
+def _use_table(table: ProjectTable) -> None:
+    """Set in each worker once (not pickled with every task)."""
+    global _project
+    _project = Project(table) if table else None
+
+
 def _process(task: tuple[str, str, bool, str | None, tuple[str, ...]]) -> _Outcome:
     """Instrument one file (in a worker process or here); never raises."""
     source, rel, notebook, target, roots = task
@@ -414,13 +442,14 @@ def _process(task: tuple[str, str, bool, str | None, tuple[str, ...]]) -> _Outco
     outcome.lines = data.count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
     rewrite: Rewrite | None = None
     encoding = "utf-8"
+    view = _project.view(rel) if _project is not None else None
     try:
         text, encoding = _decode(data, notebook)
         if notebook:
-            rewrite, cell_errors = instrument_notebook(text, rel, _roots(roots))
+            rewrite, cell_errors = instrument_notebook(text, rel, _roots(roots), view)
             outcome.failures += [Failure(rel, e.line, e.col, e.message) for e in cell_errors]
         else:
-            rewrite = instrument_source(text, rel, _roots(roots))
+            rewrite = instrument_source(text, rel, _roots(roots), view)
     except SourceError as error:
         outcome.failures.append(Failure(rel, error.line, error.col, error.message))
     except (RecursionError, MemoryError) as error:

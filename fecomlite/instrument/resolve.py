@@ -11,7 +11,9 @@ Two passes over one libcst tree:
 
 Values: ``Api`` (a module/class/function under a root), ``Obj`` (something a framework call
 returned), ``Compiled`` (a graph-compiled unit), and the user's own classes, instances,
-functions and ``super()``. Naming rules are documented in ``names.py``.
+functions and ``super()``, and what the project's other modules export (``exports.py``:
+framework subclasses, their instances, framework objects bound at module level). Naming rules
+are documented in ``names.py``.
 
 Bodies that frameworks compile into graphs (``@tf.function``, ``torch.jit.script``,
 ``torch.compile``, Keras ``call``/``train_step``, and user code they call) are not
@@ -30,6 +32,7 @@ from libcst.metadata import BuiltinAssignment, ImportAssignment
 from libcst.metadata.scope_provider import Scope
 
 from fecomlite.instrument.cstwalk import fields
+from fecomlite.instrument.exports import Export, ProjectView
 from fecomlite.instrument.names import (
     COMPILERS,
     KERAS_GRAPH_METHODS,
@@ -382,12 +385,44 @@ class SuperOf:
     cls: ClassInfo
 
 
+@dataclass(frozen=True, slots=True)
+class ProjectModule:
+    """Another module of the project (``import model``)."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedClass:
+    """A framework subclass defined in another module of the project (``exports.py``)."""
+
+    export: Export
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedInstance:
+    export: Export
+
+
 class _Super:
     """The builtin ``super``."""
 
 
 SUPER = _Super()
-Value = Api | Obj | Compiled | UserClass | Instance | UserFunc | SuperOf | _Super | None
+Value = (
+    Api
+    | Obj
+    | Compiled
+    | UserClass
+    | Instance
+    | UserFunc
+    | SuperOf
+    | _Super
+    | ProjectModule
+    | ImportedClass
+    | ImportedInstance
+    | None
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -413,10 +448,15 @@ class Resolver:
     """Pass 2: abstract values of expressions, memoised per node."""
 
     def __init__(
-        self, collected: Collected, scopes: Mapping[cst.CSTNode, Scope | None], roots: Roots
+        self,
+        collected: Collected,
+        scopes: Mapping[cst.CSTNode, Scope | None],
+        roots: Roots,
+        project: ProjectView | None = None,
     ) -> None:
         self.col = collected
         self.roots = roots
+        self.project = project
         self.referents: dict[cst.CSTNode, Iterable[Any]] = {}
         for scope in {id(s): s for s in scopes.values() if s is not None}.values():
             for access in scope.accesses:
@@ -484,6 +524,10 @@ class Resolver:
                 q = qualified.name
                 if not q.startswith(".") and self.roots.leads_to(q):
                     return Api(q)
+                if self.project is not None:
+                    found = self._imported(self.project.lookup(q))
+                    if found is not None:
+                        return found
             return None
         if isinstance(assignment, BuiltinAssignment):
             return SUPER if name == "super" else None
@@ -501,6 +545,18 @@ class Resolver:
             return self.param(node)
         return None
 
+    @staticmethod
+    def _imported(found: Export | str | None) -> Value:
+        if isinstance(found, str):
+            return ProjectModule(found)
+        if found is None:
+            return None
+        if found.kind == "class":
+            return ImportedClass(found)
+        if found.kind == "instance":
+            return ImportedInstance(found)
+        return Obj(found.api)
+
     def _star_import(self, name: str) -> Value:
         for module in reversed(self.col.star_imports):
             qualified = f"{module}.{name}"
@@ -516,16 +572,34 @@ class Resolver:
             return Obj(f"{base.type}.{attr}", member=True)
         if isinstance(base, Compiled):
             return Obj(f"{base.name}.{attr}", member=True)
+        if isinstance(base, ProjectModule):
+            assert self.project is not None
+            return self._imported(self.project.lookup(f"{base.name}.{attr}"))
+        if isinstance(base, (ImportedClass, ImportedInstance)):
+            export = base.export
+            return None if attr in export.members else Obj(f"{export.api}.{attr}", member=True)
         if isinstance(base, (Instance, UserClass)):
             defined, found = self._lookup(base.cls, attr, bound=isinstance(base, Instance))
         elif isinstance(base, SuperOf):
             defined, found = self._lookup(base.cls, attr, bound=True, skip=True)
         else:
             return None
-        if defined:
+        if defined or attr in self._imported_members(base.cls):
             return found
         api_base = self.api_base(base.cls)
         return None if api_base is None else Obj(f"{api_base}.{attr}", member=True)
+
+    def _imported_members(self, cls: ClassInfo) -> frozenset[str]:
+        """What classes imported from the project, among ``cls``'s bases, define (user code)."""
+        if self.project is None:
+            return frozenset()
+        members: frozenset[str] = frozenset()
+        for info in self._mro(cls):
+            for base in info.node.bases:
+                value = self.value(base.value)
+                if isinstance(value, ImportedClass):
+                    members |= value.export.members
+        return members
 
     def _lookup(
         self, cls: ClassInfo, attr: str, *, bound: bool, skip: bool = False
@@ -571,6 +645,8 @@ class Resolver:
                 found = canonical(value.raw)
             elif isinstance(value, UserClass):
                 found = self.api_base(value.cls)
+            elif isinstance(value, ImportedClass):
+                found = value.export.api
             if found is not None:
                 break
         self._bases[cls] = found
@@ -607,6 +683,13 @@ class Resolver:
             return Resolution(callee.name, "compiled"), Obj(f"{callee.name}()")
         if isinstance(callee, UserClass):
             return None, Instance(callee.cls)
+        if isinstance(callee, ImportedClass):
+            return None, ImportedInstance(callee.export)
+        if isinstance(callee, ImportedInstance):
+            if "__call__" in callee.export.members:
+                return None, None
+            api = f"{callee.export.api}.__call__"
+            return Resolution(api, "method"), Obj(f"{api}()")
         if isinstance(callee, Instance):
             defined, user_call = self._lookup(callee.cls, "__call__", bound=True)
             if defined:
@@ -616,7 +699,7 @@ class Resolver:
                     else (None, None)
                 )
             api_base = self.api_base(callee.cls)
-            if api_base is None:
+            if api_base is None or "__call__" in self._imported_members(callee.cls):
                 return None, None
             api = f"{api_base}.__call__"
             return Resolution(api, "method"), Obj(f"{api}()")
@@ -643,6 +726,8 @@ class Resolver:
             return f"{compiler}({value.func.qualname})"
         if isinstance(value, (UserClass, Instance)):
             return f"{compiler}({value.cls.qualname})"
+        if isinstance(value, (ImportedClass, ImportedInstance)):
+            return f"{compiler}({value.export.name})"
         written = get_full_name_for_node(target)
         return f"{compiler}({written or '...'})"
 
@@ -700,6 +785,8 @@ class Resolver:
                     return Obj(name)
             if isinstance(hinted, UserClass):
                 return Instance(hinted.cls)
+            if isinstance(hinted, ImportedClass):
+                return ImportedInstance(hinted.export)
         if index == 0 and func.cls is not None:
             decorators = func.decorator_names()
             if "staticmethod" not in decorators:
@@ -804,11 +891,15 @@ def compiled_bodies(resolver: Resolver) -> set[_DefNode]:
 
 
 def find_sites(
-    module: cst.Module, scopes: Mapping[cst.CSTNode, Scope | None], roots: Roots
+    module: cst.Module,
+    scopes: Mapping[cst.CSTNode, Scope | None],
+    roots: Roots,
+    project: ProjectView | None = None,
 ) -> tuple[Collected, list[Site]]:
-    """All calls of ``module`` (source order) and, among them, the sites to wrap."""
+    """All calls of ``module`` (source order) and, among them, the sites to wrap; ``project``
+    resolves names imported from the project's other modules."""
     collected = collect(module)
-    resolver = Resolver(collected, scopes, roots)
+    resolver = Resolver(collected, scopes, roots, project)
     compiled = compiled_bodies(resolver)
     sites = []
     for record in collected.calls:

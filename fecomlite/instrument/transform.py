@@ -20,6 +20,7 @@ from functools import lru_cache
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from fecomlite.instrument.exports import ProjectView
 from fecomlite.instrument.names import Roots
 from fecomlite.instrument.resolve import CallRecord, Site, find_sites
 from fecomlite.instrument.scopes import resolve_scopes
@@ -109,26 +110,35 @@ def _mentions(words: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile(r"\b(?:" + "|".join(re.escape(w) for w in words) + r")\b")
 
 
-def instrument_source(text: str, key_prefix: str, roots: Roots) -> Rewrite:
+def instrument_source(
+    text: str, key_prefix: str, roots: Roots, project: ProjectView | None = None
+) -> Rewrite:
     """Instrument one module given as text; ``key_prefix`` (its relative path) starts every
-    site key."""
+    site key; ``project`` resolves names imported from the project's other modules."""
     tree = parse_check(text, key_prefix)
-    return instrument_segments(text, tree, [Segment(key_prefix, 1, tree)], roots)
+    return instrument_segments(text, tree, [Segment(key_prefix, 1, tree)], roots, project)
 
 
 def instrument_segments(
-    text: str, tree: ast.Module, segments: list[Segment], roots: Roots
+    text: str,
+    tree: ast.Module,
+    segments: list[Segment],
+    roots: Roots,
+    project: ProjectView | None = None,
 ) -> Rewrite:
     """Instrument ``text`` (parsed as ``tree``), resolved as one module, keyed by segment."""
     if PROBE in text:
         raise SourceError(1, 1, f"already instrumented (it uses {PROBE}); refusing to wrap twice")
-    if not _mentions(tuple(roots.first_components())).search(text):
-        return Rewrite(None)  # cannot import any root: nothing can resolve
+    words = tuple(roots.first_components())
+    if project is not None:
+        words += project.project.words
+    if not _mentions(words).search(text):
+        return Rewrite(None)  # cannot import any root or exported name: nothing can resolve
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as error:
         raise SourceError(error.raw_line, error.raw_column + 1, error.message) from error
-    collected, sites = find_sites(module, resolve_scopes(module), roots)
+    collected, sites = find_sites(module, resolve_scopes(module), roots, project)
     if not sites:
         return Rewrite(None)
     lines = _Lines(text)

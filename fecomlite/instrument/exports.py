@@ -1,0 +1,300 @@
+"""Project-wide first pass: which module-level names of the project stand for framework things.
+
+A class defined in ``model.py`` as ``class Net(nn.Module)`` and imported into ``train.py`` must
+resolve there as it does in ``model.py``. Before the per-file workers start, this pass reads the
+top level of every Python file of the project with CPython's ``ast`` (an order of magnitude
+cheaper than libcst's parse and scope analysis, and only the top level matters here) and builds
+a small table, ``{module: {name: Export}}``, of:
+
+* classes deriving from a framework class, directly or through other project classes (in the
+  same module or imported), with the framework base's canonical name and the members the user's
+  classes define (those are the user's code, never wrapped);
+* module-level names bound to what a framework call returns (``encoder = keras.Sequential()``),
+  named as ``resolve.py`` names such objects, and instances of the classes above.
+
+Module names come from paths relative to the project root (``pkg/model.py`` → ``pkg.model``,
+``pkg/__init__.py`` → ``pkg``; a ``src/`` layout also under the name without ``src.``). An
+absolute import is looked up as written, then beside the importing file (a script's folder is
+on ``sys.path``); relative imports are resolved against the importing module's package.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from fecomlite.instrument.names import COMPILERS, Roots, canonical, factory_class, is_class_name
+
+
+@dataclass(frozen=True, slots=True)
+class Export:
+    """A module-level name that stands for a framework class or object."""
+
+    kind: str  # "class" | "instance" (of such a class) | "object" (a framework call's result)
+    api: str  # canonical framework base (class, instance) or the object's type name
+    name: str = ""  # the user's class name (class, instance)
+    members: frozenset[str] = frozenset()  # defined by the user's class or its project bases
+
+
+ProjectTable = dict[str, dict[str, Export]]
+
+
+def module_identities(rel: str) -> list[tuple[str, str]]:
+    """(dotted module name, package its relative imports start from) of a project file;
+    ``src/pkg/a.py`` has two: ``src.pkg.a`` and ``pkg.a``."""
+    parts = rel.rsplit(".", 1)[0].split("/")
+    is_package = parts[-1] == "__init__"
+    if is_package:
+        parts.pop()
+    spellings = [parts]
+    if parts[:1] == ["src"] and len(parts) > 1:
+        spellings.append(parts[1:])
+    return [(".".join(p), ".".join(p if is_package else p[:-1])) for p in spellings if p]
+
+
+# ----------------------------------------------------------------------------- reading a module
+
+
+@dataclass
+class _Module:
+    name: str
+    package: str
+    imports: dict[str, str] = field(default_factory=dict)  # local name → qualified name
+    classes: dict[str, tuple[list[str], frozenset[str]]] = field(default_factory=dict)
+    calls: dict[str, str] = field(default_factory=dict)  # name → callee, for `name = callee()`
+
+
+def _dotted(node: ast.expr) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _absolute(package: str, level: int, module: str | None) -> str | None:
+    if level == 0:
+        return module
+    parts = package.split(".") if package else []
+    if level - 1 > len(parts):
+        return None
+    base = parts[: len(parts) - (level - 1)]
+    return ".".join([*base, module] if module else base)
+
+
+def _members(node: ast.ClassDef) -> frozenset[str]:
+    """Names the class body defines, and ``self.x`` attributes its methods assign."""
+    names: set[str] = set()
+    for stmt in node.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(stmt.name)
+            args = getattr(stmt, "args", None)
+            first = (args.posonlyargs + args.args)[:1] if args else []
+            if first:
+                for inner in ast.walk(stmt):
+                    if (
+                        isinstance(inner, ast.Attribute)
+                        and isinstance(inner.ctx, ast.Store)
+                        and isinstance(inner.value, ast.Name)
+                        and inner.value.id == first[0].arg
+                    ):
+                        names.add(inner.attr)
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return frozenset(names)
+
+
+def _read(module: _Module, body: Iterable[ast.stmt]) -> None:
+    """Top-level statements, including those under ``if``/``try``/``with`` (later ones win)."""
+    for stmt in body:
+        if isinstance(stmt, ast.Import):
+            for alias in stmt.names:
+                if alias.asname:
+                    module.imports[alias.asname] = alias.name
+                else:
+                    first = alias.name.split(".", 1)[0]
+                    module.imports[first] = first
+        elif isinstance(stmt, ast.ImportFrom):
+            source = _absolute(module.package, stmt.level, stmt.module)
+            for alias in stmt.names:
+                if source is not None and alias.name != "*":
+                    module.imports[alias.asname or alias.name] = f"{source}.{alias.name}"
+        elif isinstance(stmt, ast.ClassDef):
+            bases = [b for b in map(_dotted, stmt.bases) if b]
+            module.classes[stmt.name] = (bases, _members(stmt))
+            module.calls.pop(stmt.name, None)
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            callee = _dotted(stmt.value.func) if isinstance(stmt.value, ast.Call) else None
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    module.classes.pop(target.id, None)
+                    if callee:
+                        module.calls[target.id] = callee
+                    else:
+                        module.calls.pop(target.id, None)
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            module.classes.pop(stmt.name, None)
+            module.calls.pop(stmt.name, None)
+        elif isinstance(stmt, ast.If):
+            _read(module, stmt.body)
+            _read(module, stmt.orelse)
+        elif isinstance(stmt, ast.Try):
+            _read(module, stmt.body)
+            for handler in stmt.handlers:
+                _read(module, handler.body)
+            _read(module, stmt.orelse)
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            _read(module, stmt.body)
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+class _Builder:
+    """Resolves class bases and bound calls across modules, memoised, cycles → unknown."""
+
+    def __init__(self, modules: dict[str, _Module], roots: Roots) -> None:
+        self.modules = modules
+        self.roots = roots
+        self.done: dict[tuple[str, str], Export | None] = {}
+
+    def qualify(self, module: _Module, dotted: str) -> tuple[str, str] | str | None:
+        """A framework name (str), a project (module, name) pair, or unknown."""
+        first, _, rest = dotted.partition(".")
+        if first in module.classes or first in module.calls:
+            return (module.name, first) if not rest else None
+        qualified = module.imports.get(first)
+        if qualified is None:
+            return None
+        full = f"{qualified}.{rest}" if rest else qualified
+        if self.roots.covers(full):
+            return full
+        owner, _, name = full.rpartition(".")
+        for candidate in (owner, f"{module.package}.{owner}" if module.package else None):
+            if candidate in self.modules:
+                return candidate, name
+        return None
+
+    def export(self, module_name: str, name: str) -> Export | None:
+        key = (module_name, name)
+        if key in self.done:
+            return self.done[key]
+        self.done[key] = None
+        module = self.modules[module_name]
+        found = None
+        if name in module.classes:
+            found = self._class(module, name)
+        elif name in module.calls:
+            found = self._object(module, module.calls[name])
+        self.done[key] = found
+        return found
+
+    def _class(self, module: _Module, name: str) -> Export | None:
+        bases, members = module.classes[name]
+        api = None
+        inherited: set[str] = set(members)
+        for base in bases:
+            target = self.qualify(module, base)
+            if isinstance(target, str):
+                api = api or canonical(target)
+            elif target is not None:
+                found = self.export(*target)
+                if found is not None and found.kind == "class":
+                    api = api or found.api
+                    inherited |= found.members
+        return None if api is None else Export("class", api, name, frozenset(inherited))
+
+    def _object(self, module: _Module, callee: str) -> Export | None:
+        target = self.qualify(module, callee)
+        if isinstance(target, str):
+            api = canonical(target)
+            if api in COMPILERS:
+                return None
+            if is_class_name(api):
+                return Export("object", api)
+            return Export("object", factory_class(api) or f"{api}()")
+        if target is not None:
+            found = self.export(*target)
+            if found is not None and found.kind == "class":
+                return Export("instance", found.api, found.name, found.members)
+        return None
+
+
+def build_table(sources: Mapping[str, str], roots: Roots) -> ProjectTable:
+    """The table for a project given as ``{relpath: source}`` (unparsable files are skipped)."""
+    modules: dict[str, _Module] = {}
+    for rel, text in sources.items():
+        try:
+            tree = compile(text, rel, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for name, package in module_identities(rel):
+            module = _Module(name, package)
+            _read(module, tree.body)
+            modules[name] = module
+    builder = _Builder(modules, roots)
+    table: ProjectTable = {}
+    for name, module in modules.items():
+        exports = {}
+        for local in (*module.classes, *module.calls):
+            found = builder.export(name, local)
+            if found is not None:
+                exports[local] = found
+        if exports:
+            table[name] = exports
+    return table
+
+
+class Project:
+    """The table as the per-file resolution uses it; built once per process."""
+
+    def __init__(self, table: ProjectTable) -> None:
+        self.table = table
+        modules = set()
+        for name in table:
+            parts = name.split(".")
+            modules.update(".".join(parts[:cut]) for cut in range(1, len(parts) + 1))
+        self.modules = frozenset(modules)
+        # A file that mentions none of these cannot import an exported name.
+        self.words = tuple(sorted({part for name in modules for part in name.split(".")}))
+
+    def view(self, rel: str) -> ProjectView:
+        identities = module_identities(rel)
+        return ProjectView(self, identities[0][1] if identities else "")
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectView:
+    """What one file sees of the project: lookups relative to its own package."""
+
+    project: Project
+    package: str
+
+    def lookup(self, qualified: str) -> Export | str | None:
+        """An exported name, a project module (its dotted name), or ``None``."""
+        stripped = qualified.lstrip(".")
+        level = len(qualified) - len(stripped)
+        if level:
+            parts = self.package.split(".") if self.package else []
+            if level - 1 > len(parts):
+                return None
+            base = parts[: len(parts) - (level - 1)]
+            candidates = [".".join([*base, stripped] if stripped else base)]
+        else:
+            candidates = [stripped]
+            if self.package:
+                candidates.append(f"{self.package}.{stripped}")
+        for candidate in candidates:
+            if candidate in self.project.modules:
+                return candidate
+            owner, _, name = candidate.rpartition(".")
+            found = self.project.table.get(owner, {}).get(name)
+            if found is not None:
+                return found
+        return None

@@ -1,0 +1,223 @@
+"""Project-wide resolution: framework subclasses and objects imported from the project's own
+modules resolve as they do where they are defined (``exports.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from textwrap import dedent
+
+import pytest
+
+from fecomlite.instrument import project as project_module
+from fecomlite.instrument.exports import Export, build_table, module_identities
+from fecomlite.instrument.names import DEFAULT_ROOTS, Roots
+from fecomlite.instrument.project import instrument_path
+
+CASES = Path(__file__).parent / "instrument_cases"
+
+TORCH_MODEL = dedent(
+    """
+    from torch import nn
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(2, 2)
+
+        def forward(self, x):
+            return self.fc(x)
+
+        def helper(self):
+            return 1
+    """
+)
+KERAS_MODEL = dedent(
+    """
+    import tensorflow as tf
+    from tensorflow import keras
+
+
+    class Classifier(tf.keras.Model):
+        def call(self, x):
+            return x
+
+
+    encoder = keras.Sequential([keras.layers.Dense(2)])
+    """
+)
+
+
+def sites_of(root: Path, files: dict[str, str], **options: object) -> dict[str, dict[str, str]]:
+    """file → {written callee: canonical api} of the sites found in a project."""
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(dedent(text), encoding="utf-8")
+    result = instrument_path(root, list_only=True, **options)  # type: ignore[arg-type]
+    assert result.ok, result.failures
+    found: dict[str, dict[str, str]] = {}
+    for site in result.sites.values():
+        found.setdefault(str(site["file"]), {})[str(site["written"])] = str(site["api"])
+    return found
+
+
+def test_torch_subclass_imported_from_another_module(tmp_path: Path) -> None:
+    train = """
+        import torch
+        from model import Net
+
+        net = Net()
+        out = net(torch.ones(2))
+        net.eval()
+        net.helper()
+        net.forward(out)
+        """
+    found = sites_of(tmp_path, {"model.py": TORCH_MODEL, "train.py": train})
+    assert found["train.py"] == {
+        "net": "torch.nn.Module.__call__",
+        "torch.ones": "torch.ones",
+        "net.eval": "torch.nn.Module.eval",
+    }  # Net() is the user's constructor; helper and forward are the user's methods
+
+
+def test_keras_subclass_and_module_level_object(tmp_path: Path) -> None:
+    train = """
+        import model
+        from model import Classifier, encoder
+
+        Classifier().fit([1])
+        encoder.predict([1])
+        model.encoder.evaluate([1])
+        """
+    found = sites_of(tmp_path, {"model.py": KERAS_MODEL, "train.py": train})
+    assert found["train.py"] == {
+        "Classifier().fit": "keras.Model.fit",
+        "encoder.predict": "keras.Sequential.predict",
+        "model.encoder.evaluate": "keras.Sequential.evaluate",
+    }  # train.py mentions no framework: only the project's own names lead to the sites
+
+
+def test_relative_imports_and_chains_through_project_classes(tmp_path: Path) -> None:
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/model.py": TORCH_MODEL,
+        "pkg/deeper.py": "from .model import Net\n\n\nclass Deeper(Net):\n    pass\n",
+        "pkg/train.py": """
+            from . import model
+            from .deeper import Deeper
+
+            Deeper()(1)
+            Deeper().helper()
+            model.Net()(2)
+            """,
+    }
+    found = sites_of(tmp_path, files)
+    assert found["pkg/train.py"] == {
+        "Deeper()": "torch.nn.Module.__call__",
+        "model.Net()": "torch.nn.Module.__call__",
+    }
+
+
+def test_local_subclass_of_an_imported_class(tmp_path: Path) -> None:
+    train = """
+        from model import Net
+
+
+        class Wider(Net):
+            def __init__(self):
+                super().__init__()
+
+            def extra(self):
+                return self.helper()
+
+
+        w = Wider()
+        w(1)
+        w.train()
+        w.extra()
+        """
+    found = sites_of(tmp_path, {"model.py": TORCH_MODEL, "train.py": train})
+    assert found["train.py"] == {
+        "w": "torch.nn.Module.__call__",
+        "w.train": "torch.nn.Module.train",
+    }
+    # super().__init__ and self.helper are Net's own methods: user code, not wrapped
+
+
+def test_a_local_name_shadows_the_imported_class(tmp_path: Path) -> None:
+    train = """
+        from model import Net
+
+
+        class Net:
+            def __call__(self, x):
+                return x
+
+
+        Net()(1)
+        """
+    found = sites_of(tmp_path, {"model.py": TORCH_MODEL, "train.py": train})
+    assert "train.py" not in found
+
+
+def test_names_that_are_not_exported_stay_unknown(tmp_path: Path) -> None:
+    files = {
+        "model.py": TORCH_MODEL + "\n\ndef build():\n    return Net()\n\n\nplain = object()\n",
+        "train.py": "from model import build, plain, Missing\n\n"
+        "build()(1)\nplain(2)\nMissing()(3)\n",
+    }
+    assert "train.py" not in sites_of(tmp_path, files)  # functions' returns: out of scope
+
+
+def test_script_folder_and_src_layout(tmp_path: Path) -> None:
+    files = {
+        "src/lib/model.py": TORCH_MODEL,
+        "src/lib/__init__.py": "",
+        "scripts/model.py": KERAS_MODEL,
+        "scripts/run.py": "from lib.model import Net\nfrom model import encoder\n\n"
+        "Net()(1)\nencoder.fit()\n",
+    }
+    found = sites_of(tmp_path, files)
+    assert found["scripts/run.py"] == {
+        "Net()": "torch.nn.Module.__call__",
+        "encoder.fit": "keras.Sequential.fit",
+    }  # lib.* from the src/ layout; `model` is the script's sibling, not a root module
+
+
+def test_workers_receive_the_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(project_module, "PARALLEL_MIN_BYTES", 0)
+    files = {"model.py": TORCH_MODEL, "train.py": "from model import Net\n\nNet()(1)\n"}
+    files |= {f"other{i}.py": "import torch\ntorch.ones(1)\n" for i in range(3)}
+    found = sites_of(tmp_path, files, workers=2)
+    assert found["train.py"] == {"Net()": "torch.nn.Module.__call__"}
+
+
+def test_table_contents() -> None:
+    sources = {
+        "model.py": TORCH_MODEL + "\nnet = Net()\n",
+        "pkg/__init__.py": "from model import Net as Renamed\n\n\nclass Sub(Renamed):\n    x = 1\n",
+    }
+    table = build_table(sources, Roots(DEFAULT_ROOTS))
+    members = frozenset({"__init__", "forward", "helper", "fc"})
+    assert table["model"] == {
+        "Net": Export("class", "torch.nn.Module", "Net", members),
+        "net": Export("instance", "torch.nn.Module", "Net", members),
+    }
+    assert table["pkg"] == {"Sub": Export("class", "torch.nn.Module", "Sub", members | {"x"})}
+    assert module_identities("src/pkg/__init__.py") == [("src.pkg", "src.pkg"), ("pkg", "pkg")]
+
+
+def test_sample_scripts_resolve_across_modules() -> None:
+    scripts = CASES / "scripts"
+    result = instrument_path(scripts, list_only=True, api_roots=["fakeapi"])
+    found = {
+        str(s["written"]): str(s["api"])
+        for s in result.sites.values()
+        if s["file"] == "crossmodule.py"
+    }
+    assert found == {
+        "net": "fakeapi.Layer.__call__",
+        "net.fit": "fakeapi.Layer.fit",
+        "encoder.m": "fakeapi.Thing.m",
+        "cm.Net()": "fakeapi.Layer.__call__",
+    }  # tests/test_instrument_semantics.py runs this script original vs instrumented
