@@ -494,7 +494,9 @@ def fit_intensities(
     wald = float(dev @ np.linalg.pinv(cov) @ dev)
     wald_p = float(stats.chi2.sf(wald, p - 1))
     pred = ms @ x
-    rel = float(np.sqrt(np.nanmedian((resid / np.where(pred > 0, pred, np.nan)) ** 2)))
+    positive = pred > 0  # no interval predicted above idle: no relative residual to speak of
+    rel = float(np.sqrt(np.median((resid[positive] / pred[positive]) ** 2))) if positive.any() \
+        else float("nan")
     gain = _cv_gain(ms, y, pooled, ridge, folds)
     intensity = np.full(ngroups, pooled)
     intensity[seen] = np.maximum(x, floor)
