@@ -473,6 +473,19 @@ def test_calibrate_replays_only_allowed_calls_and_leaves_the_output_alone(tmp_pa
     assert apis["numpy.matmul"]["calls"] == 80  # 40 a repetition: replays are not in it
     assert apis[PREFIX + "numpy.matmul"]["calls"] == replayed["numpy.matmul"]["calls"]
 
+    from fecomlite.report.build import build_report
+    from fecomlite.report.render import write_report
+
+    with Store(store_path) as store:
+        report = build_report(store, run_id, analysis=analysis)
+    replays = report.context["replays"]
+    assert {(r["api"], r["site"]) for r in replays["rows"]} == {
+        (e["api"], e["site"]) for e in result["replayed"]}
+    assert {s["api"] for s in replays["skipped"]} >= {"numpy.add", "numpy.save"}
+    write_report(report, tmp_path / "report", formats=("html",))
+    html = (tmp_path / "report" / "index.html").read_text()
+    assert 'id="calibration"' in html and "input/output" in html
+
 
 TORCH_PROGRAM = """\
 import torch

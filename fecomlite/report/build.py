@@ -81,6 +81,7 @@ def build_report(store: Store, run_id: int, method: str = "auto",
         "api_table": _table("apis", api_cols, a.apis, _api_extra, a.domains),
         "site_table": _table("sites", site_cols, a.sites, _site_extra, a.domains),
         "intensities": _intensities(a),
+        "replays": _replays(store, a),
         "levels": levels,
         "datasize": ds,
         "model": model.context if model else None,
@@ -334,6 +335,29 @@ def _intensities(a: RunAnalysis) -> list[dict[str, Any]]:
 
 
 # -- charts -----------------------------------------------------------------------------------
+
+
+def _replays(store: Store, a: RunAnalysis) -> dict[str, Any] | None:
+    """The calibration replays on their own: each replayed site's power alone beside the fitted
+    intensity of its API, and what was skipped and why (`fecomlite run --calibrate`)."""
+    from fecomlite.calibration import replay_table
+
+    result = store.result(a.run["id"], "calibration")
+    if not result:
+        return None
+    rows = []
+    for r in replay_table(a):
+        for domain, e in sorted(r["energy"].items()):
+            rows.append({
+                "site": r["site"], "api": r["api"], "calls": r["calls"],
+                "seconds": units.scaled(r["seconds"], "s"), "domain": domain,
+                "provenance": e["provenance"], "model": e["model"],
+                "power": units.scaled(e["power_W"], "W"),
+                "fitted": units.scaled(e["fitted_W"], "W"),
+                "sigma": units.scaled(e["fitted_sigma_W"], "W"),
+            })
+    skipped, notes = result.get("skipped") or [], result.get("notes") or []
+    return {"rows": rows, "skipped": skipped, "notes": notes}
 
 
 def _domain_series(a: RunAnalysis) -> list[dict[str, Any]]:
