@@ -7,16 +7,18 @@ then tries again, so a dead server costs the program nothing and loses nothing.
 
 from __future__ import annotations
 
-import http.client
 import os
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from fecomlite import batch_codec
+
+if TYPE_CHECKING:
+    import http.client
 
 RETRY_AFTER_FAILURE_S = 2.0
 POST_TIMEOUT_S = 2.0
@@ -77,6 +79,8 @@ class Sender:
     def _post(self, body: bytes) -> bool:
         if time.monotonic() < self._down_until:
             return False
+        import http.client  # on the flusher thread: it costs the user's program ~20 ms at import
+
         try:
             if self._conn is None:
                 self._conn = http.client.HTTPConnection(
