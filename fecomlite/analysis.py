@@ -24,6 +24,7 @@ import numpy as np
 from fecomlite import attribution as at
 from fecomlite.calibration import KIND as CALIBRATION_KIND
 from fecomlite.calibration import fit_groups
+from fecomlite.sensors.estimate import ABOVE_IDLE_MODELS
 from fecomlite.store import Store
 
 ENERGY_KINDS = ("counter", "power")
@@ -31,7 +32,7 @@ MOVING_AVERAGE_S = 0.5  # a power sensor that averages over longer than this is 
 ADDITIVE_DOMAINS = ("cpu-package", "dram")  # plus gpu:N; cpu-core/uncore/psys overlap these
 # The host runs the user's own Python between wrapped calls: there, time outside calls is an
 # activity of its own (a GPU, synchronised at probe boundaries, is idle between calls).
-HOST_DOMAINS = ("cpu-package", "cpu-core", "uncore", "psys", "dram")
+HOST_DOMAINS = ("cpu-package", "cpu-core", "uncore", "psys", "dram", "cpu-process")
 OUTSIDE_CALLS = "<program outside calls>"
 RSS_SENSOR = "proc:rss"
 GPU_MEMORY_DOMAINS = ("process-gpu-memory", "gpu-memory")  # preferred first, then gpu:N gauges
@@ -309,7 +310,9 @@ def analyse_run(
             continue
         idle = _idle_W(run, sensor["name"])
         idle_source = "measured baseline"
-        if idle is None:
+        if sensor["model"] in ABOVE_IDLE_MODELS:
+            idle, idle_source = 0.0, f"0 W: model {sensor['model']} reads above idle"
+        elif idle is None:
             idle = at.estimate_idle_W(iv, t0, t1)
             idle_source = "estimated from quiet intervals (no baseline stored)"
         activities = fit_names

@@ -314,3 +314,25 @@ def test_project_level_total_against_method_level_calls(tmp_path):
     gpu = levels["domains"]["gpu:0"]
     assert 0.95 < gpu["ratio"] <= 1.01  # nearly all of the program's energy is in the calls
     assert gpu["project_J"] == pytest.approx(result.per_rep[0]["energy"]["gpu:0"]["above_idle_J"])
+
+
+def test_the_programs_own_cpu_share_is_above_idle_and_never_added(tmp_path):
+    """est:cpu-process (model process-cpu-share) reads above idle: its idle is 0 W, not a guess
+    from quiet intervals, and it stays out of the cross-domain total (it overlaps cpu-package)."""
+    with Store(tmp_path / "s.sqlite") as store:
+        run_id = build_run(store, reps=1)
+        sensor = store.add_sensor(
+            run_id, name="est:cpu-process", domain="cpu-process", unit="W", kind="power",
+            provenance="estimated", model="process-cpu-share", period_s=0.1)
+        rep = store.repetitions(run_id)[0]
+        grid = np.arange(rep["t_start_ns"], rep["tail_end_ns"], 100 * MS)
+        watts = 2.0 + 0.1 * (-1.0) ** np.arange(grid.size)  # about 2 W of its own
+        store.add_samples([(sensor, int(t), float(w)) for t, w in zip(grid, watts, strict=True)])
+        result = an.analyse_run(store, run_id, method="overlap")
+    own = next(d for d in result.domains if d["domain"] == "cpu-process")
+    assert own["idle_W"] == 0.0 and own["idle_source"].startswith("0 W")
+    assert own["above_idle_J"] == pytest.approx(own["total_J"])
+    assert own["above_idle_J"] == pytest.approx(2.0 * (grid[-1] - grid[0]) / 1e9, rel=0.01)
+    row = api_row(result, "torch.matmul")
+    assert row["energy"]["cpu-process"]["above_idle_J"] > 0
+    assert "cpu-process" not in row["all_domains"]["domains"]

@@ -29,6 +29,9 @@ def test_this_machine():
             "est:cpu-package", "estimated", "cpu-util-linear")
         said = "CPU package power estimated (model cpu-util-linear"
         assert any(n.startswith(said) for n in notes)
+        own = next(s for s in sensors if s.domain == "cpu-process")  # the program's own share
+        assert (own.name, own.provenance, own.model) == (
+            "est:cpu-process", "estimated", "process-cpu-share")
     if not any(d.startswith("gpu:") for d in domains):
         assert any(n.startswith("no NVIDIA GPU") for n in notes)
 
@@ -46,6 +49,8 @@ def test_measured_rapl_replaces_the_estimate_domain_by_domain(tmp_path):
     assert not any(n.startswith("CPU package power estimated") for n in notes)
     assert not any(s.device == "process" for s in sensors)  # no pid, no process sensors
 
+    sensors, _ = discover(os.getpid(), settings)
+    assert "cpu-process" not in {s.domain for s in sensors}  # CPU measured: no program share
     make_rapl_zone(rapl, "0:0", "dram", 10)
     sensors, _ = discover(None, settings)
     assert all(s.provenance == "measured" for s in sensors)

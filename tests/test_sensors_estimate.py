@@ -12,13 +12,15 @@ from fecomlite.sensors import MODELS
 from fecomlite.sensors.estimate import (
     CPU_MODEL,
     DRAM_MODEL,
+    PROCESS_MODEL,
     EstimatedCpuPower,
     EstimatedDramPower,
+    EstimatedProcessCpuPower,
     PowerEnvelope,
     cpu_envelope,
     mem_total_gib,
 )
-from fecomlite.sensors.utilisation import N_CPUS
+from fecomlite.sensors.utilisation import N_CPUS, ProcessTreeCpuUtilisation
 
 
 @pytest.fixture(autouse=True)
@@ -83,3 +85,38 @@ def test_cpu_estimate_follows_a_spinning_process():
     assert 30 + 70 * 0.3 / N_CPUS <= watts <= 100
     gib = mem_total_gib()
     assert gib * (0.25 + 0.125 * 0.3 / N_CPUS) <= dram_watts <= gib * 0.375
+
+
+def test_process_estimate_counts_only_the_measured_program():
+    """A spinning child counts; a spinning neighbour (another process tree) does not."""
+    envelope = PowerEnvelope(max_w=100, idle_w=30, source="configured (test)")
+    program = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        utilisation = ProcessTreeCpuUtilisation(program.pid, min_window_s=0.05)
+        own = EstimatedProcessCpuPower(envelope, utilisation)
+        assert own.model == PROCESS_MODEL and own.provenance == "estimated"
+        assert own.domain == "cpu-process" and PROCESS_MODEL in MODELS
+        time.sleep(0.3)
+        own.read()
+        time.sleep(0.5)
+        idle_program = own.read()
+    finally:
+        for p in (program, neighbour):
+            p.kill()
+            p.wait()
+    assert idle_program is not None and idle_program < 0.05 * 70  # a sleeping program: ~0 W
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        own = EstimatedProcessCpuPower(
+            envelope, ProcessTreeCpuUtilisation(spinner.pid, min_window_s=0.05)
+        )
+        time.sleep(0.3)
+        own.read()
+        time.sleep(0.5)
+        busy_program = own.read()
+    finally:
+        spinner.kill()
+        spinner.wait()
+    # above idle only: at most the envelope's span, at least its share of ≥ 30 % of one CPU
+    assert 70 * 0.3 / N_CPUS <= busy_program <= 70

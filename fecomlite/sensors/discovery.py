@@ -37,6 +37,7 @@ def discover(
     notes += said
 
     measured = {s.domain for s in sensors if s.provenance == "measured"}
+    envelope = None
     try:  # everything below reads /proc (Linux)
         if "cpu-package" not in measured:
             envelope = estimate.cpu_envelope(settings)
@@ -53,18 +54,23 @@ def discover(
     except (OSError, ValueError) as exc:
         notes.append(f"no CPU utilisation, hence no CPU/DRAM estimate: {exc}")
     if pid is not None:
-        found, said = discover_process(pid, settings, with_gpu=False)
+        found, said = discover_process(pid, settings, with_gpu=False, cpu_envelope=envelope)
         sensors += found
         notes += said
     return sensors, notes
 
 
 def discover_process(
-    pid: int, settings: dict[str, Any] | None = None, *, with_gpu: bool = True
+    pid: int,
+    settings: dict[str, Any] | None = None,
+    *,
+    with_gpu: bool = True,
+    cpu_envelope: estimate.PowerEnvelope | None = None,
 ) -> tuple[list[BaseSensor], list[str]]:
-    """Only the sensors that follow `pid`'s process tree: RSS, peak RSS, CPU use, and (with_gpu)
-    GPU memory per GPU. For a server that discovered the machine once and watches one run's
-    process at a time. Same settings as `discover`."""
+    """Only the sensors that follow `pid`'s process tree: RSS, peak RSS, CPU use, (with_gpu)
+    GPU memory per GPU, and, where CPU power is estimated (`cpu_envelope`), the program's own
+    share of it (model process-cpu-share). For a server that discovered the machine once and
+    watches one run's process at a time. Same settings as `discover`."""
     settings = settings or {}
     sensors: list[BaseSensor] = []
     notes: list[str] = []
@@ -75,7 +81,10 @@ def discover_process(
             period_s=float(settings.get("rss_period_s", procmem.RSS_PERIOD_S)),
         ))
         sensors.append(procmem.ProcessPeakRss(pid))
-        sensors.append(utilisation.ProcessTreeCpuUtilisation(pid, include_children=children))
+        process_cpu = utilisation.ProcessTreeCpuUtilisation(pid, include_children=children)
+        sensors.append(process_cpu)
+        if cpu_envelope is not None:
+            sensors.append(estimate.EstimatedProcessCpuPower(cpu_envelope, process_cpu))
     except OSError as exc:
         notes.append(f"process {pid} not readable: {exc}; no process memory or CPU use")
     if with_gpu:

@@ -18,6 +18,13 @@ dram-gib-util-linear
     GiB is MemTotal from /proc/meminfo; static 0.25 W/GiB and active 0.125 W/GiB, so 0.375 W/GiB
     at full load (the 3 W per 8 GB DIMM figure CodeCarbon also uses). CPU utilisation stands in
     for memory traffic, which /proc does not show: the above-idle DRAM share is a guess.
+
+process-cpu-share
+    P_process = (P_max − P_idle) × CPU time of the measured process tree ÷ (wall time × CPUs)
+    The measured program's own share of the cpu-util-linear envelope above idle (domain
+    cpu-process): on a shared machine it does not count the neighbours that machine-wide
+    utilisation counts. Above idle by construction (its idle is 0 W); it overlaps cpu-package
+    and is never added to it.
 """
 
 from __future__ import annotations
@@ -28,15 +35,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from fecomlite.sensors.base import ESTIMATED, POWER, BaseSensor
-from fecomlite.sensors.utilisation import MIN_WINDOW_S, N_CPUS, MachineCpuShare
+from fecomlite.sensors.utilisation import (
+    MIN_WINDOW_S,
+    N_CPUS,
+    MachineCpuShare,
+    ProcessTreeCpuUtilisation,
+)
 
 CPU_MODEL = "cpu-util-linear"
 DRAM_MODEL = "dram-gib-util-linear"
+PROCESS_MODEL = "process-cpu-share"
+ABOVE_IDLE_MODELS = frozenset({PROCESS_MODEL})  # their readings are above idle already: idle 0 W
 MODELS: dict[str, str] = {
     CPU_MODEL: "P_cpu = P_idle + (P_max − P_idle) × CPU utilisation (/proc/stat); P_max from "
     "config, a table of known CPUs, or 5 W per logical CPU (max 250 W); P_idle = 0.3 × P_max",
     DRAM_MODEL: "P_dram = MemTotal GiB × (0.25 + 0.125 × CPU utilisation) W/GiB "
     "(0.375 W/GiB at full load)",
+    PROCESS_MODEL: "P_process = (P_max − P_idle) × the measured process tree's CPU time ÷ "
+    "(wall time × CPUs): the program's own share above idle, blind to other processes",
 }
 
 DEFAULT_W_PER_CPU = 5.0
@@ -156,6 +172,40 @@ class EstimatedCpuPower(BaseSensor):
 
     def close(self) -> None:
         self._share.close()
+
+
+class EstimatedProcessCpuPower(BaseSensor):
+    """The measured program's own CPU power above idle (model process-cpu-share), from the CPU
+    time of its process tree: unlike machine utilisation, blind to other processes."""
+
+    def __init__(self, envelope: PowerEnvelope, utilisation: ProcessTreeCpuUtilisation) -> None:
+        super().__init__(
+            name="est:cpu-process",
+            domain="cpu-process",
+            unit="W",
+            kind=POWER,
+            device="process",
+            nominal_period_s=utilisation.min_window_s,
+            provenance=ESTIMATED,
+            model=PROCESS_MODEL,
+            model_params={
+                "max_w": envelope.max_w,
+                "idle_w": envelope.idle_w,
+                "envelope_source": envelope.source,
+                "cpus": N_CPUS,
+                "utilisation": "/proc/<pid>/stat CPU time of the process tree",
+            },
+            watch_period=False,
+            description=MODELS[PROCESS_MODEL],
+        )
+        self.envelope = envelope
+        self._utilisation = utilisation  # shared with util:process, read on the same thread
+
+    def _read(self) -> float | None:
+        percent = self._utilisation.read()
+        if percent is None:
+            return None
+        return (self.envelope.max_w - self.envelope.idle_w) * percent / 100.0
 
 
 class EstimatedDramPower(BaseSensor):
