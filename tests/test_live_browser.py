@@ -18,8 +18,8 @@ from test_live_support import (
     grower_command,
     probe_env,
     real_sensors,
-    serving,
 )
+from test_server_support import serving
 
 pytestmark = pytest.mark.browser
 

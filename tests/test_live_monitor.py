@@ -7,8 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_live_support import serving
-from test_server_support import FakeSensorForTests, encode_batch
+from test_server_support import FakeSensorForTests, encode_batch, serving
 
 from fecomlite.server.monitor import BIN_NS, SETTLE_S, Track
 

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_live_support import get, read_events, serving
-from test_server_support import FakeSensorForTests
+from test_live_support import get, read_events
+from test_server_support import FakeSensorForTests, serving
 
 REPORT_STATIC = Path(__file__).resolve().parents[1] / "fecomlite" / "report" / "static"
 

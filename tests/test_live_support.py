@@ -9,18 +9,12 @@ import json
 import os
 import sys
 import textwrap
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from fecomlite.sensors import discover, discover_process
-from fecomlite.server.app import MeasurementServer
 from fecomlite.server.client import ServerClient
-from fecomlite.server.runtime import open_server, serve
-from fecomlite.server.state import read_state
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,29 +24,6 @@ def real_sensors() -> tuple[list[Any], Any]:
     factory for a process's."""
     sensors, _ = discover(None)
     return sensors, lambda pid: discover_process(pid)
-
-
-@contextmanager
-def serving(
-    home: Path, sensors: list[Any], *, process_sensors: Any = None,
-    metrics_addr: str | None = None,
-) -> Iterator[tuple[MeasurementServer, ServerClient]]:
-    """A real server in a thread of this process; yields (server, client); shut down on exit."""
-    server = open_server(home, sensors=sensors, process_sensors=process_sensors, notes=[],
-                         metrics_addr=metrics_addr)
-    thread = threading.Thread(target=serve, args=(server, home), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while (state := read_state(home)) is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert state is not None, "the server did not publish its state file"
-    client = ServerClient.from_state(state)
-    try:
-        yield server, client
-    finally:
-        if thread.is_alive():
-            client.shutdown()
-        thread.join(timeout=10)
 
 
 def get(host: str, port: int, path: str, *, method: str = "GET", body: bytes | None = None,

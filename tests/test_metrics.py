@@ -14,8 +14,8 @@ import pytest
 import typer
 from prometheus_client.parser import text_string_to_metric_families
 from report_helpers import FIXTURES
-from test_live_support import get, serving
-from test_server_support import FakeSensorForTests, encode_batch
+from test_live_support import get
+from test_server_support import FakeSensorForTests, encode_batch, serving
 from typer.testing import CliRunner
 
 from fecomlite.sensors.replay import fixture_sensors

@@ -64,10 +64,11 @@ def encode_batch(rep: int, pid: int, events: list[tuple[Any, ...]], **meta: Any)
 
 
 @contextmanager
-def served(
+def serving(
     home: Path, sensors: list[Any], *, process_sensors: Any = None, **service_options: Any
-) -> Iterator[ServerClient]:
-    """A real server in a thread of this process, over `home`; shut down on exit."""
+) -> Iterator[tuple[Any, ServerClient]]:
+    """A real server in a thread of this process, over `home`; yields (server, client) and
+    shuts it down on exit."""
     server = open_server(
         home, sensors=sensors, process_sensors=process_sensors, notes=[], **service_options
     )
@@ -79,8 +80,17 @@ def served(
     assert state is not None, "the server did not publish its state file"
     client = ServerClient.from_state(state)
     try:
-        yield client
+        yield server, client
     finally:
         if thread.is_alive():
             client.shutdown()
         thread.join(timeout=10)
+
+
+@contextmanager
+def served(
+    home: Path, sensors: list[Any], *, process_sensors: Any = None, **service_options: Any
+) -> Iterator[ServerClient]:
+    """`serving` when only the client is needed."""
+    with serving(home, sensors, process_sensors=process_sensors, **service_options) as (_, c):
+        yield c

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 import typer
-from test_live_support import grower_command, real_sensors, serving
+from test_live_support import grower_command, real_sensors
+from test_server_support import serving
 from typer.testing import CliRunner
 
 from fecomlite.report.build import build_report
