@@ -90,26 +90,25 @@ def _api_row(api: str, ra: dict[str, Any] | None, rb: dict[str, Any] | None,
             out["per_call"] = {"verdict": out["verdict"]}
             out["per_rep"] = {"verdict": out["verdict"]}
         else:
-            pa, pb = ea["per_call"], eb["per_call"]
-            out["per_call"] = {
-                "a": _num(pa.get("mean")), "b": _num(pb.get("mean")),
-                "a_ci95": half_width(pa.get("ci95_low"), pa.get("ci95_high")),
-                "b_ci95": half_width(pb.get("ci95_low"), pb.get("ci95_high")),
-            }
-            out["per_call"].update(difference(
-                out["per_call"]["a"], out["per_call"]["a_ci95"],
-                out["per_call"]["b"], out["per_call"]["b_ci95"]))
-            out["per_rep"] = {
-                "a": _num(ea.get("rep_mean_J")), "b": _num(eb.get("rep_mean_J")),
-                "a_ci95": half_width(ea.get("rep_ci95_low"), ea.get("rep_ci95_high")),
-                "b_ci95": half_width(eb.get("rep_ci95_low"), eb.get("rep_ci95_high")),
-            }
-            out["per_rep"].update(difference(
-                out["per_rep"]["a"], out["per_rep"]["a_ci95"],
-                out["per_rep"]["b"], out["per_rep"]["b_ci95"]))
+            out["per_call"] = _measure_pair(ea["per_call"], eb["per_call"],
+                                            "mean", "ci95_low", "ci95_high")
+            out["per_rep"] = _measure_pair(ea, eb, "rep_mean_J", "rep_ci95_low", "rep_ci95_high")
             out["verdict"] = out["per_call"]["verdict"]
         row["energy"][key] = out
     return row
+
+
+def _measure_pair(
+    a: dict[str, Any], b: dict[str, Any], mean: str, low: str, high: str
+) -> dict[str, Any]:
+    """One figure of both runs, its CI half-widths, and whether they differ beyond the noise."""
+    pair = {
+        "a": _num(a.get(mean)), "b": _num(b.get(mean)),
+        "a_ci95": half_width(a.get(low), a.get(high)),
+        "b_ci95": half_width(b.get(low), b.get(high)),
+    }
+    pair.update(difference(pair["a"], pair["a_ci95"], pair["b"], pair["b_ci95"]))
+    return pair
 
 
 def _num(value: Any) -> float:
