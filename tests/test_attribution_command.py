@@ -28,8 +28,8 @@ def invoke(*args: str):
 
 
 def words(text: str) -> str:
-    """The output with rich's line wrapping undone."""
-    return " ".join(text.split())
+    """The output with rich's line wrapping and error-box borders undone (paths vary in length)."""
+    return " ".join(text.translate(str.maketrans("", "", "│╭╮╰╯─")).split())
 
 
 def read(path: Path) -> list[dict[str, str]]:
