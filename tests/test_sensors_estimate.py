@@ -9,9 +9,12 @@ import time
 import pytest
 
 from fecomlite.sensors import MODELS
+from fecomlite.sensors.discovery import discover
 from fecomlite.sensors.estimate import (
     CPU_MODEL,
+    DRAM_ACTIVE_W_PER_GIB,
     DRAM_MODEL,
+    DRAM_STATIC_W_PER_GIB,
     PROCESS_MODEL,
     EstimatedCpuPower,
     EstimatedDramPower,
@@ -120,3 +123,31 @@ def test_process_estimate_counts_only_the_measured_program():
         spinner.wait()
     # above idle only: at most the envelope's span, at least its share of ≥ 30 % of one CPU
     assert 70 * 0.3 / N_CPUS <= busy_program <= 70
+
+
+def test_the_estimates_and_machine_utilisation_share_one_window(tmp_path):
+    """One /proc/stat read per window serves util:cpu, est:cpu-package and est:dram: the three
+    agree exactly on the busy share (with a reader each, their windows would differ)."""
+    sensors = {s.name: s for s in discover(settings={"rapl_root": tmp_path})[0]}  # no RAPL
+    util, cpu, dram = sensors["util:cpu"], sensors["est:cpu-package"], sensors["est:dram"]
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        checked = 0
+        for _ in range(5):
+            time.sleep(0.12)
+            busy = util.read()
+            time.sleep(0.03)  # a reader of its own would now see another window
+            watts, dram_watts = cpu.read(), dram.read()
+            if busy is None:
+                continue
+            checked += 1
+            share = busy / 100
+            env = cpu.envelope
+            assert watts == pytest.approx(env.idle_w + (env.max_w - env.idle_w) * share, rel=1e-12)
+            assert dram_watts == pytest.approx(
+                dram.gib * (DRAM_STATIC_W_PER_GIB + DRAM_ACTIVE_W_PER_GIB * share), rel=1e-12)
+        assert checked >= 4
+    finally:
+        spinner.kill()
+        for sensor in sensors.values():
+            sensor.close()

@@ -39,18 +39,19 @@ def discover(
     measured = {s.domain for s in sensors if s.provenance == "measured"}
     envelope = None
     try:  # everything below reads /proc (Linux)
+        share = utilisation.MachineCpuShare()  # one /proc/stat read per window for all three
         if "cpu-package" not in measured:
             envelope = estimate.cpu_envelope(settings)
-            sensors.append(estimate.EstimatedCpuPower(envelope))
+            sensors.append(estimate.EstimatedCpuPower(envelope, share=share))
             notes.append(
                 f"CPU package power estimated (model {estimate.CPU_MODEL}: idle "
                 f"{envelope.idle_w:.1f} W, max {envelope.max_w:.1f} W, {envelope.source})"
             )
         if "dram" not in measured:
             gib = estimate.mem_total_gib()
-            sensors.append(estimate.EstimatedDramPower(gib))
+            sensors.append(estimate.EstimatedDramPower(gib, share=share))
             notes.append(f"DRAM power estimated (model {estimate.DRAM_MODEL}, {gib:.1f} GiB)")
-        sensors.append(utilisation.MachineCpuUtilisation())
+        sensors.append(utilisation.MachineCpuUtilisation(share=share))
     except (OSError, ValueError) as exc:
         notes.append(f"no CPU utilisation, hence no CPU/DRAM estimate: {exc}")
     if pid is not None:

@@ -141,14 +141,18 @@ def mem_total_gib(meminfo: str = "/proc/meminfo") -> float:
 class EstimatedCpuPower(BaseSensor):
     """CPU package power from machine utilisation and a power envelope (model cpu-util-linear)."""
 
-    def __init__(self, envelope: PowerEnvelope, min_window_s: float = MIN_WINDOW_S) -> None:
+    def __init__(
+        self, envelope: PowerEnvelope, min_window_s: float = MIN_WINDOW_S,
+        share: MachineCpuShare | None = None,
+    ) -> None:
+        self._share = share or MachineCpuShare(min_window_s)
         super().__init__(
             name="est:cpu-package",
             domain="cpu-package",
             unit="W",
             kind=POWER,
             device="cpu",
-            nominal_period_s=min_window_s,
+            nominal_period_s=self._share.min_window_s,
             provenance=ESTIMATED,
             model=CPU_MODEL,
             model_params={
@@ -162,7 +166,6 @@ class EstimatedCpuPower(BaseSensor):
             description=MODELS[CPU_MODEL],
         )
         self.envelope = envelope
-        self._share = MachineCpuShare(min_window_s)
 
     def _read(self) -> float | None:
         u = self._share.update()
@@ -211,14 +214,17 @@ class EstimatedProcessCpuPower(BaseSensor):
 class EstimatedDramPower(BaseSensor):
     """DRAM power from installed memory and machine utilisation (model dram-gib-util-linear)."""
 
-    def __init__(self, gib: float, min_window_s: float = MIN_WINDOW_S) -> None:
+    def __init__(
+        self, gib: float, min_window_s: float = MIN_WINDOW_S, share: MachineCpuShare | None = None
+    ) -> None:
+        self._share = share or MachineCpuShare(min_window_s)
         super().__init__(
             name="est:dram",
             domain="dram",
             unit="W",
             kind=POWER,
             device="memory",
-            nominal_period_s=min_window_s,
+            nominal_period_s=self._share.min_window_s,
             provenance=ESTIMATED,
             model=DRAM_MODEL,
             model_params={
@@ -231,7 +237,6 @@ class EstimatedDramPower(BaseSensor):
             description=MODELS[DRAM_MODEL],
         )
         self.gib = gib
-        self._share = MachineCpuShare(min_window_s)
 
     def _read(self) -> float | None:
         u = self._share.update()

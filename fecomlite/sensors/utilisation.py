@@ -19,6 +19,8 @@ from fecomlite.sensors.proctree import ProcessFiles
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 N_CPUS = os.cpu_count() or 1
 MIN_WINDOW_S = 0.1
+WINDOW_SLACK = 0.9  # a sampler reading every min_window_s jitters around it: accept a window a
+# little short (still ≥ 9 ticks) rather than repeat the value and make it twice as long
 
 
 class MachineCpuShare:
@@ -26,6 +28,8 @@ class MachineCpuShare:
 
     busy = user + nice + system + irq + softirq; total adds idle, iowait and steal (time the
     hypervisor gave to another guest is not this machine's work). guest time is already in user.
+    One share can serve several sensors read by the same thread (utilisation and the estimates
+    built on it): one `/proc/stat` read per window for all of them, and the same window.
     """
 
     def __init__(self, min_window_s: float = MIN_WINDOW_S) -> None:
@@ -43,7 +47,7 @@ class MachineCpuShare:
 
     def update(self) -> float | None:
         now = time.monotonic()
-        if now - self._last_t >= self.min_window_s:
+        if now - self._last_t >= self.min_window_s * WINDOW_SLACK:
             busy, total = self._ticks()
             if total > self._last[1]:
                 self.value = (busy - self._last[0]) / (total - self._last[1])
@@ -57,18 +61,20 @@ class MachineCpuShare:
 class MachineCpuUtilisation(BaseSensor):
     """Machine-wide CPU utilisation, % of all CPUs."""
 
-    def __init__(self, min_window_s: float = MIN_WINDOW_S) -> None:
+    def __init__(
+        self, min_window_s: float = MIN_WINDOW_S, share: MachineCpuShare | None = None
+    ) -> None:
+        self._share = share or MachineCpuShare(min_window_s)
         super().__init__(
             name="util:cpu",
             domain="utilisation",
             unit="%",
             kind=GAUGE,
             device="machine",
-            nominal_period_s=min_window_s,
+            nominal_period_s=self._share.min_window_s,
             watch_period=False,
             description=f"busy share of all {N_CPUS} CPUs from /proc/stat",
         )
-        self._share = MachineCpuShare(min_window_s)
 
     def _read(self) -> float | None:
         share = self._share.update()
@@ -114,7 +120,7 @@ class ProcessTreeCpuUtilisation(BaseSensor):
 
     def _read(self) -> float | None:
         now = time.monotonic()
-        if now - self._last_t >= self.min_window_s:
+        if now - self._last_t >= self.min_window_s * WINDOW_SLACK:
             ticks = self._ticks()
             cpu_s = max(ticks - self._last_ticks, 0) / CLK_TCK
             self._value = 100.0 * cpu_s / ((now - self._last_t) * N_CPUS)
