@@ -147,3 +147,44 @@ def test_a_failing_sensor_is_counted_and_the_others_go_on(tmp_path: Path):
         sampler.close()
     assert sampler.errors["bad"] >= 3
     assert counts(path, run)["good"] >= 3
+
+
+def test_sensors_due_together_are_read_in_one_wake_up_on_a_fixed_grid(tmp_path: Path):
+    path = tmp_path / "store.sqlite"
+    with Store(path) as store:
+        run = store.create_run(program="p")
+    fast_times: list[float] = []
+    slow_times: list[float] = []
+    fast = FakeSensorForTests("proc:rss", domain="process-memory", unit="B", kind="gauge",
+                              period_s=0.005, value=lambda t: fast_times.append(time.monotonic()))
+    slow = FakeSensorForTests("temp", domain="temperature", unit="C", kind="gauge",
+                              period_s=0.1, value=lambda t: slow_times.append(time.monotonic()))
+    sampler = Sampler([fast, slow], path, flush_s=0.05)
+    sampler.start()
+    try:
+        sampler.record(run)
+        time.sleep(1.0)
+        sampler.stop_recording(run)
+    finally:
+        sampler.close()
+    assert 150 <= len(fast_times) <= 210  # 200 Hz: the tick
+    gaps = sorted(b - a for a, b in zip(slow_times, slow_times[1:], strict=False))
+    assert 0.045 <= gaps[len(gaps) // 2] <= 0.056  # every 10th tick: its 50 ms interval
+    for t in slow_times:  # each slow read sits next to a fast read of the same tick
+        assert min(abs(t - f) for f in fast_times) < 0.002
+
+
+def test_the_writer_commits_while_a_run_records_without_being_asked(tmp_path: Path):
+    path = tmp_path / "store.sqlite"
+    with Store(path) as store:
+        run = store.create_run(program="p")
+    sampler = Sampler([FakeSensorForTests("p")], path, flush_s=0.1)
+    sampler.start()
+    try:
+        sampler.record(run)
+        deadline = time.monotonic() + 2.0  # flushes every 0.1 s: the live view reads these
+        while not counts(path, run).get("p") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert counts(path, run).get("p", 0) > 0
+    finally:
+        sampler.close()
