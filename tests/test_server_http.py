@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -212,3 +214,20 @@ def test_state_file_is_private_and_open_runs_end_interrupted(tmp_path: Path):
     with Store(tmp_path / "store.sqlite") as store:
         assert store.run(run)["status"] == "interrupted"
         assert store.run(run)["hyperparams"] == {"lr": 0.01}
+
+
+def test_the_listener_waits_without_polling_and_still_stops_at_once(tmp_path: Path):
+    server = open_server(tmp_path, sensors=[], notes=[])
+    loop = threading.Thread(target=server.serve_forever, daemon=True)  # no poll timeout
+    loop.start()
+    try:
+        time.sleep(0.2)
+        status, _ = raw_request(f"{server.url}/api/status", method="GET")
+        assert status == 200
+        started = time.monotonic()
+        server.shutdown()
+        loop.join(2)
+        assert not loop.is_alive() and time.monotonic() - started < 1.0
+    finally:
+        server.server_close()
+        server.service.close()

@@ -13,6 +13,7 @@ alone; it may listen beyond loopback because it reads and never writes.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import re
@@ -255,6 +256,24 @@ class _Listener(ThreadingHTTPServer):
     @property
     def port(self) -> int:
         return int(self.server_address[1])
+
+    def serve_forever(self, poll_interval: float | None = None) -> None:
+        """Wait in `select` until a request comes, with no timeout by default: a timed poll is
+        a wake-up every poll_interval, which on a VM costs more CPU than the requests do.
+        `shutdown` wakes the loop itself."""
+        super().serve_forever(poll_interval)  # type: ignore[arg-type]  # None: no timeout
+
+    def shutdown(self) -> None:
+        """Ask the loop to stop, then connect to the listener until it has seen the request
+        (an empty connection is read as nothing and closed)."""
+        stopping = threading.Thread(target=super().shutdown, name="listener-stop", daemon=True)
+        stopping.start()
+        host, port = self.server_address[:2]
+        host = {"0.0.0.0": LOOPBACK, "": LOOPBACK, "::": "::1"}.get(str(host), str(host))
+        while stopping.is_alive():
+            with contextlib.suppress(OSError):  # refused: the loop has ended or is ending
+                socket.create_connection((host, port), timeout=1).close()
+            stopping.join(0.05)
 
 
 class MeasurementServer(_Listener):

@@ -99,13 +99,13 @@ def serve(
     pid = os.getpid()
     metrics = server.metrics
     if metrics is not None:
-        threading.Thread(target=metrics.serve_forever, kwargs={"poll_interval": 0.2},
-                         name="metrics-listener", daemon=True).start()
+        threading.Thread(target=metrics.serve_forever, name="metrics-listener",
+                         daemon=True).start()
     write_state(home, server.state(pid))
     if ready:
         ready(server.url)
     try:
-        server.serve_forever(poll_interval=0.2)
+        server.serve_forever()
     finally:
         if metrics is not None:
             metrics.shutdown()
