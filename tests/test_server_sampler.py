@@ -20,6 +20,24 @@ def counts(store_path: Path, run_id: int) -> dict[str, int]:
         return {name: n for name, n in rows}
 
 
+def new_run(folder: Path) -> tuple[Path, int]:
+    """A store in `folder` with one run in it."""
+    path = folder / "store.sqlite"
+    with Store(path) as store:
+        return path, store.create_run(program="p")
+
+
+def record_for(sampler: Sampler, run: int, seconds: float) -> None:
+    """Start the sampler, record `run` for `seconds`, then close it."""
+    sampler.start()
+    try:
+        sampler.record(run)
+        time.sleep(seconds)
+        sampler.stop_recording(run)
+    finally:
+        sampler.close()
+
+
 def test_intervals_follow_each_sensors_update_period_within_caps():
     rates = SamplingRates()
     nvml_energy = FakeSensorForTests("e", kind="counter", unit="J", period_s=0.1)
@@ -35,9 +53,7 @@ def test_intervals_follow_each_sensors_update_period_within_caps():
 
 
 def test_samples_are_stored_only_while_a_run_records(tmp_path: Path):
-    path = tmp_path / "store.sqlite"
-    with Store(path) as store:
-        run = store.create_run(program="p")
+    path, run = new_run(tmp_path)
     power = FakeSensorForTests("p", value=lambda t: 10.0 + t)
     sampler = Sampler([power], path, flush_s=0.05)
     sampler.start()
@@ -65,9 +81,7 @@ def test_samples_are_stored_only_while_a_run_records(tmp_path: Path):
 
 
 def test_a_slow_sensor_reads_on_its_own_thread_and_does_not_delay_the_others(tmp_path: Path):
-    path = tmp_path / "store.sqlite"
-    with Store(path) as store:
-        run = store.create_run(program="p")
+    path, run = new_run(tmp_path)
 
     def slow_read(t: float) -> float:
         time.sleep(0.02)  # like NVML's energy counter (~4 ms), only worse
@@ -77,14 +91,7 @@ def test_a_slow_sensor_reads_on_its_own_thread_and_does_not_delay_the_others(tmp
                               slow=True, value=slow_read)
     rss = FakeSensorForTests("proc:rss", domain="process-memory", unit="B", kind="gauge",
                              period_s=0.005)
-    sampler = Sampler([slow, rss], path, flush_s=0.05)
-    sampler.start()
-    try:
-        sampler.record(run)
-        time.sleep(0.4)
-        sampler.stop_recording(run)
-    finally:
-        sampler.close()
+    record_for(Sampler([slow, rss], path, flush_s=0.05), run, 0.4)
     assert len(slow.read_threads) == len(rss.read_threads) == 1
     assert slow.read_threads != rss.read_threads
     n = counts(path, run)
@@ -93,9 +100,7 @@ def test_a_slow_sensor_reads_on_its_own_thread_and_does_not_delay_the_others(tmp
 
 
 def test_a_new_process_group_replaces_the_old_and_the_reader_closes_it(tmp_path: Path):
-    path = tmp_path / "store.sqlite"
-    with Store(path) as store:
-        run = store.create_run(program="p")
+    path, run = new_run(tmp_path)
     machine = FakeSensorForTests("util:cpu", domain="utilisation", unit="%", kind="gauge")
     first = FakeSensorForTests("proc:rss", domain="process-memory", unit="B", kind="gauge",
                                value=lambda t: 1.0)
@@ -128,9 +133,7 @@ def test_a_new_process_group_replaces_the_old_and_the_reader_closes_it(tmp_path:
 
 
 def test_a_failing_sensor_is_counted_and_the_others_go_on(tmp_path: Path):
-    path = tmp_path / "store.sqlite"
-    with Store(path) as store:
-        run = store.create_run(program="p")
+    path, run = new_run(tmp_path)
 
     def broken(t: float) -> float:
         raise OSError("gone")
@@ -150,23 +153,14 @@ def test_a_failing_sensor_is_counted_and_the_others_go_on(tmp_path: Path):
 
 
 def test_sensors_due_together_are_read_in_one_wake_up_on_a_fixed_grid(tmp_path: Path):
-    path = tmp_path / "store.sqlite"
-    with Store(path) as store:
-        run = store.create_run(program="p")
+    path, run = new_run(tmp_path)
     fast_times: list[float] = []
     slow_times: list[float] = []
     fast = FakeSensorForTests("proc:rss", domain="process-memory", unit="B", kind="gauge",
                               period_s=0.005, value=lambda t: fast_times.append(time.monotonic()))
     slow = FakeSensorForTests("temp", domain="temperature", unit="C", kind="gauge",
                               period_s=0.1, value=lambda t: slow_times.append(time.monotonic()))
-    sampler = Sampler([fast, slow], path, flush_s=0.05)
-    sampler.start()
-    try:
-        sampler.record(run)
-        time.sleep(1.0)
-        sampler.stop_recording(run)
-    finally:
-        sampler.close()
+    record_for(Sampler([fast, slow], path, flush_s=0.05), run, 1.0)
     assert 150 <= len(fast_times) <= 210  # 200 Hz: the tick
     gaps = sorted(b - a for a, b in zip(slow_times, slow_times[1:], strict=False))
     assert 0.045 <= gaps[len(gaps) // 2] <= 0.056  # every 10th tick: its 50 ms interval
@@ -175,9 +169,7 @@ def test_sensors_due_together_are_read_in_one_wake_up_on_a_fixed_grid(tmp_path: 
 
 
 def test_the_writer_commits_while_a_run_records_without_being_asked(tmp_path: Path):
-    path = tmp_path / "store.sqlite"
-    with Store(path) as store:
-        run = store.create_run(program="p")
+    path, run = new_run(tmp_path)
     sampler = Sampler([FakeSensorForTests("p")], path, flush_s=0.1)
     sampler.start()
     try:
