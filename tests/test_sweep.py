@@ -166,11 +166,12 @@ def store_rep_seconds(home, run_id: int) -> float:
     return (rep["t_end_ns"] - rep["t_start_ns"]) / 1e9
 
 
-def recorded_run(store, cpu_provenance: str = "estimated", network: dict | None = None,
+def recorded_run(store, network: dict | None = None,
                  parent_id: int | None = None) -> int:
-    """A configuration run as the server stores it: 10 s of samples at 10 Hz, CPU power 3 W idle
-    and 6.5 W while the program's process tree uses half the CPUs, during the training region
-    [2 s, 4 s] of a repetition [1 s, 5 s]."""
+    """A configuration run as the server stores it on a machine without RAPL: 10 s of samples at
+    10 Hz, estimated CPU power 3 W idle and 6.5 W while the program's process tree uses half the
+    CPUs, during the training region [2 s, 4 s] of a repetition [1 s, 5 s], and the program's own
+    share (est:cpu-process: (10 − 3) W × half the CPUs while busy)."""
     import numpy as np
 
     s = 1_000_000_000
@@ -178,7 +179,7 @@ def recorded_run(store, cpu_provenance: str = "estimated", network: dict | None 
                               idle={"est:cpu-package": 3.0}, parent_id=parent_id,
                               settings={"network": network} if network else {})
     cpu = store.add_sensor(run_id, name="est:cpu-package", domain="cpu-package", unit="W",
-                           kind="power", provenance=cpu_provenance, model="cpu-util-linear",
+                           kind="power", provenance="estimated", model="cpu-util-linear",
                            period_s=0.1)
     util = store.add_sensor(run_id, name="util:process", domain="utilisation", unit="%",
                             kind="gauge", provenance="measured", period_s=0.1)
@@ -186,6 +187,10 @@ def recorded_run(store, cpu_provenance: str = "estimated", network: dict | None 
     busy = [2 * s < t <= 4 * s for t in times]
     store.add_samples([(cpu, t, 6.5 if b else 3.0) for t, b in zip(times, busy, strict=True)])
     store.add_samples([(util, t, 50.0 if b else 0.0) for t, b in zip(times, busy, strict=True)])
+    own = store.add_sensor(run_id, name="est:cpu-process", domain="cpu-process", unit="W",
+                           kind="power", provenance="estimated", model="process-cpu-share",
+                           period_s=0.1)
+    store.add_samples([(own, t, 3.5 if b else 0.0) for t, b in zip(times, busy, strict=True)])
     store.put_result(run_id, "sensors", {"est:cpu-package": {
         "model_params": {"max_w": 10.0, "idle_w": 3.0}}})
     store.upsert_repetition(run_id, 1, t_start_ns=s, t_end_ns=5 * s, tail_end_ns=5 * s)
@@ -210,20 +215,13 @@ def test_a_runs_training_region_time_and_energy(tmp_path):
     assert columns["idle_W_cpu-package"] == 3.0
     # process-cpu-share: (10 − 3) W × half the CPUs × 2 s
     assert columns[f"energy_J_{PROCESS_DOMAIN}"] == pytest.approx(7 * 0.5 * 2, rel=0.02)
+    assert columns[f"idle_W_{PROCESS_DOMAIN}"] == 0.0  # above idle by construction
     assert domains[PROCESS_DOMAIN] == {
         "provenance": "estimated", "model": "process-cpu-share", "additive": False,
-        "sensor": "util:process × est:cpu-package envelope"}
+        "sensor": "est:cpu-process"}
     assert domains["cpu-package"]["additive"] is True
+    assert columns["energy_J_all"] == columns["energy_J_cpu-package"]  # never summed with it
     assert "cpu-process: estimated (process-cpu-share)" in columns["provenance"]
-
-
-def test_measured_cpu_power_gets_no_process_estimate(tmp_path):
-    from fecomlite.model.sweep import PROCESS_DOMAIN, measured_columns
-    from fecomlite.store import Store
-
-    with Store(tmp_path / "store.sqlite") as store:
-        columns, domains = measured_columns(store, recorded_run(store, "measured"))
-    assert PROCESS_DOMAIN not in domains and f"energy_J_{PROCESS_DOMAIN}" not in columns
 
 
 def test_gpu_l2_breakpoints_of_the_machine():

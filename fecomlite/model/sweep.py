@@ -25,8 +25,6 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from fecomlite.model.cache import MemoryHierarchy, cpu_hierarchy, hierarchy_for
 from fecomlite.model.features import training_step
 from fecomlite.model.network import ConfigError, NetworkConfig
@@ -48,14 +46,6 @@ REGION_SITE = "region:train"
 SWEEP_KIND = "sweep"
 CONFIG_KIND = "sweep-config"
 PROCESS_DOMAIN = "cpu-process"
-PROCESS_MODEL = "process-cpu-share"
-PROCESS_MODEL_TEXT = (
-    "E = (P_max − P_idle) × CPU time of the program's process tree ÷ CPUs: the cpu-util-linear "
-    "envelope applied to the program's own CPU time (util:process), so that other processes on "
-    "the machine do not count"
-)
-CPU_ESTIMATE_SENSOR = "est:cpu-package"  # fecomlite.sensors.estimate.EstimatedCpuPower
-PROCESS_UTILISATION_SENSOR = "util:process"  # fecomlite.sensors.utilisation, % of all CPUs
 
 
 @dataclass(frozen=True)
@@ -178,9 +168,10 @@ def measured_columns(store: Store, run_id: int) -> tuple[dict[str, Any], dict[st
     """(columns, domains) of a finished configuration run: the training region's time and
     energy per domain (mean and σ over repetitions), and each domain's provenance and model.
 
-    Besides the run's energy domains, where CPU power is estimated, the domain `cpu-process`
-    (model process-cpu-share, PROCESS_MODEL_TEXT): machine-wide utilisation counts every process
-    of a shared machine, the program's own CPU time only its own work.
+    Where CPU power is estimated the run also has the domain `cpu-process` (the server's
+    est:cpu-process sensor, model process-cpu-share): machine-wide utilisation counts every
+    process of a shared machine, the program's own CPU time only its own work. It is above idle
+    by construction and never summed with cpu-package.
     """
     from fecomlite.analysis import ADDITIVE_DOMAINS, analyse_run
 
@@ -211,41 +202,11 @@ def measured_columns(store: Store, run_id: int) -> tuple[dict[str, Any], dict[st
         }
     additive = [d for d, meta in domains.items() if meta["additive"]]
     columns["energy_J_all"] = sum(columns[f"energy_J_{d}"] for d in additive) if additive else None
-    process = _process_energy(store, run_id, spans)
-    if process is not None and domains.get("cpu-package", {}).get("provenance") == "estimated":
-        columns[f"energy_J_{PROCESS_DOMAIN}"] = _mean(process)
-        columns[f"energy_J_{PROCESS_DOMAIN}_std"] = _std(process)
-        columns[f"idle_W_{PROCESS_DOMAIN}"] = 0.0  # none of the idle machine is the program's
-        domains[PROCESS_DOMAIN] = {
-            "provenance": "estimated", "model": PROCESS_MODEL, "additive": False,
-            "sensor": f"{PROCESS_UTILISATION_SENSOR} × {CPU_ESTIMATE_SENSOR} envelope",
-        }
     columns["provenance"] = "; ".join(
         f"{d}: {m['provenance']}" + (f" ({m['model']})" if m["model"] else "")
         for d, m in sorted(domains.items())
     )
     return columns, domains
-
-
-def _process_energy(store: Store, run_id: int, spans: list[tuple[int, int]]) -> list[float] | None:
-    """Per span, (P_max − P_idle) × the process tree's CPU share integrated (process-cpu-share);
-    None when the run has no CPU estimate envelope or no process utilisation."""
-    from fecomlite import attribution as at
-
-    details = (store.result(run_id, "sensors") or {}).get(CPU_ESTIMATE_SENSOR) or {}
-    params = details.get("model_params") or {}
-    sensor = next((s for s in store.sensors(run_id) if s["name"] == PROCESS_UTILISATION_SENSOR),
-                  None)
-    if "max_w" not in params or sensor is None:
-        return None
-    rows = store.db.execute("SELECT t_ns, value FROM samples WHERE sensor_id=? ORDER BY t_ns",
-                            (sensor["id"],)).fetchall()
-    if len(rows) < 2:
-        return None
-    t = np.array([r[0] for r in rows], dtype=np.int64)
-    watts = (params["max_w"] - params["idle_w"]) * np.array([r[1] for r in rows]) / 100.0
-    intervals = at.power_intervals(t, watts, period_s=sensor["period_s"])
-    return [at.window_energy(intervals, 0.0, a, b)[0] for a, b in spans]
 
 
 def default_domain(domains: dict[str, dict[str, Any]]) -> tuple[str, str]:
