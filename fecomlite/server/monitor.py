@@ -29,6 +29,7 @@ import numpy as np
 
 from fecomlite import attribution as at
 from fecomlite.analysis import choose_energy_sensors
+from fecomlite.server.series import StoredSensor
 from fecomlite.store import Store
 
 BIN_S = 0.5
@@ -55,15 +56,9 @@ class Bin:
 
 
 @dataclass
-class Track:
+class Track(StoredSensor):
     """One sensor, by name, followed across runs: latest value, energy so far, binned history."""
 
-    name: str
-    domain: str
-    unit: str
-    kind: str
-    provenance: str
-    model: str | None
     last_t: int = -1
     last_v: float | None = None
     energy_J: float = 0.0

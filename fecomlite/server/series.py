@@ -17,9 +17,9 @@ POWER_KINDS = ("counter", "power")
 BIN_S = 0.5
 
 
-@dataclass(frozen=True)
-class Series:
-    """One sensor's samples in a time window, with the metadata the checks need."""
+@dataclass
+class StoredSensor:
+    """A sensor as a run's `sensors` table holds it (the columns the server's readers need)."""
 
     name: str
     domain: str
@@ -27,6 +27,12 @@ class Series:
     kind: str
     provenance: str
     model: str | None
+
+
+@dataclass
+class Series(StoredSensor):
+    """One sensor's samples in a time window, with the metadata the checks need."""
+
     t_ns: np.ndarray
     values: np.ndarray
     device: str = ""  # "gpu:N", "cpu", "process"... where the sensor says
