@@ -85,6 +85,11 @@ class PowerEnvelope:
     idle_w: float
     source: str  # how max_w was obtained, in words, for the report
 
+    def params(self, utilisation: str) -> dict[str, Any]:
+        """The model parameters a sensor built on this envelope stores (and the report shows)."""
+        return {"max_w": self.max_w, "idle_w": self.idle_w, "envelope_source": self.source,
+                "cpus": N_CPUS, "utilisation": utilisation}
+
 
 def cpu_model_name(cpuinfo: str = "/proc/cpuinfo") -> str:
     """The first `model name` in /proc/cpuinfo, or "" when there is none (e.g. some ARM)."""
@@ -155,13 +160,7 @@ class EstimatedCpuPower(BaseSensor):
             nominal_period_s=self._share.min_window_s,
             provenance=ESTIMATED,
             model=CPU_MODEL,
-            model_params={
-                "max_w": envelope.max_w,
-                "idle_w": envelope.idle_w,
-                "envelope_source": envelope.source,
-                "cpus": N_CPUS,
-                "utilisation": "/proc/stat busy share of all CPUs",
-            },
+            model_params=envelope.params("/proc/stat busy share of all CPUs"),
             watch_period=False,
             description=MODELS[CPU_MODEL],
         )
@@ -191,13 +190,7 @@ class EstimatedProcessCpuPower(BaseSensor):
             nominal_period_s=utilisation.min_window_s,
             provenance=ESTIMATED,
             model=PROCESS_MODEL,
-            model_params={
-                "max_w": envelope.max_w,
-                "idle_w": envelope.idle_w,
-                "envelope_source": envelope.source,
-                "cpus": N_CPUS,
-                "utilisation": "/proc/<pid>/stat CPU time of the process tree",
-            },
+            model_params=envelope.params("/proc/<pid>/stat CPU time of the process tree"),
             watch_period=False,
             description=MODELS[PROCESS_MODEL],
         )
