@@ -226,8 +226,8 @@ def test_the_listener_waits_without_polling_and_still_stops_at_once(tmp_path: Pa
         assert status == 200
         started = time.monotonic()
         server.shutdown()
-        loop.join(2)
-        assert not loop.is_alive() and time.monotonic() - started < 1.0
+        loop.join(5)
+        assert not loop.is_alive() and time.monotonic() - started < 3.0
     finally:
         server.server_close()
         server.service.close()
