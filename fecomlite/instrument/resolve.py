@@ -41,6 +41,7 @@ from fecomlite.instrument.names import (
     factory_class,
     is_class_name,
 )
+from fecomlite.instrument.star import star_names
 
 # ----------------------------------------------------------------------------- pass 1: collect
 
@@ -558,10 +559,15 @@ class Resolver:
         return Obj(found.api)
 
     def _star_import(self, name: str) -> Value:
-        for module in reversed(self.col.star_imports):
-            qualified = f"{module}.{name}"
-            if self.roots.covers(qualified):
-                return Api(qualified)
+        """A name the file never binds: from its last star import of a root that may define it
+        (with several, those known not to define it are passed over; see `star.py`)."""
+        candidates = [
+            m for m in reversed(self.col.star_imports) if self.roots.covers(f"{m}.{name}")
+        ]
+        for module in candidates:
+            exported = star_names(module) if len(candidates) > 1 else None
+            if exported is None or name in exported:
+                return Api(f"{module}.{name}")
         return None
 
     def attribute(self, base: Value, attr: str) -> Value:
