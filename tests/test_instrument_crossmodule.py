@@ -192,6 +192,51 @@ def test_workers_receive_the_table(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert found["train.py"] == {"Net()": "torch.nn.Module.__call__"}
 
 
+def test_framework_attributes_of_an_imported_instance(tmp_path: Path) -> None:
+    model = """
+        import torch
+        from torch import nn
+
+
+        class Base(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.head = nn.Linear(4, 1)
+                self.either = nn.ReLU()
+
+            def grow(self):
+                self.either = nn.Tanh()  # set from two callees: no one type
+
+
+        class Net(Base):
+            def __init__(self, big):
+                super().__init__()
+                self.body = nn.Conv2d(1, 2, 3)
+                self.maybe = nn.Linear(2, 2) if big else None  # not always a framework call
+                self.size = 4
+        """
+    train = """
+        import torch
+        from model import Net
+
+        net = Net(True)
+        x = torch.ones(1, 1, 4, 4)
+        net.body(x)
+        net.head(x)
+        net.either(x)
+        net.maybe(x)
+        net.size
+        net.body.weight.sum()
+        """
+    found = sites_of(tmp_path, {"model.py": model, "train.py": train})
+    assert found["train.py"] == {
+        "torch.ones": "torch.ones",
+        "net.body": "torch.nn.Conv2d.__call__",
+        "net.head": "torch.nn.Linear.__call__",  # set by a base class
+        "net.body.weight.sum": "torch.nn.Conv2d.weight.sum",
+    }
+
+
 def test_table_contents() -> None:
     sources = {
         "model.py": TORCH_MODEL + "\nnet = Net()\n",
@@ -199,11 +244,13 @@ def test_table_contents() -> None:
     }
     table = build_table(sources, Roots(DEFAULT_ROOTS))
     members = frozenset({"__init__", "forward", "helper", "fc"})
+    typed = (("fc", "torch.nn.Linear"),)  # self.fc = nn.Linear(2, 2)
     assert table["model"] == {
-        "Net": Export("class", "torch.nn.Module", "Net", members),
-        "net": Export("instance", "torch.nn.Module", "Net", members),
+        "Net": Export("class", "torch.nn.Module", "Net", members, typed),
+        "net": Export("instance", "torch.nn.Module", "Net", members, typed),
     }
-    assert table["pkg"] == {"Sub": Export("class", "torch.nn.Module", "Sub", members | {"x"})}
+    assert table["pkg"] == {
+        "Sub": Export("class", "torch.nn.Module", "Sub", members | {"x"}, typed)}
     assert module_identities("src/pkg/__init__.py") == [("src.pkg", "src.pkg"), ("pkg", "pkg")]
 
 

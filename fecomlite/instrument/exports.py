@@ -35,6 +35,12 @@ class Export:
     api: str  # canonical framework base (class, instance) or the object's type name
     name: str = ""  # the user's class name (class, instance)
     members: frozenset[str] = frozenset()  # defined by the user's class or its project bases
+    # (class, instance) `self.x = framework_call(...)` attributes: (x, the object's type name)
+    attributes: tuple[tuple[str, str], ...] = ()
+
+    def attribute_type(self, attr: str) -> str | None:
+        """The framework type of a `self.<attr>` the class always sets from one framework call."""
+        return dict(self.attributes).get(attr)
 
 
 ProjectTable = dict[str, dict[str, Export]]
@@ -56,12 +62,21 @@ def module_identities(rel: str) -> list[tuple[str, str]]:
 # ----------------------------------------------------------------------------- reading a module
 
 
+@dataclass(frozen=True)
+class _ClassText:
+    """What a class statement shows without resolving anything."""
+
+    bases: list[str]  # dotted
+    members: frozenset[str]
+    attribute_calls: dict[str, str]  # `self.x = callee(...)`: x → dotted callee or NOT_ONE_CALL
+
+
 @dataclass
 class _Module:
     name: str
     package: str
     imports: dict[str, str] = field(default_factory=dict)  # local name → qualified name
-    classes: dict[str, tuple[list[str], frozenset[str]]] = field(default_factory=dict)
+    classes: dict[str, _ClassText] = field(default_factory=dict)
     calls: dict[str, str] = field(default_factory=dict)  # name → callee, for `name = callee()`
 
 
@@ -86,27 +101,44 @@ def _absolute(package: str, level: int, module: str | None) -> str | None:
     return ".".join([*base, module] if module else base)
 
 
-def _members(node: ast.ClassDef) -> frozenset[str]:
-    """Names the class body defines, and ``self.x`` attributes its methods assign."""
+NOT_ONE_CALL = "\0"  # an attribute set otherwise too, or from several callees
+
+
+def _class_text(node: ast.ClassDef) -> _ClassText:
+    """The bases, the names the class body defines and the ``self.x`` attributes its methods
+    assign, and which of those every assignment sets from a call of one dotted callee."""
     names: set[str] = set()
+    callees: dict[str, str] = {}
     for stmt in node.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(stmt.name)
             args = getattr(stmt, "args", None)
             first = (args.posonlyargs + args.args)[:1] if args else []
             if first:
-                for inner in ast.walk(stmt):
-                    if (
-                        isinstance(inner, ast.Attribute)
-                        and isinstance(inner.ctx, ast.Store)
-                        and isinstance(inner.value, ast.Name)
-                        and inner.value.id == first[0].arg
-                    ):
-                        names.add(inner.attr)
+                _self_attributes(stmt, first[0].arg, names, callees)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
             names.update(t.id for t in targets if isinstance(t, ast.Name))
-    return frozenset(names)
+    bases = [b for b in map(_dotted, node.bases) if b]
+    return _ClassText(bases, frozenset(names), callees)
+
+
+def _self_attributes(method: ast.AST, receiver: str, names: set[str],
+                     callees: dict[str, str]) -> None:
+    """Every ``receiver.x`` a method stores: its name, and its callee while all agree."""
+    called: dict[int, str | None] = {}  # id(target) → callee, for `receiver.x = callee(...)`
+    for inner in ast.walk(method):
+        if isinstance(inner, ast.Assign) and len(inner.targets) == 1:
+            value = inner.value
+            called[id(inner.targets[0])] = (
+                _dotted(value.func) if isinstance(value, ast.Call) else None)
+    for inner in ast.walk(method):
+        if (isinstance(inner, ast.Attribute) and isinstance(inner.ctx, ast.Store)
+                and isinstance(inner.value, ast.Name) and inner.value.id == receiver):
+            names.add(inner.attr)
+            callee = called.get(id(inner))
+            seen = callees.get(inner.attr)
+            callees[inner.attr] = callee if callee and seen in (None, callee) else NOT_ONE_CALL
 
 
 def _read(module: _Module, body: Iterable[ast.stmt]) -> None:
@@ -125,8 +157,7 @@ def _read(module: _Module, body: Iterable[ast.stmt]) -> None:
                 if source is not None and alias.name != "*":
                     module.imports[alias.asname or alias.name] = f"{source}.{alias.name}"
         elif isinstance(stmt, ast.ClassDef):
-            bases = [b for b in map(_dotted, stmt.bases) if b]
-            module.classes[stmt.name] = (bases, _members(stmt))
+            module.classes[stmt.name] = _class_text(stmt)
             module.calls.pop(stmt.name, None)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
@@ -196,10 +227,11 @@ class _Builder:
         return found
 
     def _class(self, module: _Module, name: str) -> Export | None:
-        bases, members = module.classes[name]
+        text = module.classes[name]
         api = None
-        inherited: set[str] = set(members)
-        for base in bases:
+        inherited: set[str] = set(text.members)
+        attributes: dict[str, str] = {}
+        for base in text.bases:
             target = self.qualify(module, base)
             if isinstance(target, str):
                 api = api or canonical(target)
@@ -208,7 +240,17 @@ class _Builder:
                 if found is not None and found.kind == "class":
                     api = api or found.api
                     inherited |= found.members
-        return None if api is None else Export("class", api, name, frozenset(inherited))
+                    attributes = {**dict(found.attributes), **attributes}
+        for attr, callee in text.attribute_calls.items():
+            if callee == NOT_ONE_CALL:
+                attributes.pop(attr, None)
+                continue
+            found = self._object(module, callee)
+            if found is not None and found.kind == "object":
+                attributes[attr] = found.api
+        if api is None:
+            return None
+        return Export("class", api, name, frozenset(inherited), tuple(sorted(attributes.items())))
 
     def _object(self, module: _Module, callee: str) -> Export | None:
         target = self.qualify(module, callee)
@@ -222,7 +264,8 @@ class _Builder:
         if target is not None:
             found = self.export(*target)
             if found is not None and found.kind == "class":
-                return Export("instance", found.api, found.name, found.members)
+                return Export("instance", found.api, found.name, found.members,
+                              found.attributes)
         return None
 
 

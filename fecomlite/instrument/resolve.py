@@ -583,7 +583,10 @@ class Resolver:
             return self._imported(self.project.lookup(f"{base.name}.{attr}"))
         if isinstance(base, (ImportedClass, ImportedInstance)):
             export = base.export
-            return None if attr in export.members else Obj(f"{export.api}.{attr}", member=True)
+            if attr in export.members:  # the user's: a framework object only where it is one
+                typed = export.attribute_type(attr) if isinstance(base, ImportedInstance) else None
+                return None if typed is None else Obj(typed)
+            return Obj(f"{export.api}.{attr}", member=True)
         if isinstance(base, (Instance, UserClass)):
             defined, found = self._lookup(base.cls, attr, bound=isinstance(base, Instance))
         elif isinstance(base, SuperOf):
