@@ -166,3 +166,35 @@ def test_thresholds_from_a_request_are_checked():
         GateThresholds.from_mapping({"max_wait_s": float("inf")})
     with pytest.raises(ValueError, match="window"):
         GateThresholds.from_mapping({"window": 1})
+
+
+def test_the_programs_own_sensors_are_not_gated():
+    """Between repetitions the measured program is not running: its CPU time reads 0 and its
+    estimated power is 0 W (no σ/mean at all); the machine's state decides."""
+    machine = series("rapl:package-0", [30.0] * 40)
+    own_power = Series("est:cpu-process", "cpu-process", "W", "power", "estimated",
+                       "process-cpu-share", np.arange(40, dtype=np.int64) * 10**8,
+                       np.zeros(40), "process")
+    own_util = Series("util:process", "utilisation", "%", "gauge", "measured", None,
+                      np.arange(40, dtype=np.int64) * 10**8, np.zeros(40), "process")
+    checks = evaluate([machine, own_power, own_util], GateThresholds())
+    assert [c["sensor"] for c in checks] == ["rapl:package-0"] and checks[0]["passed"]
+
+
+def test_estimated_power_is_gated_through_the_utilisation_it_comes_from():
+    """est:cpu-package = idle + (max − idle) × utilisation: with 2.5 pp of background noise its
+    σ/mean is ~8 %, over the RAPL ratio of 3 %, while the utilisation itself is quiet enough."""
+    rng = np.random.default_rng(0)
+    util = np.clip(5 + 2.5 * rng.standard_normal(40), 0, None)
+    t = np.arange(40, dtype=np.int64) * 10**8
+    estimate = Series("est:cpu-package", "cpu-package", "W", "power", "estimated",
+                      "cpu-util-linear", t, 19 + 76 * util / 100, "cpu")
+    machine_util = Series("util:cpu", "utilisation", "%", "gauge", "measured", None, t, util,
+                          "machine")
+    assert float(np.std(estimate.values) / np.mean(estimate.values)) > 0.03
+    clock = FakeClock()
+    verdict = wait_for_stable(lambda: [estimate, machine_util], GateThresholds(), clock,
+                              clock.sleep)
+    assert verdict["passed"] and clock.now < 1.0
+    assert [c["sensor"] for c in verdict["checked"]] == ["util:cpu"]
+    assert "no temperature sensor: gated on utilisation alone" in verdict["reasons"]

@@ -6,6 +6,12 @@ power sensor's readings, a counter's power over `bin_s` bins: see series.py); ut
 under `util_std_max_pp` percentage points over the same window. The wait is bounded by
 `max_wait_s`: a gate that cannot be met is reported as failed, never looped on. Only samples
 taken after the gate began count, so the verdict is about now, not about the repetition before.
+
+What is gated is the machine: the measured program's own sensors (device `process`: its CPU
+time, its estimated CPU power) describe a program that is not running then, and are left out.
+An estimated power (no RAPL) is a linear function of machine utilisation, which is gated
+directly with a threshold made for it; σ/mean of the estimate would gate the same signal again
+against a ratio made for RAPL, which a shared VM's background load never meets.
 """
 
 from __future__ import annotations
@@ -55,6 +61,13 @@ def gated(domain: str, kind: str) -> bool:
     return domain in ("temperature", "utilisation") or kind in POWER_KINDS
 
 
+def of_the_machine(series: Series) -> bool:
+    """Whether the gate judges this sensor: not the program's own, not utilisation again (an
+    estimated power); see the module's docstring."""
+    estimated_power = series.kind in POWER_KINDS and series.provenance == "estimated"
+    return series.device != "process" and not estimated_power
+
+
 def is_gpu(series: Series) -> bool:
     """GPU sensors: device or domain `gpu:N`, or anything read through NVML."""
     return (
@@ -65,7 +78,8 @@ def is_gpu(series: Series) -> bool:
 
 
 def evaluate(series: list[Series], th: GateThresholds) -> list[dict[str, Any]]:
-    """One check per gate-able sensor with samples: value, limit, passed, or pending (too few).
+    """One check per gate-able sensor of the machine with samples: value, limit, passed, or
+    pending (too few).
 
     A counter is not checked where a power sensor of the same domain is (NVML has both): the
     power sensor resolves stability better than the counter's binned power does.
@@ -74,6 +88,8 @@ def evaluate(series: list[Series], th: GateThresholds) -> list[dict[str, Any]]:
     checks = []
     for s in series:
         if s.values.size == 0 or (s.kind == "counter" and s.domain in powered):
+            continue
+        if not of_the_machine(s):
             continue
         gpu = is_gpu(s)
         if s.domain == "temperature":
@@ -123,7 +139,7 @@ def wait_for_stable(
     while True:
         series = fetch()
         checks = evaluate(series, th)
-        silent = [s.name for s in series if s.values.size == 0]
+        silent = [s.name for s in series if s.values.size == 0 and of_the_machine(s)]
         passed = bool(checks) and all(c["passed"] for c in checks)
         elapsed = clock() - start
         settled = not silent or elapsed >= min(th.max_wait_s, NO_READINGS_GRACE_S)
@@ -145,7 +161,9 @@ def _reasons(checks: list[dict[str, Any]], silent: list[str], passed: bool) -> l
         return ["no sensor gave readings to gate on: not gated"]
     reasons = [f"{name}: no readings, not gated" for name in silent]
     if not any(c["check"] == "temperature" for c in checks):
-        reasons.append("no temperature sensor: gated on power and utilisation alone")
+        power = any(c["check"] == "power_cv" for c in checks)
+        reasons.append("no temperature sensor: gated on "
+                       + ("power and utilisation alone" if power else "utilisation alone"))
     for c in checks:
         if c["pending"]:
             reasons.append(f"{c['sensor']}: only {c['n']} of {c['needed']} values in time")
