@@ -19,8 +19,6 @@ from fecomlite.sensors.proctree import ProcessFiles
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 N_CPUS = os.cpu_count() or 1
 MIN_WINDOW_S = 0.1
-WINDOW_SLACK = 0.9  # a sampler reading every min_window_s jitters around it: accept a window a
-# little short (still ≥ 9 ticks) rather than repeat the value and make it twice as long
 
 
 class MachineCpuShare:
@@ -47,7 +45,7 @@ class MachineCpuShare:
 
     def update(self) -> float | None:
         now = time.monotonic()
-        if now - self._last_t >= self.min_window_s * WINDOW_SLACK:
+        if now - self._last_t >= self.min_window_s:
             busy, total = self._ticks()
             if total > self._last[1]:
                 self.value = (busy - self._last[0]) / (total - self._last[1])
@@ -120,7 +118,7 @@ class ProcessTreeCpuUtilisation(BaseSensor):
 
     def _read(self) -> float | None:
         now = time.monotonic()
-        if now - self._last_t >= self.min_window_s * WINDOW_SLACK:
+        if now - self._last_t >= self.min_window_s:
             ticks = self._ticks()
             cpu_s = max(ticks - self._last_ticks, 0) / CLK_TCK
             self._value = 100.0 * cpu_s / ((now - self._last_t) * N_CPUS)
