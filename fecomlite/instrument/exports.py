@@ -68,7 +68,9 @@ class _ClassText:
 
     bases: list[str]  # dotted
     members: frozenset[str]
-    attribute_calls: dict[str, str]  # `self.x = callee(...)`: x → dotted callee or NOT_ONE_CALL
+    # `self.x = callee(...)`: x → its dotted callee, or None where x is set otherwise too or
+    # from several callees
+    attribute_calls: dict[str, str | None]
 
 
 @dataclass
@@ -101,14 +103,11 @@ def _absolute(package: str, level: int, module: str | None) -> str | None:
     return ".".join([*base, module] if module else base)
 
 
-NOT_ONE_CALL = "\0"  # an attribute set otherwise too, or from several callees
-
-
 def _class_text(node: ast.ClassDef) -> _ClassText:
     """The bases, the names the class body defines and the ``self.x`` attributes its methods
     assign, and which of those every assignment sets from a call of one dotted callee."""
     names: set[str] = set()
-    callees: dict[str, str] = {}
+    callees: dict[str, str | None] = {}
     for stmt in node.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(stmt.name)
@@ -124,7 +123,7 @@ def _class_text(node: ast.ClassDef) -> _ClassText:
 
 
 def _self_attributes(method: ast.AST, receiver: str, names: set[str],
-                     callees: dict[str, str]) -> None:
+                     callees: dict[str, str | None]) -> None:
     """Every ``receiver.x`` a method stores: its name, and its callee while all agree."""
     called: dict[int, str | None] = {}  # id(target) → callee, for `receiver.x = callee(...)`
     for inner in ast.walk(method):
@@ -137,8 +136,8 @@ def _self_attributes(method: ast.AST, receiver: str, names: set[str],
                 and isinstance(inner.value, ast.Name) and inner.value.id == receiver):
             names.add(inner.attr)
             callee = called.get(id(inner))
-            seen = callees.get(inner.attr)
-            callees[inner.attr] = callee if callee and seen in (None, callee) else NOT_ONE_CALL
+            agrees = callee is not None and callees.get(inner.attr, callee) == callee
+            callees[inner.attr] = callee if agrees else None
 
 
 def _read(module: _Module, body: Iterable[ast.stmt]) -> None:
@@ -242,7 +241,7 @@ class _Builder:
                     inherited |= found.members
                     attributes = {**dict(found.attributes), **attributes}
         for attr, callee in text.attribute_calls.items():
-            if callee == NOT_ONE_CALL:
+            if callee is None:
                 attributes.pop(attr, None)
                 continue
             found = self._object(module, callee)
