@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 import typer
 from test_live_support import grower_command, real_sensors
@@ -63,12 +65,22 @@ def test_watch_a_command_records_its_growth_and_the_report_renders_it(tmp_path: 
     assert "watch" in html and "process RSS" in html
 
 
+def _until_running(pid: int, command: list[str]) -> None:
+    """Until the child has exec'd its command: in the window between fork and exec (and during
+    exec) /proc/PID/cmdline reads the parent's, or nothing."""
+    deadline = time.monotonic() + 10
+    while psutil.Process(pid).cmdline() != command:
+        assert time.monotonic() < deadline, "the child never started its command"
+        time.sleep(0.005)
+
+
 def test_watch_a_pid_until_it_exits(tmp_path: Path):
     command = grower_command(tmp_path, 10 * 2**20, 2, 0.3)
     sensors, process_sensors = real_sensors()
     with serving(tmp_path / "home", sensors, process_sensors=process_sensors) as (_, client):
         child = subprocess.Popen(command)
         try:
+            _until_running(child.pid, command)
             with pytest.raises(WatchError, match="idle baseline"):
                 watch(client, Target(pid=child.pid), idle_s=1.0)
             followed: list[int] = []
