@@ -49,6 +49,10 @@ class BaseSensor:
     slow            a read costs milliseconds: give the sensor its own sampler thread
     read_cost_s     median seconds per read, measured by `measure_period`
     averaging_s     the source's own smoothing window (e.g. NVML average power ≈ 1 s), or None
+
+    A source whose reads are nothing but `KernelFile` reads (and arithmetic on them) says so by
+    listing the files in a `kernel_files()` method: the sampler may then read those files on its
+    C tick thread and run `read()` later on what was read then (sensors/_files.py).
     """
 
     def __init__(

@@ -34,6 +34,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from fecomlite.sensors._files import KernelFile
 from fecomlite.sensors.base import ESTIMATED, POWER, BaseSensor
 from fecomlite.sensors.utilisation import (
     MIN_WINDOW_S,
@@ -172,6 +173,9 @@ class EstimatedCpuPower(BaseSensor):
             return None
         return self.envelope.idle_w + (self.envelope.max_w - self.envelope.idle_w) * u
 
+    def kernel_files(self) -> list[KernelFile]:
+        return self._share.kernel_files()
+
     def close(self) -> None:
         self._share.close()
 
@@ -202,6 +206,9 @@ class EstimatedProcessCpuPower(BaseSensor):
         if percent is None:
             return None
         return (self.envelope.max_w - self.envelope.idle_w) * percent / 100.0
+
+    def kernel_files(self) -> list[KernelFile]:
+        return self._utilisation.kernel_files()
 
 
 class EstimatedDramPower(BaseSensor):
@@ -236,6 +243,9 @@ class EstimatedDramPower(BaseSensor):
         if u is None:
             return None
         return self.gib * (DRAM_STATIC_W_PER_GIB + DRAM_ACTIVE_W_PER_GIB * u)
+
+    def kernel_files(self) -> list[KernelFile]:
+        return self._share.kernel_files()
 
     def close(self) -> None:
         self._share.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+from fecomlite.sensors._files import KernelFile
 from fecomlite.sensors.base import GAUGE, BaseSensor
 from fecomlite.sensors.proctree import ProcessFiles
 
@@ -44,6 +45,9 @@ class ProcessRss(BaseSensor):
         pages = [int(c.split(None, 2)[1]) for c in self._files.contents()]
         return float(sum(pages) * PAGE_SIZE) if pages else None
 
+    def kernel_files(self) -> list[KernelFile]:
+        return self._files.kernel_files()
+
     def close(self) -> None:
         self._files.close()
 
@@ -71,6 +75,9 @@ class ProcessPeakRss(BaseSensor):
             if start >= 0:
                 return float(int(content[start + 6:content.index(b"kB", start)]) * 1024)
         return None
+
+    def kernel_files(self) -> list[KernelFile]:
+        return self._files.kernel_files()
 
     def close(self) -> None:
         self._files.close()

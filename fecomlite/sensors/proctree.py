@@ -11,11 +11,10 @@ for: a reused pid never mixes in an unrelated process.
 from __future__ import annotations
 
 import os
-import time
 
 import psutil
 
-from fecomlite.sensors._files import KernelFile
+from fecomlite.sensors._files import KernelFile, monotonic
 
 DEFAULT_REFRESH_S = 0.5
 _HAS_CHILDREN_FILES = os.path.exists(f"/proc/self/task/{os.getpid()}/children")
@@ -70,8 +69,9 @@ class ProcessTree:
 
     def pids(self) -> list[int]:
         """The root first; descendants as of the last refresh."""
-        if self.include_children and time.monotonic() >= self._next_refresh:
-            self._next_refresh = time.monotonic() + self.refresh_s
+        now = monotonic()
+        if self.include_children and now >= self._next_refresh:
+            self._next_refresh = now + self.refresh_s
             self._pids = [self.pid, *descendants(self.pid)]
         return self._pids
 
@@ -113,6 +113,10 @@ class ProcessFiles:
             elif pid != self.pid:
                 self._files.pop(pid).close()
         return out
+
+    def kernel_files(self) -> list[KernelFile]:
+        """The open files, for the sampler's tick thread."""
+        return list(self._files.values())
 
     def pids(self) -> list[int]:
         """Members whose file is open now."""

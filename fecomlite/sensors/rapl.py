@@ -61,6 +61,9 @@ class RaplSensor(BaseSensor):
         self._last_uj = raw
         return self._total_uj * 1e-6
 
+    def kernel_files(self) -> list[KernelFile]:
+        return [self._file]
+
     def close(self) -> None:
         self._file.close()
 

@@ -43,6 +43,9 @@ class TemperatureSensor(BaseSensor):
     def _read(self) -> float:
         return self._file.read_int() / 1000.0
 
+    def kernel_files(self) -> list[KernelFile]:
+        return [self._file]
+
     def close(self) -> None:
         self._file.close()
 

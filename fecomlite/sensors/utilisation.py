@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 
-from fecomlite.sensors._files import KernelFile
+from fecomlite.sensors._files import KernelFile, monotonic
 from fecomlite.sensors.base import GAUGE, BaseSensor
 from fecomlite.sensors.proctree import ProcessFiles
 
@@ -44,13 +44,16 @@ class MachineCpuShare:
         return busy, busy + idle + iowait + steal
 
     def update(self) -> float | None:
-        now = time.monotonic()
+        now = monotonic()
         if now - self._last_t >= self.min_window_s:
             busy, total = self._ticks()
             if total > self._last[1]:
                 self.value = (busy - self._last[0]) / (total - self._last[1])
                 self._last, self._last_t = (busy, total), now
         return self.value
+
+    def kernel_files(self) -> list[KernelFile]:
+        return [self._file]
 
     def close(self) -> None:
         self._file.close()
@@ -77,6 +80,9 @@ class MachineCpuUtilisation(BaseSensor):
     def _read(self) -> float | None:
         share = self._share.update()
         return None if share is None else 100.0 * share
+
+    def kernel_files(self) -> list[KernelFile]:
+        return self._share.kernel_files()
 
     def close(self) -> None:
         self._share.close()
@@ -117,13 +123,16 @@ class ProcessTreeCpuUtilisation(BaseSensor):
         return total
 
     def _read(self) -> float | None:
-        now = time.monotonic()
+        now = monotonic()
         if now - self._last_t >= self.min_window_s:
             ticks = self._ticks()
             cpu_s = max(ticks - self._last_ticks, 0) / CLK_TCK
             self._value = 100.0 * cpu_s / ((now - self._last_t) * N_CPUS)
             self._last_t, self._last_ticks = now, ticks
         return self._value
+
+    def kernel_files(self) -> list[KernelFile]:
+        return self._files.kernel_files()
 
     def close(self) -> None:
         self._files.close()

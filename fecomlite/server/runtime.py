@@ -22,6 +22,7 @@ from fecomlite.server.state import remove_state, write_state
 from fecomlite.store import default_home
 
 PERIOD_PROBE_S = 1.0  # how long `measure_period` may watch each sensor at start (in parallel)
+SAMPLER_ENV = "FECOMLITE_SAMPLER"  # "python": no C tick thread (to compare, or if it misbehaves)
 
 
 class ServerRunning(RuntimeError):
@@ -71,6 +72,7 @@ def open_server(
     if other is not None and other.pid != os.getpid():
         raise ServerRunning(f"a fecomlite server (pid {other.pid}) already serves {home} "
                             f"at {other.url}")
+    service_options.setdefault("use_ticker", os.environ.get(SAMPLER_ENV, "c") != "python")
     if sensors is None:
         sensors, found_notes, process_sensors = machine_sensors()
         notes = [*found_notes, *(notes or [])]

@@ -1,11 +1,13 @@
 """Reads every sensor on its own schedule while a run records, and writes the samples in batches.
 
-Threads: one scheduler for the cheap sensors (one grid of ticks), one per `slow` sensor (an
-NVML energy read takes ~4 ms and must not delay the 200 Hz memory reader), and one writer that
-commits what was read every `flush_s` in one transaction, on its own SQLite connection. Readers
-never touch SQLite: they append to a lock-free deque. With no run recording every thread parks
-without a timeout, and the server costs nothing. A sensor is only ever read, and closed, by the
-one thread that samples it.
+Threads: one writer that commits what was read every `flush_s` in one transaction, on its own
+SQLite connection; the C tick thread (server/capture.py) for the sensors whose reads are
+kernel-file reads, decoded by the writer before each write; a Python scheduler for the other
+cheap sensors (one grid of ticks; e.g. NVML power), and one thread per `slow` sensor (an NVML
+energy read takes ~4 ms and must not delay the 200 Hz memory reader). Without the C part every
+cheap sensor goes to the Python scheduler. Readers never touch SQLite: they append to a
+lock-free deque. With no run recording every thread parks without a timeout, and the server
+costs nothing. A sensor is only ever read, and closed, by the one thread that samples it.
 
 Sensors come in groups: the machine's (fixed) and the watched process's (replaced when the pid
 changes). The writer registers a sensor in a run's `sensors` table the first time it stores one
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fecomlite.sensors.base import Sensor
+from fecomlite.server import capture
 from fecomlite.store import Store
 
 MAX_NAP_S = 0.05
@@ -74,10 +77,13 @@ class Sampler:
         *,
         rates: SamplingRates | None = None,
         flush_s: float = 0.5,
+        use_ticker: bool = True,
     ) -> None:
+        """`use_ticker=False` reads every cheap sensor in Python (as without the C part)."""
         self.rates = rates or SamplingRates()
         self.store_path = store_path
         self.flush_s = flush_s
+        self.use_ticker = use_ticker and capture.AVAILABLE
         self.errors: dict[str, int] = {}
         self._groups: dict[str, list[Sensor]] = {"machine": list(sensors)}
         self._retired: list[Sensor] = []
@@ -88,6 +94,8 @@ class Sampler:
         self._active = threading.Event()  # set while any run records
         self._stop = threading.Event()
         self._wake_writer = threading.Event()
+        self._regrouped = threading.Event()  # wakes a scheduler parked without sensors
+        self._writer_keeps_time = False  # the writer wakes itself (it drains the tick thread)
         self._written = threading.Condition()
         self._started = 0  # writes begun
         self._generation = 0  # writes done
@@ -110,6 +118,8 @@ class Sampler:
             self._retired += self._groups.get(group, [])
             self._groups[group] = list(sensors)
             self._version += 1
+        self._regrouped.set()
+        self._wake_writer.set()  # so the tick thread reads the new files without delay
         if self._threads:
             for sensor in sensors:
                 if getattr(sensor, "slow", False):
@@ -137,6 +147,7 @@ class Sampler:
         """Stop reading, write what was read, end the threads, close the sensors."""
         self._stop.set()
         self._active.set()  # wake parked readers so they see the stop
+        self._regrouped.set()
         self._wake_writer.set()
         for thread in self._threads:
             thread.join(timeout=10)
@@ -177,15 +188,30 @@ class Sampler:
 
     # -- readers -------------------------------------------------------------------------------
 
-    def _read(self, sensor: Sensor) -> None:
-        t0 = time.monotonic_ns()
+    def _read(self, sensor: Sensor, t_ns: int | None = None) -> None:
+        """Read now (stamped with the middle of the read), or decode a tick read at `t_ns`."""
+        t0 = time.monotonic_ns() if t_ns is None else t_ns
         try:
             value = sensor.read()
         except Exception:  # the protocol says never; a third-party sensor might
             value = None
             self.errors[sensor.name] = self.errors.get(sensor.name, 0) + 1
         if value is not None:
-            self._queue.append((sensor, (t0 + time.monotonic_ns()) // 2, float(value)))
+            t = (t0 + time.monotonic_ns()) // 2 if t_ns is None else t_ns
+            self._queue.append((sensor, t, float(value)))
+
+    def _captured(self, sensor: Sensor) -> bool:
+        """Whether the tick thread reads this sensor (else a Python thread does)."""
+        return self.use_ticker and not getattr(sensor, "slow", False) and capture.capturable(
+            sensor)
+
+    def _grid(self, sensors: Sequence[Sensor]) -> tuple[float, list[tuple[int, Sensor]]]:
+        """(tick, [(every n ticks, sensor)]): the shortest interval is the tick and each sensor
+        is read every ⌊interval / tick⌋ ticks (never less often than it asks)."""
+        intervals = [self.interval(s) for s in sensors]
+        tick = min(intervals, default=MAX_NAP_S)
+        every = [max(1, int(interval / tick + 1e-9)) for interval in intervals]
+        return tick, list(zip(every, sensors, strict=True))
 
     def _schedule_loop(self) -> None:
         """Read the cheap sensors on one grid of ticks. The shortest interval is the tick and
@@ -201,18 +227,19 @@ class Sampler:
         start, k, next_flush = 0.0, 0, 0.0
         clock, sleep, read = time.monotonic, time.sleep, self._read
         while not self._stop.is_set():
-            if clock() >= next_flush:
+            if clock() >= next_flush and not self._writer_keeps_time:
                 self._wake_writer.set()
                 next_flush = clock() + self.flush_s
             if not self._active.is_set():
                 self._active.wait()
                 version = -1  # start afresh: no burst of overdue reads after a pause
             if version != self._version:
+                self._regrouped.clear()
                 version, tick, plan = self._schedule()
                 next_tick = [0] * len(plan)
                 start, k = clock(), 0
-            if not plan:
-                sleep(MAX_NAP_S)
+            if not plan:  # all on the tick thread: park until the sensors change
+                self._regrouped.wait()
                 continue
             delay = start + k * tick - clock()
             if delay > 0:
@@ -226,19 +253,24 @@ class Sampler:
             k = max(k + 1, int((clock() - start) / tick))
 
     def _schedule(self) -> tuple[int, float, list[tuple[int, Sensor]]]:
-        """(version, tick, [(every n ticks, sensor)]) for the current cheap sensors; closes the
-        retired ones (this thread is the one that read them)."""
+        """(version, tick, plan) for the cheap sensors this thread reads; closes the retired
+        ones (this thread is the one that read them)."""
+        def mine(sensor: Sensor) -> bool:
+            return not getattr(sensor, "slow", False) and not self._captured(sensor)
+
+        version, fast = self._take_group(mine)
+        return version, *self._grid(fast)
+
+    def _take_group(self, mine: Any) -> tuple[int, list[Sensor]]:
+        """(version, current sensors) of those `mine` selects; closes its retired ones."""
         with self._lock:
             version = self._version
-            retired = [s for s in self._retired if not getattr(s, "slow", False)]
-            self._retired = [s for s in self._retired if getattr(s, "slow", False)]
-            fast = [s for g in self._groups.values() for s in g if not getattr(s, "slow", False)]
+            retired = [s for s in self._retired if mine(s)]
+            self._retired = [s for s in self._retired if not mine(s)]
+            current = [s for g in self._groups.values() for s in g if mine(s)]
         for sensor in retired:
             _close(sensor)
-        intervals = [self.interval(s) for s in fast]
-        tick = min(intervals, default=MAX_NAP_S)
-        every = [max(1, int(interval / tick + 1e-9)) for interval in intervals]
-        return version, tick, list(zip(every, fast, strict=True))
+        return version, current
 
     def _slow_loop(self, sensor: Sensor) -> None:
         interval = self.interval(sensor)
@@ -258,20 +290,53 @@ class Sampler:
     # -- writer --------------------------------------------------------------------------------
 
     def _write_loop(self) -> None:
+        ticks: capture.Capture | None = None
+        version = -1
         with Store(self.store_path) as store:
-            while True:
-                # the sampler wakes it every flush_s; the timeout only covers a stuck sampler
-                self._wake_writer.wait(2 * self.flush_s if self._active.is_set() else None)
-                self._wake_writer.clear()
-                stopping = self._stop.is_set()
-                with self._written:
-                    self._started += 1
-                self._write(store)
-                with self._written:
-                    self._generation += 1
-                    self._written.notify_all()
-                if stopping:
-                    return
+            try:
+                while True:
+                    self._wake_writer.wait(self._writer_timeout(ticks))
+                    self._wake_writer.clear()
+                    stopping = self._stop.is_set()
+                    with self._written:
+                        self._started += 1
+                    if ticks is not None:
+                        ticks.replay(self._read)
+                    if version != self._version and self.use_ticker:
+                        if ticks is not None:
+                            ticks.close()
+                        version, ticks = self._capture_plan()
+                        self._writer_keeps_time = ticks is not None
+                    if ticks is not None:
+                        if self._active.is_set() and not stopping:
+                            ticks.start()
+                        else:
+                            ticks.stop()
+                    self._write(store)
+                    with self._written:
+                        self._generation += 1
+                        self._written.notify_all()
+                    if stopping:
+                        return
+            finally:
+                if ticks is not None:
+                    ticks.close()
+
+    def _writer_timeout(self, ticks: capture.Capture | None) -> float | None:
+        """Parked while nothing records; else every flush_s it drains the tick thread itself,
+        or is woken by the scheduler (the timeout then only covers a stuck scheduler)."""
+        if not self._active.is_set():
+            return None
+        return self.flush_s if ticks is not None else 2 * self.flush_s
+
+    def _capture_plan(self) -> tuple[int, capture.Capture | None]:
+        """(version, the tick thread's plan) for the sensors it reads now, None without any;
+        closes their retired ones (this thread decoded them)."""
+        version, sensors = self._take_group(self._captured)
+        if not sensors:
+            return version, None
+        tick, plan = self._grid(sensors)
+        return version, capture.Capture(plan, tick)
 
     def _write(self, store: Store) -> None:
         queue = self._queue

@@ -59,8 +59,10 @@ class MeasurementService:
         process_sensors: ProcessSensors | None = None,
         rates: SamplingRates | None = None,
         flush_s: float = 0.5,
+        use_ticker: bool = True,
     ) -> None:
-        """`sensors` are the machine's; `process_sensors(pid)` makes those that follow a pid."""
+        """`sensors` are the machine's; `process_sensors(pid)` makes those that follow a pid;
+        `use_ticker=False` keeps every cheap sensor on a Python thread (server/sampler.py)."""
         self.store_path = store_path
         self.notes = list(notes or [])
         self.process_sensors = process_sensors
@@ -68,7 +70,8 @@ class MeasurementService:
         self.started = time.time()
         self._local = threading.local()
         self._db()  # create the schema (and fail early on a foreign file)
-        self.sampler = Sampler(sensors, store_path, rates=rates, flush_s=flush_s)
+        self.sampler = Sampler(sensors, store_path, rates=rates, flush_s=flush_s,
+                               use_ticker=use_ticker)
         self.sampler.start()
         self._runs: dict[int, _Run] = {}
         self._lock = threading.Lock()
