@@ -6,7 +6,8 @@ NVML, GPU synchronised at probe boundaries) and prints:
   (b) each call's above-idle energy per FLOP against the long calls (>= 300 ms) of the same size,
       for calls shorter and longer than 100 ms;
   (c) the probe and GPU-sync overhead: the workload's wall time original vs measured, and the
-      measured run with sync on vs off.
+      measured run with sync on vs off;
+  (d) every sensor the server read (NVML's among them): update period, read cost, interval.
 Needs only PyTorch, nvidia-ml-py and fecomlite; finishes within 3 minutes on an H200.
 
     python benchmarks/gpu_validate.py              # on a machine with an NVIDIA GPU
@@ -207,7 +208,32 @@ def main() -> None:
     print(f"(c) workload time (the program's own timer): original {plain:.3f} s, measured with "
           f"GPU sync {sync_s:.3f} s ({sync_s / plain - 1:+.2%}), without sync {nosync_s:.3f} s "
           f"({nosync_s / plain - 1:+.2%}); {len(plan)} wrapped bursts per repetition")
+    print("(d) the server's sensors, as measured at its start (period: how often the value "
+          "changed; read: median cost of one read; interval: how often it is read, and by whom):")
+    print(sensor_table(home))
     print(f"finished in {time.perf_counter() - started:.0f} s")
+
+
+def sensor_table(home: Path) -> str:
+    """Every sensor of the server that measured the runs (then shut it down)."""
+    from fecomlite.server.client import live_client
+
+    server = live_client(home.resolve())
+    if server is None:
+        return "    (the server is gone)"
+    try:
+        sensors = server.status()["sensors"]
+    finally:
+        server.shutdown()
+    lines = []
+    for s in sensors:
+        cost = s.get("read_cost_s")
+        lines.append(
+            f"    {s['name']:28s} {s['kind']:8s} period {s['period_s'] * 1e3:8.2f} ms "
+            f"({s.get('period_source', '?')}), read "
+            f"{'n/a' if cost is None else f'{cost * 1e6:9.1f} us'}, "
+            f"interval {s['sample_interval_s'] * 1e3:6.1f} ms by {s.get('reader', '?')}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

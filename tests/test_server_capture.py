@@ -271,6 +271,8 @@ def test_python_sensors_keep_their_thread_and_it_parks_when_none_are_left(tmp_pa
     python_sensor = FakeSensorForTests("nvml-like", period_s=0.02)  # no kernel_files()
     path, run = new_run(tmp_path)
     sampler = Sampler([ticked_sensor, python_sensor], path, flush_s=0.1)
+    assert {m["name"]: m["reader"] for m in sampler.metadata()} == {
+        "file": "tick thread", "nvml-like": "python tick"}
     sampler.start()
     try:
         sampler.record(run)

@@ -126,8 +126,15 @@ class Sampler:
                     self._spawn(f"sampler:{sensor.name}", self._slow_loop, sensor)
 
     def metadata(self) -> list[dict[str, Any]]:
-        """Every sensor's details and the interval it is read at."""
-        return [{**sensor_details(s), "sample_interval_s": self.interval(s)} for s in self.sensors]
+        """Every sensor's details, the interval it is read at, and which thread reads it."""
+        return [{**sensor_details(s), "sample_interval_s": self.interval(s),
+                 "reader": self.reader(s)} for s in self.sensors]
+
+    def reader(self, sensor: Sensor) -> str:
+        """"tick thread" (C, server/capture.py), "own thread" (slow) or "python tick"."""
+        if getattr(sensor, "slow", False):
+            return "own thread"
+        return "tick thread" if self._captured(sensor) else "python tick"
 
     # -- lifecycle -----------------------------------------------------------------------------
 
