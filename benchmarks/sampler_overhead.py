@@ -1,12 +1,13 @@
 """CPU the measurement server uses while it samples, with this machine's real sensors.
 
-Starts a server in its own process (as `fecomlite run` does), first leaves it parked (no run),
-then creates a run that watches a live child process (so the 200 Hz memory reader and the
-process CPU reader work too) and measures the server's CPU time over wall time in each phase.
-On a shared VM the cost of a wake-up swings with the neighbours, so the recording phase is
-measured in several windows alternated with a bare Python loop that only sleeps 5 ms at a time
-(the floor any 200 Hz reader pays here), and the medians are printed side by side.
-Target: at most 2 % of one core while recording.
+Starts two servers in their own processes (as `fecomlite run` does): one as shipped, whose
+kernel-file sensors are ticked by the C thread, and one with `FECOMLITE_SAMPLER=python`, which
+reads every sensor on a Python thread. First the shipped one is left parked (no run); then each in
+turn records a run that watches a live child process (so the 200 Hz memory reader and the process
+CPU reader work too), alternated window by window with a bare Python loop that only sleeps 5 ms
+at a time (the floor any 200 Hz Python reader pays here): on a shared VM the cost of a wake-up
+swings with the neighbours, so all three see the same ones, and the medians are printed side by
+side. Target: at most 2 % of one core while recording.
 
     python benchmarks/sampler_overhead.py [--seconds 20] [--windows 5]
 """
@@ -21,14 +22,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 
-from fecomlite.server.client import ensure_server
+from fecomlite.server.client import ServerClient, ensure_server
+from fecomlite.server.runtime import SAMPLER_ENV
 from fecomlite.store import Store
 
 TARGET = 0.02
+PHASES = ("server parked", "recording, C tick thread (shipped)",
+          "recording, Python sampler", "bare 200 Hz Python sleep loop")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -63,6 +68,33 @@ def bare_loop_share(seconds: float) -> float:
         loop.wait()
 
 
+@contextlib.contextmanager
+def server(env: dict[str, str]) -> Iterator[tuple[ServerClient, psutil.Process]]:
+    """A server of its own home, started with `env` added to this environment."""
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        client = ensure_server(Path(tempfile.mkdtemp(prefix="fecomlite-bench-")))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    try:
+        yield client, psutil.Process(client.pid)
+    finally:
+        client.shutdown()
+
+
+def recording_share(client: ServerClient, proc: psutil.Process, watched: int,
+                    seconds: float) -> tuple[float, int]:
+    """(CPU share, run id) of a server recording a run that watches `watched`."""
+    run, _ = client.create_run("bench", [], "method", {}, kind="calibration")
+    client.watch(run, watched)
+    time.sleep(0.5)  # the process sensors are opened and the tick thread runs
+    share = cpu_share(proc, seconds)
+    client.finish_run(run, "finished", 0)
+    return share, run
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=20.0, help="per phase, all windows")
@@ -70,47 +102,44 @@ def main() -> None:
     args = parser.parse_args()
     window = args.seconds / args.windows
 
-    home = Path(tempfile.mkdtemp(prefix="fecomlite-bench-"))
-    client = ensure_server(home)
-    server = psutil.Process(client.pid)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    shares: dict[str, list[float]] = {PHASES[1]: [], PHASES[2]: [], PHASES[3]: []}
     try:
-        sensors = client.status()["sensors"]
-        time.sleep(1.0)  # let start-up work settle
-        parked = cpu_share(server, args.seconds)
-        run, _ = client.create_run("bench", [], "method", {}, kind="calibration")
-        watched = client.watch(run, child.pid)["sensors"]
-        began = time.monotonic()
-        time.sleep(1.0)
-        recording, bare = [], []
-        for _ in range(args.windows):  # alternated, so both see the same neighbours
-            recording.append(cpu_share(server, window))
-            bare.append(bare_loop_share(window))
-        total = time.monotonic() - began
-        client.finish_run(run, "finished", 0)
-        with Store(client.store_path) as store:
-            rows = store.db.execute(
-                "SELECT s.name, count(*) FROM samples x JOIN sensors s ON s.id=x.sensor_id "
-                "WHERE s.run_id=? GROUP BY s.name ORDER BY s.name", (run,)).fetchall()
+        with server({}) as (shipped, shipped_proc), \
+                server({SAMPLER_ENV: "python"}) as (python, python_proc):
+            sensors = shipped.status()["sensors"]
+            time.sleep(1.0)  # let start-up work settle
+            parked = cpu_share(shipped_proc, args.seconds)
+            began = time.monotonic()
+            for _ in range(args.windows):  # alternated, so all see the same neighbours
+                share, run = recording_share(shipped, shipped_proc, child.pid, window)
+                shares[PHASES[1]].append(share)
+                shares[PHASES[2]].append(recording_share(python, python_proc, child.pid,
+                                                         window)[0])
+                shares[PHASES[3]].append(bare_loop_share(window))
+            with Store(shipped.store_path) as store:
+                rep_s = store.run(run)["t_end_ns"] - store.run(run)["t_start_ns"]
+                rows = store.db.execute(
+                    "SELECT s.name, count(*) FROM samples x JOIN sensors s ON s.id=x.sensor_id "
+                    "WHERE s.run_id=? GROUP BY s.name ORDER BY s.name", (run,)).fetchall()
+            total = time.monotonic() - began
     finally:
         child.kill()
-        client.shutdown()
 
-    print(f"sensors: {', '.join(s['name'] for s in sensors)} + process: {', '.join(watched)}")
-    cost = {s["name"]: s.get("read_cost_s") for s in sensors}
-    print(f"  {'sensor':28s} {'samples/s':>9s} {'read cost':>10s} {'read CPU':>9s}")
+    print(f"sensors: {', '.join(s['name'] for s in sensors)} + the watched process's")
+    print(f"  {'sensor':28s} {'samples/s':>9s}")
     for name, n in rows:
-        rate, each = n / total, cost.get(name)
-        shown = f"{each * 1e6:8.1f} us {rate * each * 100:8.2f} %" if each else ""
-        print(f"  {name:28s} {rate:9.1f} {shown}")
-    print(f"{'phase':22s} {'CPU (median)':>12s} {'range':>15s} {'vs target 2 %':>14s}")
-    for phase, shares in (("server parked", [parked]), ("server recording", recording),
-                          ("bare 200 Hz sleep loop", bare)):
-        mid = statistics.median(shares)
-        span = f"{min(shares) * 100:.2f}–{max(shares) * 100:.2f} %"
-        print(f"{phase:22s} {mid * 100:10.2f} % {span:>15s} {mid / TARGET:13.2f}x")
-    ratio = statistics.median(r / b for r, b in zip(recording, bare, strict=True) if b > 0)
-    print(f"recording / bare loop, window by window (median): {ratio:.2f}x")
+        print(f"  {name:28s} {n / (rep_s / 1e9):9.1f}")
+    print(f"{args.windows} windows of {window:.1f} s per phase, {total:.0f} s in all")
+    print(f"{'phase':34s} {'CPU (median)':>12s} {'range':>15s} {'vs target 2 %':>14s}")
+    for phase, values in ((PHASES[0], [parked]), *shares.items()):
+        mid = statistics.median(values)
+        span = f"{min(values) * 100:.2f}–{max(values) * 100:.2f} %"
+        print(f"{phase:34s} {mid * 100:10.2f} % {span:>15s} {mid / TARGET:13.2f}x")
+    bare = shares[PHASES[3]]
+    for phase in PHASES[1:3]:
+        ratio = statistics.median(r / b for r, b in zip(shares[phase], bare, strict=True) if b)
+        print(f"{phase} / bare loop, window by window (median): {ratio:.2f}x")
 
 
 if __name__ == "__main__":
