@@ -9,7 +9,7 @@ from textwrap import dedent
 import pytest
 
 from fecomlite.instrument import project as project_module
-from fecomlite.instrument.exports import Export, build_table, module_identities
+from fecomlite.instrument.exports import Export, StarNames, build_table, module_identities
 from fecomlite.instrument.names import DEFAULT_ROOTS, Roots
 from fecomlite.instrument.project import instrument_path
 
@@ -237,6 +237,63 @@ def test_framework_attributes_of_an_imported_instance(tmp_path: Path) -> None:
     }
 
 
+def test_star_import_of_a_project_module_brings_its_framework_names(tmp_path: Path) -> None:
+    model = """
+        import torch
+        from torch import nn
+        from tensorflow import keras
+
+        zeros = None  # not torch.zeros: rebinding a name drops what an import bound it to
+        ones = torch.ones
+        encoder = keras.Sequential()
+
+
+        class Net(nn.Module):
+            def helper(self):
+                return 1
+        """
+    train = """
+        from model import *
+
+        x = torch.rand(2)
+        layer = nn.Linear(2, 2)
+        layer(x)
+        Net()(x)
+        Net().helper()
+        encoder.fit()
+        zeros(2)
+        """
+    found = sites_of(tmp_path, {"model.py": model, "train.py": train})
+    assert found["train.py"] == {
+        "torch.rand": "torch.rand",
+        "nn.Linear": "torch.nn.Linear",
+        "layer": "torch.nn.Linear.__call__",
+        "Net()": "torch.nn.Module.__call__",
+        "encoder.fit": "keras.Sequential.fit",
+    }
+
+
+def test_star_imports_follow_pythons_order_all_and_chains(tmp_path: Path) -> None:
+    files = {
+        "helpers.py": "def zeros(n):\n    return [0] * n\n\n\ndef _private():\n    pass\n",
+        "layers.py": "from torch.nn import *\n\n__all__ = ['Linear', 'Tanh']\n\n\n"
+                     "def Tanh():\n    return 'mine'\n",
+        "pkg/__init__.py": "",
+        "pkg/base.py": "import torch as T\n",
+        "pkg/run.py": "from .base import *\n\nT.ones(1)\n",
+        "a.py": "from torch import *\nfrom helpers import *\n\nzeros(2)\nones(2)\n_private()\n",
+        "b.py": "from helpers import *\nfrom torch import *\n\nzeros(2)\n",
+        "c.py": "from layers import *\n\nLinear(2, 2)\nTanh()\nReLU()\n",
+    }
+    found = sites_of(tmp_path, files)
+    # a.py: helpers' zeros is the user's (the last star import that binds it wins)
+    assert found["a.py"] == {"ones": "torch.ones"}
+    assert found["b.py"] == {"zeros": "torch.zeros"}
+    # c.py: Linear through layers' own star import; Tanh is layers' own; ReLU is not in __all__
+    assert found["c.py"] == {"Linear": "torch.nn.Linear"}
+    assert found["pkg/run.py"] == {"T.ones": "torch.ones"}  # a relative star import
+
+
 def test_table_contents() -> None:
     sources = {
         "model.py": TORCH_MODEL + "\nnet = Net()\n",
@@ -245,12 +302,15 @@ def test_table_contents() -> None:
     table = build_table(sources, Roots(DEFAULT_ROOTS))
     members = frozenset({"__init__", "forward", "helper", "fc"})
     typed = (("fc", "torch.nn.Linear"),)  # self.fc = nn.Linear(2, 2)
-    assert table["model"] == {
+    assert table.exports["model"] == {
         "Net": Export("class", "torch.nn.Module", "Net", members, typed),
         "net": Export("instance", "torch.nn.Module", "Net", members, typed),
     }
-    assert table["pkg"] == {
+    assert table.exports["pkg"] == {
         "Sub": Export("class", "torch.nn.Module", "Sub", members | {"x"}, typed)}
+    assert table.stars["model"] == StarNames(
+        frozenset({"nn", "Net", "net"}), None, (("nn", "torch.nn"),), ())
+    assert table.stars["pkg"].apis == () and table.stars["pkg"].bound == {"Renamed", "Sub"}
     assert module_identities("src/pkg/__init__.py") == [("src.pkg", "src.pkg"), ("pkg", "pkg")]
 
 

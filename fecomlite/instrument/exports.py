@@ -10,7 +10,10 @@ a small table, ``{module: {name: Export}}``, of:
   same module or imported), with the framework base's canonical name and the members the user's
   classes define (those are the user's code, never wrapped);
 * module-level names bound to what a framework call returns (``encoder = keras.Sequential()``),
-  named as ``resolve.py`` names such objects, and instances of the classes above.
+  named as ``resolve.py`` names such objects, and instances of the classes above;
+* for every module, what ``from module import *`` binds (``StarNames``): the names it binds,
+  its literal ``__all__``, the framework names its imports bind (``import torch``), and the
+  modules it star-imports itself.
 
 Module names come from paths relative to the project root (``pkg/model.py`` → ``pkg.model``,
 ``pkg/__init__.py`` → ``pkg``; a ``src/`` layout also under the name without ``src.``). An
@@ -32,6 +35,7 @@ class Export:
     """A module-level name that stands for a framework class or object."""
 
     kind: str  # "class" | "instance" (of such a class) | "object" (a framework call's result)
+    # | "api" (a framework name a module's import binds; only for star imports of it)
     api: str  # canonical framework base (class, instance) or the object's type name
     name: str = ""  # the user's class name (class, instance)
     members: frozenset[str] = frozenset()  # defined by the user's class or its project bases
@@ -43,7 +47,28 @@ class Export:
         return dict(self.attributes).get(attr)
 
 
-ProjectTable = dict[str, dict[str, Export]]
+@dataclass(frozen=True, slots=True)
+class StarNames:
+    """What ``from MODULE import *`` binds, MODULE being one of the project's: its own public
+    names (those its literal ``__all__`` lists, where it has one), then through the modules it
+    star-imports itself."""
+
+    bound: frozenset[str]  # every name the module binds at top level
+    declared: frozenset[str] | None  # its literal __all__, or None
+    apis: tuple[tuple[str, str], ...]  # (name, framework name) its imports bind
+    star_imports: tuple[str, ...]  # absolute, in order
+
+    def passes(self, name: str) -> bool:
+        """Whether a star import of the module can bring `name` at all."""
+        return name in self.declared if self.declared is not None else not name.startswith("_")
+
+
+@dataclass
+class ProjectTable:
+    """The first pass's result: framework names per module, and every module's star names."""
+
+    exports: dict[str, dict[str, Export]] = field(default_factory=dict)
+    stars: dict[str, StarNames] = field(default_factory=dict)
 
 
 def module_identities(rel: str) -> list[tuple[str, str]]:
@@ -80,6 +105,14 @@ class _Module:
     imports: dict[str, str] = field(default_factory=dict)  # local name → qualified name
     classes: dict[str, _ClassText] = field(default_factory=dict)
     calls: dict[str, str] = field(default_factory=dict)  # name → callee, for `name = callee()`
+    bound: set[str] = field(default_factory=set)  # every top-level name
+    declared: list[str] | None = None  # a literal __all__
+    stars: list[str] = field(default_factory=list)  # star-imported modules, absolute
+
+    def bind(self, name: str) -> None:
+        """A top-level binding other than an import: any earlier import of the name is gone."""
+        self.bound.add(name)
+        self.imports.pop(name, None)
 
 
 def _dotted(node: ast.expr) -> str | None:
@@ -101,6 +134,14 @@ def _absolute(package: str, level: int, module: str | None) -> str | None:
         return None
     base = parts[: len(parts) - (level - 1)]
     return ".".join([*base, module] if module else base)
+
+
+def _literal_names(node: ast.expr) -> list[str] | None:
+    """The strings of a list or tuple literal of strings, else None."""
+    if not isinstance(node, (ast.List, ast.Tuple)):
+        return None
+    names = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return names if len(names) == len(node.elts) else None
 
 
 def _class_text(node: ast.ClassDef) -> _ClassText:
@@ -145,17 +186,28 @@ def _read(module: _Module, body: Iterable[ast.stmt]) -> None:
     for stmt in body:
         if isinstance(stmt, ast.Import):
             for alias in stmt.names:
-                if alias.asname:
-                    module.imports[alias.asname] = alias.name
-                else:
-                    first = alias.name.split(".", 1)[0]
-                    module.imports[first] = first
+                local = alias.asname or alias.name.split(".", 1)[0]
+                module.imports[local] = alias.name if alias.asname else local
+                module.bound.add(local)
+                module.classes.pop(local, None)
+                module.calls.pop(local, None)
         elif isinstance(stmt, ast.ImportFrom):
             source = _absolute(module.package, stmt.level, stmt.module)
             for alias in stmt.names:
-                if source is not None and alias.name != "*":
-                    module.imports[alias.asname or alias.name] = f"{source}.{alias.name}"
+                if alias.name == "*":
+                    if source is not None:
+                        module.stars.append(source)
+                    continue
+                local = alias.asname or alias.name
+                module.bound.add(local)
+                module.classes.pop(local, None)
+                module.calls.pop(local, None)
+                if source is not None:
+                    module.imports[local] = f"{source}.{alias.name}"
+                else:
+                    module.imports.pop(local, None)
         elif isinstance(stmt, ast.ClassDef):
+            module.bind(stmt.name)
             module.classes[stmt.name] = _class_text(stmt)
             module.calls.pop(stmt.name, None)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
@@ -163,12 +215,18 @@ def _read(module: _Module, body: Iterable[ast.stmt]) -> None:
             callee = _dotted(stmt.value.func) if isinstance(stmt.value, ast.Call) else None
             for target in targets:
                 if isinstance(target, ast.Name):
+                    module.bind(target.id)
                     module.classes.pop(target.id, None)
                     if callee:
                         module.calls[target.id] = callee
                     else:
                         module.calls.pop(target.id, None)
+                    if target.id == "__all__":
+                        module.declared = _literal_names(stmt.value)
+        elif isinstance(stmt, ast.AugAssign) and _dotted(stmt.target) == "__all__":
+            module.declared = None  # extended: what it lists is not known here
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            module.bind(stmt.name)
             module.classes.pop(stmt.name, None)
             module.calls.pop(stmt.name, None)
         elif isinstance(stmt, ast.If):
@@ -281,7 +339,7 @@ def build_table(sources: Mapping[str, str], roots: Roots) -> ProjectTable:
             _read(module, tree.body)
             modules[name] = module
     builder = _Builder(modules, roots)
-    table: ProjectTable = {}
+    table = ProjectTable()
     for name, module in modules.items():
         exports = {}
         for local in (*module.classes, *module.calls):
@@ -289,7 +347,12 @@ def build_table(sources: Mapping[str, str], roots: Roots) -> ProjectTable:
             if found is not None:
                 exports[local] = found
         if exports:
-            table[name] = exports
+            table.exports[name] = exports
+        apis = tuple(sorted((local, qualified) for local, qualified in module.imports.items()
+                            if roots.covers(qualified)))
+        declared = None if module.declared is None else frozenset(module.declared)
+        table.stars[name] = StarNames(frozenset(module.bound), declared, apis,
+                                      tuple(module.stars))
     return table
 
 
@@ -297,14 +360,18 @@ class Project:
     """The table as the per-file resolution uses it; built once per process."""
 
     def __init__(self, table: ProjectTable) -> None:
-        self.table = table
+        self.table = table.exports
+        self.stars = table.stars
         modules = set()
-        for name in table:
+        for name in table.exports:
             parts = name.split(".")
             modules.update(".".join(parts[:cut]) for cut in range(1, len(parts) + 1))
         self.modules = frozenset(modules)
-        # A file that mentions none of these cannot import an exported name.
-        self.words = tuple(sorted({part for name in modules for part in name.split(".")}))
+        # A file that mentions none of these cannot import an exported name, nor star-import
+        # a framework name.
+        reach = modules | {name for name, info in self.stars.items()
+                           if info.apis or info.star_imports}
+        self.words = tuple(sorted({part for name in reach for part in name.split(".")}))
 
     def view(self, rel: str) -> ProjectView:
         identities = module_identities(rel)
@@ -320,19 +387,7 @@ class ProjectView:
 
     def lookup(self, qualified: str) -> Export | str | None:
         """An exported name, a project module (its dotted name), or ``None``."""
-        stripped = qualified.lstrip(".")
-        level = len(qualified) - len(stripped)
-        if level:
-            parts = self.package.split(".") if self.package else []
-            if level - 1 > len(parts):
-                return None
-            base = parts[: len(parts) - (level - 1)]
-            candidates = [".".join([*base, stripped] if stripped else base)]
-        else:
-            candidates = [stripped]
-            if self.package:
-                candidates.append(f"{self.package}.{stripped}")
-        for candidate in candidates:
+        for candidate in self._candidates(qualified):
             if candidate in self.project.modules:
                 return candidate
             owner, _, name = candidate.rpartition(".")
@@ -340,3 +395,31 @@ class ProjectView:
             if found is not None:
                 return found
         return None
+
+    def star_module(self, module: str) -> tuple[str, StarNames] | None:
+        """The project module a star import names (written as in the file), with its names."""
+        for candidate in self._candidates(module):
+            found = self.project.stars.get(candidate)
+            if found is not None:
+                return candidate, found
+        return None
+
+    def star_export(self, module: str, name: str) -> Export | None:
+        """What a name a project module binds is: a framework name its imports bind (an "api"
+        export), one of its exports, or None (the user's)."""
+        api = dict(self.project.stars[module].apis).get(name)
+        if api is not None:
+            return Export("api", api)
+        return self.project.table.get(module, {}).get(name)
+
+    def _candidates(self, qualified: str) -> list[str]:
+        """The absolute names a dotted name may stand for, from this file's package."""
+        stripped = qualified.lstrip(".")
+        level = len(qualified) - len(stripped)
+        if level:
+            parts = self.package.split(".") if self.package else []
+            if level - 1 > len(parts):
+                return []
+            base = parts[: len(parts) - (level - 1)]
+            return [".".join([*base, stripped] if stripped else base)]
+        return [stripped, f"{self.package}.{stripped}"] if self.package else [stripped]

@@ -179,7 +179,7 @@ def instrument_path(
     files = _discover(path, out, result) if is_dir else [_entry(path, path.name, single=True)]
     work = [f for f in files if f.kind != "copy"]
     copies = [f for f in files if f.kind == "copy"]
-    table = _project_table(work, roots) if is_dir else {}
+    table = _project_table(work, roots) if is_dir else ProjectTable()
     outcomes = _run(work, out, roots, list_only, workers, result, copies, table)
     for outcome in sorted(outcomes, key=lambda o: o.rel):
         result.lines += outcome.lines
@@ -427,7 +427,7 @@ _project: Project | None = None  # this process's view of the first pass, set be
 def _use_table(table: ProjectTable) -> None:
     """Set in each worker once (not pickled with every task)."""
     global _project
-    _project = Project(table) if table else None
+    _project = Project(table) if table.exports or table.stars else None
 
 
 def _process(task: tuple[str, str, bool, str | None, tuple[str, ...]]) -> _Outcome:

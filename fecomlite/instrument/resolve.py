@@ -32,7 +32,7 @@ from libcst.metadata import BuiltinAssignment, ImportAssignment
 from libcst.metadata.scope_provider import Scope
 
 from fecomlite.instrument.cstwalk import fields
-from fecomlite.instrument.exports import Export, ProjectView
+from fecomlite.instrument.exports import Export, ProjectView, StarNames
 from fecomlite.instrument.names import (
     COMPILERS,
     KERAS_GRAPH_METHODS,
@@ -233,8 +233,10 @@ class _Collector:
 
     def import_from(self, node: cst.ImportFrom) -> None:
         self.mark(node)
-        if isinstance(node.names, cst.ImportStar) and not node.relative and node.module:
-            self.out.star_imports.append(get_full_name_for_node(node.module) or "")
+        if isinstance(node.names, cst.ImportStar):
+            dots = "." * len(node.relative)
+            module = get_full_name_for_node(node.module) if node.module else ""
+            self.out.star_imports.append(dots + (module or ""))
 
     def import_(self, node: cst.Import) -> None:
         self.mark(node)
@@ -466,6 +468,7 @@ class Resolver:
         self._values: dict[cst.CSTNode, Any] = {}
         self._calls: dict[cst.Call, tuple[Resolution | None, Value]] = {}
         self._returns: dict[FuncInfo, Any] = {}
+        self._stars: list[tuple[str, StarNames | None, tuple[StarNames, ...]]] | None = None
         self._params: dict[cst.Param, Any] = {}
         self._bases: dict[ClassInfo, Any] = {}
         self._compilers: dict[FuncInfo, str | None] = {}
@@ -552,6 +555,8 @@ class Resolver:
             return ProjectModule(found)
         if found is None:
             return None
+        if found.kind == "api":
+            return Api(found.api)
         if found.kind == "class":
             return ImportedClass(found)
         if found.kind == "instance":
@@ -559,16 +564,50 @@ class Resolver:
         return Obj(found.api)
 
     def _star_import(self, name: str) -> Value:
-        """A name the file never binds: from its last star import of a root that may define it
-        (with several, those known not to define it are passed over; see `star.py`)."""
-        candidates = [
-            m for m in reversed(self.col.star_imports) if self.roots.covers(f"{m}.{name}")
-        ]
-        for module in candidates:
-            exported = star_names(module) if len(candidates) > 1 else None
-            if exported is None or name in exported:
-                return Api(f"{module}.{name}")
+        """A name the file never binds: from its last star import that may define it. A project
+        module's star import brings its own names after those of its own star imports
+        (``exports.StarNames``); of several framework modules, those known not to define the
+        name are passed over (``star.py``)."""
+        sources = [(m, info) for m, info, gates in self._star_sources()
+                   if all(g.passes(name) for g in gates)]
+        framework = [m for m, info in sources
+                     if info is None and not m.startswith(".") and self.roots.covers(f"{m}.{name}")]
+        for module, info in reversed(sources):
+            if info is not None:
+                if name in info.bound and info.passes(name):
+                    assert self.project is not None
+                    return self._imported(self.project.star_export(module, name))
+            elif module in framework:
+                # a private name comes only where a literal __all__ lists it
+                private = name.startswith("_")
+                exported = star_names(module) if len(framework) > 1 or private else None
+                if (exported is None and not private) or (exported and name in exported):
+                    return Api(f"{module}.{name}")
         return None
+
+    def _star_sources(self) -> list[tuple[str, StarNames | None, tuple[StarNames, ...]]]:
+        """Every module the file's star imports reach, in the order Python binds their names:
+        (module, its star names where it is the project's, the project modules it is reached
+        through, whose ``__all__`` each name must pass)."""
+        if self._stars is None:
+            found: list[tuple[str, StarNames | None, tuple[StarNames, ...]]] = []
+
+            def reach(module: str, gates: tuple[StarNames, ...], seen: frozenset[str]) -> None:
+                mine = self.project.star_module(module) if self.project is not None else None
+                if mine is None:
+                    found.append((module, None, gates))
+                    return
+                absolute, info = mine
+                if absolute in seen:
+                    return
+                for inner in info.star_imports:
+                    reach(inner, (*gates, info), seen | {absolute})
+                found.append((absolute, info, gates))
+
+            for module in self.col.star_imports:
+                reach(module, (), frozenset())
+            self._stars = found
+        return self._stars
 
     def attribute(self, base: Value, attr: str) -> Value:
         if isinstance(base, Api):
