@@ -96,6 +96,7 @@ class Sampler:
         self._wake_writer = threading.Event()
         self._regrouped = threading.Event()  # wakes a scheduler parked without sensors
         self._writer_keeps_time = False  # the writer wakes itself (it drains the tick thread)
+        self._grid_ticking = False  # the Python scheduler has sensors (and wakes the writer)
         self._written = threading.Condition()
         self._started = 0  # writes begun
         self._generation = 0  # writes done
@@ -243,6 +244,7 @@ class Sampler:
             if version != self._version:
                 self._regrouped.clear()
                 version, tick, plan = self._schedule()
+                self._grid_ticking = bool(plan)
                 next_tick = [0] * len(plan)
                 start, k = clock(), 0
             if not plan:  # all on the tick thread: park until the sensors change
@@ -330,11 +332,13 @@ class Sampler:
                     ticks.close()
 
     def _writer_timeout(self, ticks: capture.Capture | None) -> float | None:
-        """Parked while nothing records; else every flush_s it drains the tick thread itself,
-        or is woken by the scheduler (the timeout then only covers a stuck scheduler)."""
+        """Parked while nothing records; else it wakes itself every flush_s, unless the Python
+        scheduler ticks and wakes it (the timeout then only covers a stuck scheduler)."""
         if not self._active.is_set():
             return None
-        return self.flush_s if ticks is not None else 2 * self.flush_s
+        if ticks is None and self._grid_ticking:
+            return 2 * self.flush_s
+        return self.flush_s
 
     def _capture_plan(self) -> tuple[int, capture.Capture | None]:
         """(version, the tick thread's plan) for the sensors it reads now, None without any;
