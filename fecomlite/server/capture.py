@@ -41,15 +41,10 @@ class Capture:
         if Ticker is None:
             raise RuntimeError("fecomlite._ticker is not built")
         self.plan = list(plan)
-        self.tick_s = tick_s
         self._ticker = Ticker(round(tick_s * 1e9))
         self._entries: list[tuple[int, int, int, int]] = []
         self._keys: list[tuple[Sensor, frozenset[int]]] = []
         self.replan()
-
-    @property
-    def sensors(self) -> list[Sensor]:
-        return [sensor for _, sensor in self.plan]
 
     @property
     def dropped(self) -> int:

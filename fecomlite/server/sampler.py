@@ -311,6 +311,8 @@ class Sampler:
                         self._started += 1
                     if ticks is not None:
                         ticks.replay(self._read)
+                        if ticks.dropped:  # the writer was stuck for minutes
+                            self.errors["tick buffer"] = ticks.dropped
                     if version != self._version and self.use_ticker:
                         if ticks is not None:
                             ticks.close()
