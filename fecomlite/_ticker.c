@@ -43,6 +43,8 @@ typedef struct {
     size_t used, cap;
     uint64_t dropped;
     pthread_t thread;
+    pid_t pid; /* the process this state belongs to: a forked child has no thread, and the
+                  lock may have been held by one at the fork */
     int running;
     volatile int stopping;
     char *scratch;
@@ -52,6 +54,19 @@ static inline int64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Called first by every method: in a forked child, no thread ticks and the lock is reset. */
+static void own(Ticker *self) {
+    if (self->pid == getpid()) return;
+    self->pid = getpid();
+    pthread_mutex_init(&self->lock, NULL);
+    self->running = 0;
+}
+
+static int ticking(Ticker *self) {
+    own(self);
+    return self->running;
 }
 
 static void append(Ticker *self, int64_t k, int64_t t_ns, int64_t key, const char *data,
@@ -111,7 +126,7 @@ static int Ticker_init(Ticker *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_ValueError, "tick_ns must be at least 100 us");
         return -1;
     }
-    if (self->running) {
+    if (ticking(self)) {
         PyErr_SetString(PyExc_RuntimeError, "the ticker is running");
         return -1;
     }
@@ -121,12 +136,15 @@ static int Ticker_init(Ticker *self, PyObject *args, PyObject *kwds) {
 
 static PyObject *Ticker_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     Ticker *self = (Ticker *)type->tp_alloc(type, 0);
-    if (self) pthread_mutex_init(&self->lock, NULL);
+    if (self) {
+        pthread_mutex_init(&self->lock, NULL);
+        self->pid = getpid();
+    }
     return (PyObject *)self;
 }
 
 static void stop_thread(Ticker *self) {
-    if (!self->running) return;
+    if (!ticking(self)) return;
     self->stopping = 1;
     Py_BEGIN_ALLOW_THREADS
     pthread_join(self->thread, NULL);
@@ -149,6 +167,7 @@ static void Ticker_dealloc(Ticker *self) {
 }
 
 static void lock(Ticker *self) {
+    own(self);
     if (pthread_mutex_trylock(&self->lock) == 0) return;
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&self->lock);
@@ -218,7 +237,7 @@ static PyObject *Ticker_set_plan(Ticker *self, PyObject *entries) {
 }
 
 static PyObject *Ticker_start(Ticker *self, PyObject *unused) {
-    if (self->running) Py_RETURN_NONE;
+    if (ticking(self)) Py_RETURN_NONE;
     self->stopping = 0;
     int err = pthread_create(&self->thread, NULL, run, self);
     if (err) {
@@ -285,7 +304,7 @@ static PyObject *Ticker_get_dropped(Ticker *self, void *closure) {
 }
 
 static PyObject *Ticker_get_running(Ticker *self, void *closure) {
-    return PyBool_FromLong(self->running);
+    return PyBool_FromLong(ticking(self));
 }
 
 static PyMethodDef Ticker_methods[] = {

@@ -123,6 +123,27 @@ def test_every_file_is_due_again_when_the_thread_restarts(tmp_path: Path):
     assert not ticker.running and ticker.dropped == 0
 
 
+def test_a_forked_child_has_no_tick_thread_and_can_start_its_own(tmp_path: Path):
+    (tmp_path / "f").write_text("x")
+    fd = os.open(tmp_path / "f", os.O_RDONLY)
+    ticker = capture.Ticker(TICK_NS)
+    ticker.set_plan([(1, fd, 1, 16)])
+    ticker.start()
+    pid = os.fork()
+    if pid == 0:  # the child: stopping must not wait for the parent's thread
+        code = 1
+        try:
+            if not ticker.running:
+                ticker.drain()  # what the parent had read before the fork
+                code = 2 if ticked(ticker, 0.05) else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    ticker.stop()
+    assert os.WEXITSTATUS(status) == 2
+    assert ticker.drain()  # the parent's thread went on
+
+
 class FileSensorForTests(BaseSensor):
     """Reads an integer from kernel files (regular files here): their sum, and the clock it saw."""
 
