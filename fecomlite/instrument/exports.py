@@ -109,10 +109,16 @@ class _Module:
     declared: list[str] | None = None  # a literal __all__
     stars: list[str] = field(default_factory=list)  # star-imported modules, absolute
 
-    def bind(self, name: str) -> None:
-        """A top-level binding other than an import: any earlier import of the name is gone."""
+    def bind(self, name: str, imported: str | None = None) -> None:
+        """A top-level binding: it replaces whatever the name was bound to before; `imported`
+        is the qualified name an import binds it to."""
         self.bound.add(name)
-        self.imports.pop(name, None)
+        self.classes.pop(name, None)
+        self.calls.pop(name, None)
+        if imported is None:
+            self.imports.pop(name, None)
+        else:
+            self.imports[name] = imported
 
 
 def _dotted(node: ast.expr) -> str | None:
@@ -187,10 +193,7 @@ def _read(module: _Module, body: Iterable[ast.stmt]) -> None:
         if isinstance(stmt, ast.Import):
             for alias in stmt.names:
                 local = alias.asname or alias.name.split(".", 1)[0]
-                module.imports[local] = alias.name if alias.asname else local
-                module.bound.add(local)
-                module.classes.pop(local, None)
-                module.calls.pop(local, None)
+                module.bind(local, alias.name if alias.asname else local)
         elif isinstance(stmt, ast.ImportFrom):
             source = _absolute(module.package, stmt.level, stmt.module)
             for alias in stmt.names:
@@ -198,37 +201,25 @@ def _read(module: _Module, body: Iterable[ast.stmt]) -> None:
                     if source is not None:
                         module.stars.append(source)
                     continue
-                local = alias.asname or alias.name
-                module.bound.add(local)
-                module.classes.pop(local, None)
-                module.calls.pop(local, None)
-                if source is not None:
-                    module.imports[local] = f"{source}.{alias.name}"
-                else:
-                    module.imports.pop(local, None)
+                module.bind(alias.asname or alias.name,
+                            None if source is None else f"{source}.{alias.name}")
         elif isinstance(stmt, ast.ClassDef):
             module.bind(stmt.name)
             module.classes[stmt.name] = _class_text(stmt)
-            module.calls.pop(stmt.name, None)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
             callee = _dotted(stmt.value.func) if isinstance(stmt.value, ast.Call) else None
             for target in targets:
                 if isinstance(target, ast.Name):
                     module.bind(target.id)
-                    module.classes.pop(target.id, None)
                     if callee:
                         module.calls[target.id] = callee
-                    else:
-                        module.calls.pop(target.id, None)
                     if target.id == "__all__":
                         module.declared = _literal_names(stmt.value)
         elif isinstance(stmt, ast.AugAssign) and _dotted(stmt.target) == "__all__":
             module.declared = None  # extended: what it lists is not known here
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             module.bind(stmt.name)
-            module.classes.pop(stmt.name, None)
-            module.calls.pop(stmt.name, None)
         elif isinstance(stmt, ast.If):
             _read(module, stmt.body)
             _read(module, stmt.orelse)

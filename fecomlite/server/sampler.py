@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -270,7 +270,7 @@ class Sampler:
         version, fast = self._take_group(mine)
         return version, *self._grid(fast)
 
-    def _take_group(self, mine: Any) -> tuple[int, list[Sensor]]:
+    def _take_group(self, mine: Callable[[Sensor], bool]) -> tuple[int, list[Sensor]]:
         """(version, current sensors) of those `mine` selects; closes its retired ones."""
         with self._lock:
             version = self._version
