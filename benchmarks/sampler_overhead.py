@@ -9,7 +9,11 @@ at a time (the floor any 200 Hz Python reader pays here): on a shared VM the cos
 swings with the neighbours, so all three see the same ones, and the medians are printed side by
 side. Target: at most 2 % of one core while recording.
 
-    python benchmarks/sampler_overhead.py [--seconds 20] [--windows 5]
+    python benchmarks/sampler_overhead.py [--seconds 20] [--windows 5] [--watched busy]
+
+`--watched busy` makes the watched process look like a training loop instead of sleeping: 32
+threads, and a numpy loop that allocates and frees 8 MB arrays on one core, so its RSS changes
+between most ticks and the tree has many members to list (and the server shares the machine).
 """
 
 from __future__ import annotations
@@ -55,6 +59,14 @@ def cpu_share(proc: psutil.Process, seconds: float) -> float:
 
 
 BARE_LOOP = "import time\nwhile True: time.sleep(0.005)"
+WATCHED = {
+    "sleeping": "import time; time.sleep(3600)",
+    "busy": "import threading, numpy as np\n"
+            "stop = threading.Event()\n"
+            "for _ in range(32): threading.Thread(target=stop.wait, daemon=True).start()\n"
+            "while True:\n"
+            "    a = np.ones((1024, 1024)); b = a @ a; del a, b\n",
+}
 
 
 def bare_loop_share(seconds: float) -> float:
@@ -99,10 +111,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=20.0, help="per phase, all windows")
     parser.add_argument("--windows", type=int, default=5)
+    parser.add_argument("--watched", choices=sorted(WATCHED), default="sleeping",
+                        help="what the watched process does")
     args = parser.parse_args()
     window = args.seconds / args.windows
 
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    child = subprocess.Popen([sys.executable, "-c", WATCHED[args.watched]])
     shares: dict[str, list[float]] = {PHASES[1]: [], PHASES[2]: [], PHASES[3]: []}
     try:
         with server({}) as (shipped, shipped_proc), \
@@ -126,7 +140,8 @@ def main() -> None:
     finally:
         child.kill()
 
-    print(f"sensors: {', '.join(s['name'] for s in sensors)} + the watched process's")
+    print(f"sensors: {', '.join(s['name'] for s in sensors)} + the watched process's "
+          f"({args.watched})")
     print(f"  {'sensor':28s} {'samples/s':>9s}")
     for name, n in rows:
         print(f"  {name:28s} {n / (rep_s / 1e9):9.1f}")

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_BUFFER (64u << 20) /* beyond this, records are dropped (and counted) */
+#define MAX_BUFFER (64u << 20) /* by default; beyond it records are dropped (and counted) */
 
 typedef struct {
     int64_t key;   /* the caller's name for the file */
@@ -40,7 +40,7 @@ typedef struct {
     Entry *plan;
     Py_ssize_t n_plan;
     char *buffer;
-    size_t used, cap;
+    size_t used, cap, max_buffer;
     uint64_t dropped;
     pthread_t thread;
     pid_t pid; /* the process this state belongs to: a forked child has no thread, and the
@@ -75,7 +75,8 @@ static void append(Ticker *self, int64_t k, int64_t t_ns, int64_t key, const cha
     if (self->used + need > self->cap) {
         size_t cap = self->cap ? self->cap : 65536;
         while (cap < self->used + need) cap *= 2;
-        char *grown = cap <= MAX_BUFFER ? realloc(self->buffer, cap) : NULL;
+        if (cap > self->max_buffer) cap = self->max_buffer;
+        char *grown = cap >= self->used + need ? realloc(self->buffer, cap) : NULL;
         if (!grown) {
             self->dropped++;
             return;
@@ -119,9 +120,15 @@ static void *run(void *arg) {
 }
 
 static int Ticker_init(Ticker *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"tick_ns", NULL};
+    static char *kwlist[] = {"tick_ns", "max_buffer", NULL};
     long long tick_ns;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "L", kwlist, &tick_ns)) return -1;
+    Py_ssize_t max_buffer = MAX_BUFFER;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "L|$n", kwlist, &tick_ns, &max_buffer))
+        return -1;
+    if (max_buffer < 0) {
+        PyErr_SetString(PyExc_ValueError, "max_buffer must not be negative");
+        return -1;
+    }
     if (tick_ns < 100000) {
         PyErr_SetString(PyExc_ValueError, "tick_ns must be at least 100 us");
         return -1;
@@ -131,6 +138,7 @@ static int Ticker_init(Ticker *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     self->tick_ns = tick_ns;
+    self->max_buffer = (size_t)max_buffer;
     return 0;
 }
 

@@ -300,7 +300,7 @@ class Sampler:
 
     def _write_loop(self) -> None:
         ticks: capture.Capture | None = None
-        version = -1
+        version, lost_before = -1, 0  # records lost by the tick threads this one replaced
         with Store(self.store_path) as store:
             try:
                 while True:
@@ -311,13 +311,15 @@ class Sampler:
                         self._started += 1
                     if ticks is not None:
                         ticks.replay(self._read)
-                        if ticks.dropped:  # the writer was stuck for minutes
-                            self.errors["tick buffer"] = ticks.dropped
                     if version != self._version and self.use_ticker:
                         if ticks is not None:
                             ticks.close()
+                            lost_before += ticks.dropped
                         version, ticks = self._capture_plan()
                         self._writer_keeps_time = ticks is not None
+                    lost = lost_before + (ticks.dropped if ticks is not None else 0)
+                    if lost:  # the writer was stuck for minutes
+                        self.errors["tick buffer"] = lost
                     if ticks is not None:
                         if self._active.is_set() and not stopping:
                             ticks.start()
