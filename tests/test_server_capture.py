@@ -129,9 +129,9 @@ def test_a_full_buffer_drops_records_counts_them_and_takes_more_once_drained(tmp
     fd = os.open(tmp_path / "f", os.O_RDONLY)
     ticker = capture.Ticker(TICK_NS, max_buffer=1024)  # a few records of 100 bytes
     ticker.set_plan([(1, fd, 1, 128)])
-    kept = ticked(ticker, 0.2)
+    kept = ticked(ticker, 0.3)
     lost = ticker.dropped
-    assert 1 <= len(kept) <= 8 and lost >= 10  # ~40 ticks in 0.2 s
+    assert 1 <= len(kept) <= 8 and lost >= 10  # ~60 ticks in 0.3 s
     assert [c[1] for _, c in kept] == [b"x" * 100] * len(kept)  # the first ones, whole
     assert ticked(ticker, 0.02)  # drained: room again
     assert ticker.dropped == lost  # counted over the ticker's life
@@ -140,21 +140,21 @@ def test_a_full_buffer_drops_records_counts_them_and_takes_more_once_drained(tmp
 
 
 def test_the_sampler_counts_lost_records_over_every_tick_thread(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(capture, "Ticker", functools.partial(capture.Ticker, max_buffer=256))
+    monkeypatch.setattr(capture, "Ticker", functools.partial(capture.Ticker, max_buffer=64))
     (tmp_path / "v").write_text("5")
     path, run = new_run(tmp_path)
     sampler = Sampler([FileSensorForTests(tmp_path / "v")], path, flush_s=0.2)
     sampler.start()
     try:
         sampler.record(run)
-        time.sleep(1.0)  # 100 Hz, a few records kept per drain: ~60 lost
+        time.sleep(1.0)  # 100 Hz, one record kept per drain: ~90 lost
         first = sampler.errors.get("tick buffer", 0)
         sampler.set_group("machine", [FileSensorForTests(tmp_path / "v")])  # a new tick thread
         time.sleep(0.3)  # which loses fewer
         sampler.stop_recording(run)
     finally:
         sampler.close()
-    assert first >= 20 and sampler.errors["tick buffer"] > first
+    assert first >= 10 and sampler.errors["tick buffer"] > first
 
 
 def test_a_forked_child_has_no_tick_thread_and_can_start_its_own(tmp_path: Path):
