@@ -153,6 +153,26 @@ def _call_with_gpu_sync(site: str, fn: Any, /, *args: Any, **kwargs: Any) -> Any
     return result
 
 
+async def acall(site: str, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+    """`await fn(*args, **kwargs)` as the original code did, timed from the call to the end of
+    the await: time suspended in it counts (other tasks may run then). No sizes are taken."""
+    sync = _capture.gpu_sync if _config.sync else None
+    if sync is not None:
+        _capture.safely(sync)
+    t0 = _now()
+    try:
+        result = await fn(*args, **kwargs)
+    except BaseException:
+        if sync is not None:
+            _capture.safely(sync)
+        _record(site, t0, _now(), 1)
+        raise
+    if sync is not None:
+        _capture.safely(sync)
+    _record(site, t0, _now())
+    return result
+
+
 def _count_slow(site: str) -> None:
     n = _slow_counts.get(site, 0) + 1
     _slow_counts[site] = n

@@ -210,3 +210,39 @@ def test_region_records_only_inside_a_run(tmp_path):
     assert inside.stdout.strip() == "5"
     headers, total = spooled(tmp_path)
     assert total == 2 and set(headers[0]["sites"]) == {"region:epoch", "region:load"}
+
+
+def test_an_awaited_call_is_timed_to_the_end_of_its_await(tmp_path):
+    result = run_script(
+        tmp_path,
+        """
+        import asyncio
+        import fecomlite.probe as __fecomlite__
+
+        async def nap(seconds, value):
+            await asyncio.sleep(seconds)
+            return value
+
+        async def fail():
+            await asyncio.sleep(0.01)
+            raise KeyError("late")
+
+        async def main():
+            print(await __fecomlite__.acall("prog.py:12:0", nap, 0.05, value="done"))
+            try:
+                await __fecomlite__.acall("prog.py:14:0", fail)
+            except KeyError as exc:
+                print("caught", exc)
+
+        asyncio.run(main())
+    """,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["done", "caught 'late'"]
+    with open(tmp_path / "events.spool", "rb") as f:
+        (header, cols), = [batch_codec.decode(r) for r in batch_codec.read_records(f)]
+    spans = {header["sites"][s]: (e - b, status)
+             for s, b, e, status in zip(cols["site"], cols["t_start_ns"], cols["t_end_ns"],
+                                        cols["status"], strict=True)}
+    assert spans["prog.py:12:0"][0] >= 50e6 and spans["prog.py:12:0"][1] == 0  # the whole await
+    assert spans["prog.py:14:0"][0] >= 10e6 and spans["prog.py:14:0"][1] == 1

@@ -80,6 +80,7 @@ class CallRecord:
     chain: tuple[_DefNode, ...]  # enclosing defs, lambdas and classes, outermost first
     quotes: frozenset[str]  # quote characters of enclosing f-strings
     in_annotation: bool
+    awaited: bool = False  # `await f(x)`: the probe must time the await, not the call
 
 
 @dataclass(eq=False)
@@ -105,6 +106,7 @@ class _Collector:
         self.chain: tuple[_DefNode, ...] = ()
         self.quotes: frozenset[str] = frozenset()
         self.in_annotation = False
+        self.awaiting: cst.BaseExpression | None = None  # the operand of the innermost await
         self.counter = 0
 
     def walk(self, node: cst.CSTNode) -> None:
@@ -139,9 +141,16 @@ class _Collector:
                 chain=self.chain,
                 quotes=self.quotes,
                 in_annotation=self.in_annotation,
+                awaited=node is self.awaiting,
             )
         )
         self.children(node)
+
+    def await_(self, node: cst.Await) -> None:
+        saved = self.awaiting
+        self.awaiting = node.expression
+        self.children(node)
+        self.awaiting = saved
 
     def function_def(self, node: cst.FunctionDef) -> None:
         for decorator in node.decorators:
@@ -311,6 +320,7 @@ def _ann_assign_in_class(collector: _Collector, node: cst.AnnAssign) -> None:
 
 _HANDLERS: dict[type, Any] = {
     cst.Call: _Collector.call,
+    cst.Await: _Collector.await_,
     cst.FunctionDef: _Collector.function_def,
     cst.ClassDef: _Collector.class_def,
     cst.Lambda: _Collector.lambda_,

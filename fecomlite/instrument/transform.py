@@ -1,5 +1,6 @@
 """Rewrite one module's source: every resolved call ``f(a)`` becomes
-``__fecomlite__.call("SITE", f, a)`` (docs/internals.md §1).
+``__fecomlite__.call("SITE", f, a)``, and ``await f(a)`` becomes
+``await __fecomlite__.acall("SITE", f, a)`` so that the await is timed (docs/internals.md §1).
 
 The rewrite splices text at a few offsets instead of regenerating the module from the tree, so
 everything outside the inserted text stays byte-for-byte, no line moves, and no second codegen
@@ -273,7 +274,8 @@ def _splice(
             continue
         local_line = span.line - segment.first_line + 1
         first_site[index] = min(first_site.get(index, local_line), local_line)
-        edits.append((span.start, 0, f"{PROBE}.call({literal}, "))
+        wrapper = "acall" if record.awaited else "call"
+        edits.append((span.start, 0, f"{PROBE}.{wrapper}({literal}, "))
         args = record.node.args
         genexp = (
             len(args) == 1

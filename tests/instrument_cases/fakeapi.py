@@ -7,6 +7,8 @@ on what else a test adds to `LOG`. Values are plain and printable so two runs co
 
 from __future__ import annotations
 
+import asyncio
+
 LOG: list[str] = []
 CALLS = [0]
 
@@ -34,6 +36,18 @@ def g(*args: object, **kwargs: object) -> int:
 
 def boom(*args: object) -> None:
     raise ValueError(f"boom {_record('boom', args, {})}")
+
+
+async def nap(value: object, seconds: float = 0.001) -> int:
+    """An awaitable API (like an async client's call): records, then yields to other tasks."""
+    n = _record("nap", (value,), {})
+    await asyncio.sleep(seconds)
+    return n
+
+
+async def aboom(*args: object) -> None:
+    await asyncio.sleep(0)
+    raise ValueError(f"aboom {_record('aboom', args, {})}")
 
 
 def decorate(tag: str):  # a decorator factory, like tf.function(jit_compile=True)
