@@ -1,4 +1,5 @@
-"""The probe runtime that instrumented code calls: `call(site, fn, *args, **kwargs)`.
+"""The probe runtime that instrumented code calls: `call(site, fn, *args, **kwargs)`
+(`acall` for an awaited call).
 
 A probe never reads a sensor (DESIGN.md rule 1): it takes two CLOCK_MONOTONIC stamps and appends
 to a column buffer. The hot path is C (`_fastprobe.c`) when it was built, else the pure-Python
@@ -159,18 +160,15 @@ async def acall(site: str, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
     sync = _capture.gpu_sync if _config.sync else None
     if sync is not None:
         _capture.safely(sync)
-    t0 = _now()
+    t0, raised = _now(), 1
     try:
         result = await fn(*args, **kwargs)
-    except BaseException:
+        raised = 0
+        return result
+    finally:
         if sync is not None:
             _capture.safely(sync)
-        _record(site, t0, _now(), 1)
-        raise
-    if sync is not None:
-        _capture.safely(sync)
-    _record(site, t0, _now())
-    return result
+        _record(site, t0, _now(), raised)
 
 
 def _count_slow(site: str) -> None:
