@@ -21,8 +21,7 @@ from fecomlite import attribution as at
 from fecomlite.sensors.replay import load_trace
 
 HERE = Path(__file__).resolve().parents[1]
-DEFAULT = next((p for p in (HERE / "shared" / "fixtures", HERE.parent / "shared" / "fixtures")
-                if p.is_dir()), HERE.parent / "shared" / "fixtures")
+DEFAULT = HERE / "tests" / "fixtures"
 LONG_S = 0.19
 
 

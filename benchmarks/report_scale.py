@@ -3,7 +3,7 @@
 The run is synthetic where it must be and replayed where it can be: 200 call sites of 40 APIs
 called in random order with log-normal durations (median 0.3 ms), two repetitions, a few
 `region:` events around them (so calls nest); the GPU energy counter replays the power of the
-real H200 trace in shared/fixtures/h200-nvml-mixed (its ~100 ms update intervals, tiled) read
+real H200 trace in tests/fixtures/h200-nvml-mixed (its ~100 ms update intervals, tiled) read
 every 4 ms as NVML is; an estimated CPU power series every 100 ms and an RSS gauge every 50 ms.
 Prints the time of each phase and of the whole command, against the target, and the size of
 the page.
@@ -30,7 +30,7 @@ from fecomlite.report.timeline import busy_per_bin
 from fecomlite.store import Store
 
 TARGET_S = 20.0
-FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "h200-nvml-mixed"
+FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "h200-nvml-mixed"
 SITES, APIS, REPS = 200, 40, 2
 READ_NS, CPU_NS, RSS_NS = 4_000_000, 100_000_000, 50_000_000
 

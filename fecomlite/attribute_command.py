@@ -1,7 +1,7 @@
 """`fecomlite attribute`: the run's attribution on measurements from outside fecomlite.
 
 For people with their own meter (a wall-plug watt-meter log, an `nvidia-smi` or NVML trace) and
-their own call timings. The files follow the format of shared/fixtures/h200-nvml/:
+their own call timings. The files follow the format of tests/fixtures/h200-nvml/:
 
 CALLS.csv   columns `t_start_ns`, `t_end_ns` (CLOCK_MONOTONIC ns, the samples' clock), optional
             `api` (what the call was: the per-API totals and intensities group by it) and

@@ -1,4 +1,4 @@
-"""Run stores for the report tests, built from the real H200 NVML traces in shared/fixtures.
+"""Run stores for the report tests, built from the real H200 NVML traces in tests/fixtures.
 
 The GPU energy counter, the GPU memory gauge and the calls are the recorded ones; the process
 RSS and an `estimated` CPU package series are derived from the calls (labelled as estimated, as
@@ -20,9 +20,7 @@ import numpy as np
 from fecomlite.report.timeline import busy_per_bin
 from fecomlite.store import Store
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
-if not FIXTURES.is_dir():  # the repository's own checkout of shared/
-    FIXTURES = Path(__file__).resolve().parents[1] / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 NVML = FIXTURES / "h200-nvml"
 MIXED = FIXTURES / "h200-nvml-mixed"
 PAUSE_NS = 2_000_000_000

@@ -1,7 +1,7 @@
 """`analyse_run` over a run store built in tmp_path from the recorded H200 trace.
 
 The store holds what the server would write: the real NVML counter, instant and averaged power
-and device memory (replayed from shared/fixtures/h200-nvml, twice: two repetitions), an
+and device memory (replayed from tests/fixtures/h200-nvml, twice: two repetitions), an
 estimated CPU power series computed from the calls' busy time, process RSS with a known peak,
 sites from a manifest (two sites of one API, one of another, a region around three calls) and
 the recorded bursts as events.
@@ -21,9 +21,7 @@ from fecomlite import attribution as at
 from fecomlite.sensors.replay import load_trace
 from fecomlite.store import Store
 
-_REPO = Path(__file__).resolve().parents[1]
-_PLACES = (_REPO / "shared" / "fixtures", _REPO.parent / "shared" / "fixtures")
-H200 = next((p for p in _PLACES if p.is_dir()), _PLACES[-1]) / "h200-nvml"
+H200 = Path(__file__).resolve().parent / "fixtures" / "h200-nvml"
 MS = 1_000_000
 SHIFT = 30_000 * MS  # repetition 2 replays the trace 30 s later
 GPU_IDLE, CPU_IDLE, CPU_BUSY = 130.4, 20.0, 30.0

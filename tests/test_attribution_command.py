@@ -14,9 +14,7 @@ from fecomlite import attribution as at
 from fecomlite.attribute_command import attribute_command
 from fecomlite.sensors.replay import load_trace
 
-_REPO = Path(__file__).resolve().parents[1]
-_PLACES = (_REPO / "shared" / "fixtures", _REPO.parent / "shared" / "fixtures")
-FIXTURES = next((p for p in _PLACES if p.is_dir()), _PLACES[-1])
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 app = typer.Typer()
 app.command("attribute")(attribute_command)

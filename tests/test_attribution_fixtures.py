@@ -1,4 +1,4 @@
-"""Attribution against real H200 NVML traces (shared/fixtures): the targets of issues 4 and 8.
+"""Attribution against real H200 NVML traces (tests/fixtures): the targets of issues 4 and 8.
 
 h200-nvml: bf16 matrix products of known FLOP count, so a burst's above-idle energy should be
 its FLOP × the pJ/FLOP of the long bursts of the same size (their README).
@@ -17,9 +17,7 @@ import pytest
 from fecomlite import attribution as at
 from fecomlite.sensors.replay import load_trace
 
-_REPO = Path(__file__).resolve().parents[1]
-_PLACES = (_REPO / "shared" / "fixtures", _REPO.parent / "shared" / "fixtures")
-FIXTURES = next((p for p in _PLACES if p.is_dir()), _PLACES[-1])
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 LONG_S = 0.19  # a "long" burst spans about two sensor periods or more
 
 

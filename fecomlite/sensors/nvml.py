@@ -1,6 +1,6 @@
 """NVIDIA GPUs through NVML (pynvml): energy, power, temperature, memory and utilisation.
 
-Facts measured on an H200 (shared/DESIGN.md): the energy counter (mJ) changes every ~100 ms and
+Facts measured on an H200 (docs/design.md): the energy counter (mJ) changes every ~100 ms and
 one read costs ~4 ms, so its sensor is `slow` and belongs on its own sampler thread; the instant
 power field and (in the recorded trace) the temperature refresh every ~100 ms;
 `nvmlDeviceGetPowerUsage` is a ~1 s moving average, labelled with `averaging_s` so attribution

@@ -2,7 +2,7 @@
 external meter (a wall-power logger, a recorded NVML trace).
 
 A trace is a CSV with a `t_ns` column (CLOCK_MONOTONIC ns) and value columns whose name ends in
-their unit, as in shared/fixtures/h200-nvml/: `energy_mJ` (a counter), `power_avg_mW`,
+their unit, as in tests/fixtures/h200-nvml/: `energy_mJ` (a counter), `power_avg_mW`,
 `power_instant_mW` (power), `temp_C`, `mem_used_B` (gauges). Values are converted to the units
 sensors use (J, W, C, B). The value at a time is the last sample at or before it (a sensor holds
 its value until it updates).

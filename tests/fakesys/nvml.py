@@ -18,9 +18,7 @@ import pynvml
 
 from fecomlite.sensors.replay import TracePlayer, load_trace
 
-_REPO = Path(__file__).resolve().parents[2]
-_PLACES = (_REPO / "shared" / "fixtures", _REPO.parent / "shared" / "fixtures")
-FIXTURES = next((p for p in _PLACES if p.is_dir()), _PLACES[-1])
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"  # recorded H200 traces, in the repo
 H200 = FIXTURES / "h200-nvml"
 _GIB = 2**30
 
