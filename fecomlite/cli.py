@@ -1,34 +1,117 @@
-"""The `fecomlite` command line: one subcommand per capability, each defined beside its code."""
+"""The `fecomlite` command line: one subcommand per capability, each defined beside its code.
+
+A subcommand's module (and what it imports: libcst, scipy, the server, a framework) is loaded
+only when that subcommand runs or shows its help, so `fecomlite --help` answers at once. The
+one-line summaries below are what `fecomlite --help` lists without importing anything; a test
+checks that each is the first line of its command's docstring.
+"""
 
 from __future__ import annotations
 
-import typer
+import importlib
+from typing import Any
 
-from fecomlite.attribute_command import attribute_command
-from fecomlite.ingest_command import ingest_command
-from fecomlite.instrument.command import instrument_command
-from fecomlite.model.command import model_app, sweep_command
-from fecomlite.report.command import report_command
-from fecomlite.run_command import run_command
-from fecomlite.server.command import server_command
-from fecomlite.watch_command import watch_command
+from typer.core import TyperGroup
 
-app = typer.Typer(
+# name: (module, attribute: a command function or a Typer app, one-line summary)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "instrument": (
+        "fecomlite.instrument.command",
+        "instrument_command",
+        "Wrap every framework API call of a project in a probe, in a copy; the original is "
+        "untouched.",
+    ),
+    "run": (
+        "fecomlite.run_command",
+        "run_command",
+        "Run SCRIPT under the measurement server and store per-call energy and memory.",
+    ),
+    "report": (
+        "fecomlite.report.command",
+        "report_command",
+        "Write the HTML report (self-contained, opens offline) with JSON and CSV beside it.",
+    ),
+    "attribute": (
+        "fecomlite.attribute_command",
+        "attribute_command",
+        "Attribute the energy of your own meter's trace to your own call timings.",
+    ),
+    "server": (
+        "fecomlite.server.command",
+        "server_app",
+        "The local measurement server: run it, see it (status), stop it.",
+    ),
+    "ingest": (
+        "fecomlite.ingest_command",
+        "ingest_command",
+        "Store the events of spool files in the run they name (or a new run), then delete them.",
+    ),
+    "watch": (
+        "fecomlite.watch_command",
+        "watch_command",
+        "Measure any process, uninstrumented: memory and power over time, live and in the store.",
+    ),
+    "sweep": (
+        "fecomlite.model.command",
+        "sweep_command",
+        "Train a grid of small fully connected networks, each as a measured run, into one table.",
+    ),
+    "model": (
+        "fecomlite.model.command",
+        "model_app",
+        "Fit and use the energy model: energy from FLOPs, bytes by cache level and time.",
+    ),
+}
+
+
+def load_command(name: str) -> Any:
+    """The click command of subcommand `name`, importing its module now."""
+    import typer
+    import typer.main
+
+    module, attribute, _ = COMMANDS[name]
+    target: Any = getattr(importlib.import_module(module), attribute)
+    if isinstance(target, typer.Typer):
+        command = typer.main.get_group(target)
+    else:
+        single = typer.Typer(
+            add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None
+        )
+        single.command(name)(target)
+        command = typer.main.get_command(single)
+    command.name = name
+    _plain_help(command)
+    return command
+
+
+def _plain_help(command: Any) -> None:
+    """Help as plain text (rich's panels cost a fifth of a second to import)."""
+    command.rich_markup_mode = None
+    for sub in getattr(command, "commands", {}).values():
+        _plain_help(sub)
+
+
+class LazyGroup(TyperGroup):
+    """A group whose subcommands are imported when used, listed from `COMMANDS` meanwhile."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        return load_command(cmd_name) if cmd_name in COMMANDS else None
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, summary) for name, (_, _, summary) in COMMANDS.items()])
+
+
+app = LazyGroup(
     name="fecomlite",
     help="What each framework API call of a deep-learning project costs in energy and memory.",
     no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"max_content_width": 120},
 )
-app.command("instrument")(instrument_command)
-app.command("run")(run_command)
-app.command("report")(report_command)
-app.command("attribute")(attribute_command)
-app.command("server")(server_command)
-app.command("ingest")(ingest_command)
-app.command("watch")(watch_command)
-app.command("sweep")(sweep_command)
-app.add_typer(model_app, name="model")
 
 
 if __name__ == "__main__":

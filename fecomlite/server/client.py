@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fecomlite import batch_codec
+from fecomlite.server.idle import IDLE_EXIT_S
 from fecomlite.server.state import ServerState, pid_alive, read_state
 from fecomlite.store import default_home
 
@@ -49,6 +50,7 @@ class ServerClient:
         self.store_path = Path(store_path)
         self.pid = pid
         self.timeout = timeout
+        self.started = False  # True when `ensure_server` has just started this server
 
     @classmethod
     def from_state(cls, state: ServerState) -> ServerClient:
@@ -162,7 +164,8 @@ class ServerClient:
 
 
 def ensure_server(home: Path | None = None, timeout_s: float = START_TIMEOUT_S) -> ServerClient:
-    """A client of the server serving `home`, starting one in the background if none answers."""
+    """A client of the server serving `home`, starting one in the background if none answers
+    (`client.started`); that one exits by itself after `IDLE_EXIT_S` unused."""
     home = (home or default_home()).resolve()
     home.mkdir(parents=True, exist_ok=True)
     with _locked(home / "server.lock"):
@@ -192,7 +195,8 @@ def _start(home: Path, timeout_s: float) -> ServerClient:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "fecomlite.server", "--home", str(home)],
+            [sys.executable, "-m", "fecomlite.server", "--home", str(home),
+             "--idle-exit", str(IDLE_EXIT_S)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True, env=env,
         )
@@ -206,6 +210,7 @@ def _start(home: Path, timeout_s: float) -> ServerClient:
             client = ServerClient.from_state(state)
             try:
                 client.status()
+                client.started = True
                 return client
             except ServerError:
                 pass

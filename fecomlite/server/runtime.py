@@ -1,5 +1,6 @@
-"""The server process from start to stop: find the sensors, bind, publish the state file, serve,
-and leave a clean store behind (open runs marked `interrupted`, the state file removed)."""
+"""The server process from start to stop: find the sensors, bind, publish the state file (and
+the user's registry link), serve until stopped or idle too long, and leave a clean store behind
+(open runs marked `interrupted`, the state file and the link removed)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from typing import Any
 
 from fecomlite.server.app import MeasurementServer, check_loopback
 from fecomlite.server.client import live_client
+from fecomlite.server.idle import ActivityClock, exit_when_idle
 from fecomlite.server.machine import machine_info
+from fecomlite.server.registry import register, unregister
 from fecomlite.server.sampler import Sensor
 from fecomlite.server.service import MeasurementService, ProcessSensors
 from fecomlite.server.state import remove_state, write_state
@@ -27,6 +30,22 @@ SAMPLER_ENV = "FECOMLITE_SAMPLER"  # "python": no C tick thread (to compare, or 
 
 class ServerRunning(RuntimeError):
     """Another live server already owns this home."""
+
+
+class TrackedServer(MeasurementServer):
+    """A measurement server that knows when it was last used, for its idle exit."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.clock = ActivityClock()
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        with self.clock.request():
+            super().process_request_thread(request, client_address)  # type: ignore[misc]
+
+    def busy(self) -> bool:
+        """A run is recording (its program may post nothing for a long while)."""
+        return bool(self.service.sampler.recording())
 
 
 def machine_sensors(
@@ -82,7 +101,7 @@ def open_server(
     )
     server = None
     try:
-        server = MeasurementServer(service, port, host)
+        server = TrackedServer(service, port, host)
         if metrics_addr:
             server.open_metrics(metrics_addr)
         return server
@@ -94,9 +113,13 @@ def open_server(
 
 
 def serve(
-    server: MeasurementServer, home: Path, ready: Callable[[str], None] | None = None
+    server: MeasurementServer,
+    home: Path,
+    ready: Callable[[str], None] | None = None,
+    idle_exit_s: float = 0.0,
 ) -> None:
-    """Publish the state file and serve until shutdown, SIGTERM or Ctrl-C; then clean up."""
+    """Publish the state file and serve until shutdown, SIGTERM, Ctrl-C or (`idle_exit_s` > 0)
+    that many seconds unused; then clean up."""
     home = home.resolve()
     pid = os.getpid()
     metrics = server.metrics
@@ -104,11 +127,15 @@ def serve(
         threading.Thread(target=metrics.serve_forever, name="metrics-listener",
                          daemon=True).start()
     write_state(home, server.state(pid))
+    register(pid, home)
     if ready:
         ready(server.url)
+    if idle_exit_s > 0 and isinstance(server, TrackedServer):
+        exit_when_idle(server, idle_exit_s)
     try:
         server.serve_forever()
     finally:
+        unregister(pid)
         if metrics is not None:
             metrics.shutdown()
             metrics.server_close()
@@ -118,9 +145,14 @@ def serve(
 
 
 def run_foreground(
-    home: Path | None, port: int, host: str, metrics_addr: str | None = None
+    home: Path | None,
+    port: int,
+    host: str,
+    metrics_addr: str | None = None,
+    idle_exit_s: float = 0.0,
 ) -> None:
-    """`fecomlite server`: serve in this process; SIGTERM stops it as cleanly as Ctrl-C."""
+    """`fecomlite server`: serve in this process; SIGTERM stops it as cleanly as Ctrl-C;
+    `idle_exit_s` > 0 stops it after that long unused."""
     home = (home or default_home()).resolve()
     server = open_server(home, port, host, metrics_addr=metrics_addr)
 
@@ -129,10 +161,11 @@ def run_foreground(
 
     signal.signal(signal.SIGTERM, stop)
     with contextlib.suppress(KeyboardInterrupt):
-        serve(server, home, ready=lambda url: _announce(server, url, home))
+        serve(server, home, ready=lambda url: _announce(server, url, home, idle_exit_s),
+              idle_exit_s=idle_exit_s)
 
 
-def _announce(server: MeasurementServer, url: str, home: Path) -> None:
+def _announce(server: MeasurementServer, url: str, home: Path, idle_exit_s: float) -> None:
     status = server.service.status()
     print(f"fecomlite server {url} (pid {os.getpid()}), store {status['store']}", flush=True)
     for s in status["sensors"]:
@@ -144,4 +177,7 @@ def _announce(server: MeasurementServer, url: str, home: Path) -> None:
     print(f"  live view {url}/", flush=True)
     if server.metrics is not None:
         print(f"  metrics (read-only) {server.metrics.url}", flush=True)
-    print(f"  state file {home / 'server.json'}; stop with Ctrl-C", file=sys.stderr, flush=True)
+    if idle_exit_s > 0:
+        print(f"  exits by itself after {idle_exit_s:g} s unused", flush=True)
+    print(f"  state file {home / 'server.json'}; stop with Ctrl-C or `fecomlite server stop`",
+          file=sys.stderr, flush=True)
