@@ -8,6 +8,8 @@ everything measured up to that point.
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import dataclasses
 import json
 import os
@@ -15,18 +17,21 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
 from fecomlite import batch_codec
-from fecomlite.instrument.project import instrument_path
-from fecomlite.server.client import ServerClient
 from fecomlite.settings import RunSettings
+
+if TYPE_CHECKING:
+    from fecomlite.server.client import ServerClient
 
 PROBE_IMPORT = "import fecomlite.probe as __fecomlite__"
 PROJECT_SITE = "<program>"
+PUMP_DRAIN_S = 5.0  # how long output may still come after the program exited
 
 
 @dataclasses.dataclass
@@ -39,6 +44,8 @@ class Program:
     manifest_path: Path | None
     manifest: dict[str, Any]
     original: Path  # the user's script
+    copy_reused: bool = False  # the instrumented copy of an earlier run, unchanged
+    skipped: list[str] = dataclasses.field(default_factory=list)  # files left uninstrumented
 
 
 @dataclasses.dataclass
@@ -77,25 +84,28 @@ def find_manifest(script: Path) -> Path | None:
 def prepare_program(
     script: Path, argv: list[str], settings: RunSettings, work_dir: Path
 ) -> Program:
-    """Instrument the script's folder into `work_dir` (method level), or use it as it is."""
+    """Instrument the script's folder into `work_dir` (method level), or use it as it is.
+    Raises `fecomlite.workcopy.ScriptError` when the script itself cannot be instrumented."""
+    from fecomlite.workcopy import check_syntax, work_copy
+
     script = script.resolve()
+    check_syntax(script)
     if settings.level == "project":
         return Program(script, Path.cwd(), argv, None, {}, script)
     if is_instrumented(script):
         manifest_path = find_manifest(script)
         manifest = _read_manifest(manifest_path)
         return Program(script, Path.cwd(), argv, manifest_path, manifest, script)
-    project = script.parent
-    out = work_dir / f"{project.name}-instrumented"
-    result = instrument_path(project, out, api_roots=settings.api)
-    manifest_path = result.manifest
+    copy = work_copy(script, work_dir, settings.api)
     return Program(
-        out / script.relative_to(project),
+        copy.script,
         Path.cwd(),
         argv,
-        manifest_path,
-        _read_manifest(manifest_path),
+        copy.manifest,
+        _read_manifest(copy.manifest),
         script,
+        copy_reused=copy.reused,
+        skipped=copy.skipped,
     )
 
 
@@ -181,7 +191,7 @@ def run_experiment(
     extra: dict[str, Any] | None = None,
     log_dir: Path,
     on_progress: Callable[[str, int], None] = lambda stage, rep: None,
-    show_output: bool = False,
+    quiet: bool = False,
     after: Callable[[OpenRun], object] | None = None,
 ) -> RunOutcome:
     """Baseline, then for each repetition: gate, run, tail. Always finishes the run it made.
@@ -219,7 +229,7 @@ def run_experiment(
         sync,
         datasize,
         log_dir,
-        show_output,
+        quiet,
         outcome,
         on_progress,
     )
@@ -258,7 +268,7 @@ class OpenRun:
     sync: bool
     datasize: str | None
     log_dir: Path
-    show_output: bool
+    quiet: bool  # the program's output only in rep-N.log, not also on the terminal
     outcome: RunOutcome
     on_progress: Callable[[str, int], None]
 
@@ -295,7 +305,8 @@ class OpenRun:
         extra_env: dict[str, str] | None,
         extra: dict[str, Any] | None,
     ) -> RepetitionResult:
-        """One execution of the program, watched by the server, its output in rep-N.log."""
+        """One execution of the program, watched by the server, its output in rep-N.log and,
+        unless quiet, on the terminal as it comes."""
         client, run_id = self.client, self.run_id
         spool = self.log_dir / f"rep-{rep}.spool"
         env = program_env(
@@ -309,17 +320,19 @@ class OpenRun:
             self.datasize,
             extra_env,
         )
+        if not self.quiet:
+            env.setdefault("PYTHONUNBUFFERED", "1")  # as live through the pipe as on a terminal
         client.rep_start(run_id, rep, extra=extra or {})
         t0 = time.monotonic_ns()
         with open(self.log_dir / f"rep-{rep}.log", "wb") as log:
-            out = None if self.show_output else log
             proc = subprocess.Popen(
                 [sys.executable, str(self.program.script), *self.program.argv],
                 cwd=self.program.cwd,
                 env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT if out else None,
+                stdout=log if self.quiet else subprocess.PIPE,
+                stderr=subprocess.STDOUT if self.quiet else subprocess.PIPE,
             )
+            pumps = [] if self.quiet else tee_output(proc, log)
             client.watch(run_id, proc.pid)
             try:
                 code = proc.wait()
@@ -332,6 +345,9 @@ class OpenRun:
                     proc.wait()
                 self._end_program(rep, proc.pid, t0, 130)
                 raise
+            finally:
+                for pump in pumps:  # a child it left behind may hold the pipe: not for ever
+                    pump.join(timeout=PUMP_DRAIN_S)
         self._end_program(rep, proc.pid, t0, code)
         return RepetitionResult(rep, code, (time.monotonic_ns() - t0) / 1e9, gate)
 
@@ -341,6 +357,31 @@ class OpenRun:
         if self.settings.level == "project":
             batch = project_level_batch(self.program, rep, pid, t0, t1, code)
             self.client.post_batch(self.run_id, self.token, batch)
+
+
+def tee_output(proc: subprocess.Popen[bytes], log: BinaryIO) -> list[threading.Thread]:
+    """Copy the program's stdout and stderr, as they come, to ours and to `log` (both streams
+    in the order they arrived)."""
+    lock = threading.Lock()
+
+    def pump(source: BinaryIO, terminal: TextIO) -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        with contextlib.suppress(OSError, ValueError), source:  # ValueError: log closed
+            while chunk := os.read(source.fileno(), 65536):
+                with lock:
+                    log.write(chunk)
+                terminal.write(decoder.decode(chunk))
+                terminal.flush()
+            terminal.write(decoder.decode(b"", final=True))
+
+    assert proc.stdout is not None and proc.stderr is not None
+    pumps = [
+        threading.Thread(target=pump, args=(proc.stdout, sys.stdout), daemon=True),
+        threading.Thread(target=pump, args=(proc.stderr, sys.stderr), daemon=True),
+    ]
+    for thread in pumps:
+        thread.start()
+    return pumps
 
 
 def _gate_thresholds(settings: RunSettings) -> dict[str, Any]:

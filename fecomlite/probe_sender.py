@@ -113,7 +113,8 @@ class Sender:
 
 
 def spool_path(configured: str) -> Path:
-    """The spool file of this process: configured, or ./.fecomlite/spool/<pid>.spool."""
+    """The spool file of this process: configured ($FECOMLITE_SPOOL), else in fecomlite's home
+    ($FECOMLITE_HOME, else ./.fecomlite): <home>/spool/<pid>.spool."""
     if configured:
         return Path(configured)
-    return Path(".fecomlite") / "spool" / f"{os.getpid()}.spool"
+    return Path(os.environ.get("FECOMLITE_HOME", ".fecomlite")) / "spool" / f"{os.getpid()}.spool"

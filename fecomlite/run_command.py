@@ -1,23 +1,37 @@
-"""`fecomlite run`: measure a script, method by method or as a whole, with gated repetitions."""
+"""`fecomlite run`: measure a script, method by method or as a whole, with gated repetitions.
+
+Imports beyond typer wait until the command runs, so `fecomlite run --help` answers at once.
+The script is instrumented (and a syntax error in it reported) before any server starts.
+"""
 
 from __future__ import annotations
 
+import enum
 import functools
+import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fecomlite import datasize as datasize_analysis
-from fecomlite.calibration import run_calibration
-from fecomlite.experiment import Program, RunOutcome, prepare_program, run_experiment
-from fecomlite.server.client import ServerClient, ServerError, ensure_server
-from fecomlite.settings import RunSettings, SettingsError, find_project_config, resolve
-from fecomlite.store import Store, default_home
+if TYPE_CHECKING:
+    from rich.console import Console
 
-console = Console()
+    from fecomlite.experiment import Program, RunOutcome
+    from fecomlite.server.client import ServerClient
+    from fecomlite.settings import RunSettings
+
+DEFAULT_FRACTIONS = "0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1.0"
+QUICK = {"repeat": 1, "idle_s": 1.0, "gate": False, "tail_s": 0.5}  # `--quick`: rough figures
+
+
+class Format(str, enum.Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+console: Console  # set by run_command: stderr when stdout carries CSV or JSON
 
 
 def run_command(
@@ -58,7 +72,7 @@ def run_command(
     ] = None,
     fractions: Annotated[
         str, typer.Option(help="Fractions of the first dimension for --datasize.")
-    ] = ",".join(str(f) for f in datasize_analysis.DEFAULT_FRACTIONS),
+    ] = DEFAULT_FRACTIONS,
     calibrate: Annotated[
         bool, typer.Option(help="Replay the costliest side-effect-free calls alone afterwards.")
     ] = False,
@@ -66,17 +80,43 @@ def run_command(
     home: Annotated[
         Path | None, typer.Option(help="fecomlite's folder: store, server state (./.fecomlite).")
     ] = None,
-    show_output: Annotated[
-        bool, typer.Option(help="Show the program's output instead of logging it.")
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet", "-q", help="Only log the program's output (rep-N.log), do not also show it."
+        ),
     ] = False,
+    quick: Annotated[
+        bool,
+        typer.Option(
+            "--quick",
+            help="Rough figures fast: 1 repetition, 1 s idle baseline, no "
+            "stability gate, 0.5 s tail (options given override these).",
+        ),
+    ] = False,
+    output_format: Annotated[
+        Format,
+        typer.Option(
+            "--format",
+            help="The summary: a table, or CSV or JSON on stdout (messages then go to stderr).",
+        ),
+    ] = Format.table,
 ) -> None:
     """Run SCRIPT under the measurement server and store per-call energy and memory."""
+    from fecomlite.experiment import prepare_program
+    from fecomlite.server.client import ensure_server
+    from fecomlite.settings import SettingsError, find_project_config, resolve
+    from fecomlite.store import default_home
+    from fecomlite.workcopy import ScriptError
+
+    global console
+    console = _console(stderr=output_format is not Format.table)
     if not script.is_file():
         raise typer.BadParameter(f"{script} is not a file", param_hint="SCRIPT")
     try:
         config_path, config = find_project_config(script.resolve().parent)
         settings = resolve(
-            config,
+            {**config, **(QUICK if quick else {})},
             {
                 "level": level,
                 "repeat": repeat,
@@ -89,30 +129,77 @@ def run_command(
                 "params": dict(_key_value(p) for p in param) if param else None,
             },
         )
-        fraction_list = datasize_analysis.parse_fractions(fractions) if datasize else []
+        fraction_list = _fractions(fractions) if datasize else []
     except (SettingsError, ValueError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
     home = (home or default_home()).resolve()
     if config_path:
         console.print(f"settings from [bold]{config_path}[/]")
-    program = prepare_program(script, list(args or []), settings, home / "work")
+    if quick:
+        console.print(
+            "[yellow]quick mode[/]: one repetition, 1 s idle baseline, no stability "
+            "gate: rough figures"
+        )
+    try:
+        program = prepare_program(script, list(args or []), settings, home / "work")
+    except ScriptError as exc:
+        console.print(f"[red]cannot run {script}[/]: a syntax error")
+        console.print(str(exc), markup=False, highlight=False)
+        raise typer.Exit(2) from exc
+    for note in program.skipped:
+        console.print(f"note: {note}", markup=False, highlight=False)
     client = ensure_server(home)
-    console.print(f"measurement server: [bold]{client.url}[/] (live view)")
-    after = functools.partial(run_calibration, top=top) if calibrate else None
-    outcome = _measure(client, program, settings, home, show_output=show_output, after=after)
+    _say_server(client)
+    after = functools.partial(_calibration, top=top) if calibrate else None
+    outcome = _measure(client, program, settings, home, quiet=quiet, after=after)
     if calibrate and outcome.status == "finished":
         _print_calibration(client, outcome.run_id)
     if datasize and outcome.status == "finished":
         _datasize_runs(client, program, settings, home, outcome.run_id, datasize, fraction_list)
-    _summarise(client, outcome)
+    _summarise(client, outcome, output_format)
     if outcome.status != "finished":
         raise typer.Exit(outcome.exit_code or 1)
+
+
+def _fractions(text: str) -> list[float]:
+    from fecomlite.datasize import parse_fractions
+
+    return parse_fractions(text)
+
+
+def _calibration(run: Any, top: int) -> object:
+    from fecomlite.calibration import run_calibration
+
+    return run_calibration(run, top=top)
+
+
+def _console(stderr: bool) -> Console:
+    """Piped output keeps whole names (rich would otherwise fit everything into 80 columns)."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else 1000)
+
+
+def _say_server(client: ServerClient) -> None:
+    from fecomlite.server.idle import IDLE_EXIT_S
+
+    if client.started:
+        console.print(
+            f"started a measurement server in the background: [bold]{client.url}[/] (live view), "
+            f"pid {client.pid}, store {client.store_path}. It exits by itself after "
+            f"{IDLE_EXIT_S / 60:g} min unused; `fecomlite server stop` stops it now."
+        )
+    else:
+        console.print(f"measurement server: [bold]{client.url}[/] (live view), pid {client.pid}")
 
 
 def _key_value(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
+        from fecomlite.settings import SettingsError
+
         raise SettingsError(f"--param takes KEY=VALUE, not {text!r}")
     return key.strip(), value.strip()
 
@@ -120,6 +207,11 @@ def _key_value(text: str) -> tuple[str, str]:
 def _measure(
     client: ServerClient, program: Program, settings: RunSettings, home: Path, **options: Any
 ) -> RunOutcome:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from fecomlite.experiment import run_experiment
+    from fecomlite.server.client import ServerError
+
     stages = {"idle": "idle baseline", "gate": "stability gate", "run": "running", "tail": "tail"}
     with Progress(
         TextColumn("[bold]{task.description}"),
@@ -167,13 +259,17 @@ def _measure(
 
 
 def _print_calibration(client: ServerClient, run_id: int) -> None:
+    from fecomlite.store import Store
+
     with Store(client.store_path) as store:
         result = store.result(run_id, "calibration") or {}
     for item in result.get("replayed", []):
         console.print(f"calibration: replayed [bold]{item.get('api')}[/] ({item.get('site')})")
     for item in result.get("skipped", []):
-        console.print(f"calibration: skipped {item.get('api')} ({item.get('site')}): "
-                      f"{item.get('reason')}", markup=False)
+        console.print(
+            f"calibration: skipped {item.get('api')} ({item.get('site')}): {item.get('reason')}",
+            markup=False,
+        )
 
 
 def _stamp() -> str:
@@ -197,7 +293,10 @@ def _datasize_runs(
     target: str,
     fractions: list[float],
 ) -> None:
+    from fecomlite import datasize as datasize_analysis
     from fecomlite.datasize import datasize_point
+    from fecomlite.experiment import run_experiment
+    from fecomlite.store import Store
 
     points = []
     for fraction in fractions:
@@ -220,16 +319,24 @@ def _datasize_runs(
         )
 
 
-def _summarise(client: ServerClient, outcome: RunOutcome) -> None:
+def _summarise(client: ServerClient, outcome: RunOutcome, output_format: Format) -> None:
     from fecomlite.analysis import analyse_run
-    from fecomlite.summary import summary_table
+    from fecomlite.store import Store
+    from fecomlite.summary import summary_csv, summary_json, summary_notes, summary_table
 
     with Store(client.store_path) as store:
         analysis = analyse_run(store, outcome.run_id)
+    if output_format is Format.csv:
+        sys.stdout.write(summary_csv(analysis))
+    elif output_format is Format.json:
+        sys.stdout.write(summary_json(analysis) + "\n")
+    else:
         console.print(summary_table(analysis))
+        for note in summary_notes(analysis):
+            console.print(note, markup=False, highlight=False)
     console.print(
         f"run [bold]{outcome.run_id}[/] stored in [bold]{client.store_path}[/]; "
         f"`fecomlite report {outcome.run_id}` renders it."
     )
     if outcome.logs:
-        console.print(f"the program's output: {outcome.logs[0].parent}/rep-N.log")
+        console.print(f"the program's output is logged in {outcome.logs[0].parent}/rep-N.log")

@@ -2,8 +2,9 @@
 
 The original is never written to. The copy holds every file of the project (so it runs from its
 own folder) except virtualenvs, version-control folders and caches; Python files and notebooks
-are instrumented, everything else is copied. Files are independent, so a project big enough to
-repay the start-up of worker processes is spread over the CPUs.
+are instrumented, everything else is copied (or, for `fecomlite run`'s work copy, linked: a data
+file is read where it lies). Files are independent, so a project big enough to repay the start-up
+of worker processes is spread over the CPUs.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import threading
 import time
 import tokenize
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -90,7 +91,7 @@ class InstrumentResult:
     sites: dict[str, dict[str, object]] = field(default_factory=dict)
     files_instrumented: int = 0  # Python files and notebooks with at least one site
     files_unchanged: int = 0  # Python files and notebooks with none (copied as they are)
-    files_copied: int = 0  # other files
+    files_copied: int = 0  # other files (copied, or linked with link_others)
     failures: list[Failure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     lines: int = 0  # lines of Python and notebook source read
@@ -147,13 +148,15 @@ def instrument_path(
     *,
     list_only: bool = False,
     workers: int | None = None,
+    link_others: bool = False,
 ) -> InstrumentResult:
     """Instrument ``path`` (a ``.py`` file, a ``.ipynb`` notebook or a directory) into ``out``.
 
     ``api_roots`` adds to the default roots and the project's ``[tool.fecomlite] api``.
     ``list_only`` finds the sites without writing anything. ``workers`` caps the processes
-    (default: one per CPU, for projects big enough). Raises ``InstrumentError`` when the request
-    is refused; per-file problems are in ``InstrumentResult.failures``.
+    (default: one per CPU, for projects big enough). ``link_others`` symlinks the files that
+    are neither Python nor notebooks instead of copying them. Raises ``InstrumentError`` when
+    the request is refused; per-file problems are in ``InstrumentResult.failures``.
     """
     started = time.perf_counter()
     path = Path(os.path.abspath(path))
@@ -180,7 +183,8 @@ def instrument_path(
     work = [f for f in files if f.kind != "copy"]
     copies = [f for f in files if f.kind == "copy"]
     table = _project_table(work, roots) if is_dir else ProjectTable()
-    outcomes = _run(work, out, roots, list_only, workers, result, copies, table)
+    place = _link if link_others else shutil.copy2
+    outcomes = _run(work, out, roots, list_only, workers, result, copies, table, place)
     for outcome in sorted(outcomes, key=lambda o: o.rel):
         result.lines += outcome.lines
         result.notes.extend(outcome.notes)
@@ -199,6 +203,24 @@ def instrument_path(
         _write_manifest(result)
     result.seconds = time.perf_counter() - started
     return result
+
+
+def source_state(path: Path, out: Path) -> list[tuple[str, str, int, int]]:
+    """(rel, kind, size, mtime_ns) of every file the instrumented copy ``out`` of ``path`` holds:
+    equal lists mean an unchanged project (``fecomlite run`` then reuses its copy)."""
+    path = Path(os.path.abspath(path))
+    if not path.is_dir():
+        stat = path.stat()
+        return [(path.name, "python", stat.st_size, stat.st_mtime_ns)]
+    scratch = InstrumentResult(source=path, out=path, manifest=None, api_roots=())
+    state = []
+    for file in _discover(path, Path(os.path.abspath(out)), scratch):
+        try:
+            stat = os.stat(file.path)
+        except OSError:
+            continue
+        state.append((file.rel, file.kind, stat.st_size, stat.st_mtime_ns))
+    return state
 
 
 # ----------------------------------------------------------------------------- output folder
@@ -357,6 +379,7 @@ def _run(
     result: InstrumentResult,
     copies: list[_File],
     table: ProjectTable,
+    place: Callable[[str, Path], object],
 ) -> list[_Outcome]:
     tasks = [
         (f.path, f.rel, f.kind == "notebook", None if list_only else str(out / f.rel), roots)
@@ -368,7 +391,7 @@ def _run(
         _use_table(table)
         outcomes = [_process(task) for task in tasks]
         if not list_only:
-            _copy_all(copies, out, result)
+            _copy_all(copies, out, result, place)
         return outcomes
     gc.freeze()  # forked workers then never scan (and so never copy) the parent's heap
     try:
@@ -377,7 +400,7 @@ def _run(
         ) as pool:
             futures = [pool.submit(_process, task) for task in tasks]
             if not list_only:
-                _copy_all(copies, out, result)  # meanwhile, in this process
+                _copy_all(copies, out, result, place)  # meanwhile, in this process
             return [future.result() for future in futures]
     finally:
         gc.unfreeze()
@@ -402,7 +425,13 @@ def _context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("spawn")
 
 
-def _copy_all(copies: list[_File], out: Path, result: InstrumentResult) -> None:
+def _link(source: str, target: Path) -> None:
+    os.symlink(os.path.realpath(source), target)
+
+
+def _copy_all(
+    copies: list[_File], out: Path, result: InstrumentResult, place: Callable[[str, Path], object]
+) -> None:
     made: set[Path] = set()
     for file in copies:
         target = out / file.rel
@@ -410,7 +439,7 @@ def _copy_all(copies: list[_File], out: Path, result: InstrumentResult) -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
             made.add(target.parent)
         try:
-            shutil.copy2(file.path, target)
+            place(file.path, target)
             result.files_copied += 1
         except OSError as error:
             result.failures.append(Failure(file.rel, 1, 1, f"cannot copy: {error.strerror}"))
