@@ -1,0 +1,139 @@
+"""What `fecomlite run` does before and around the program: the work copy (instrumented Python,
+linked data, reused while unchanged), a syntax error reported before any server starts, and the
+program's output shown live and logged."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+from fecomlite.experiment import PROBE_IMPORT
+from fecomlite.server.client import live_client
+from fecomlite.workcopy import ScriptError, check_syntax, work_copy
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    folder = tmp_path / "proj"
+    write(folder, "train.py", """
+        import torch
+        from helpers import scale
+        print(scale(torch.ones(2)))
+    """)
+    write(folder, "helpers.py", "def scale(x):\n    return x * 2\n")
+    (folder / "data").mkdir()
+    (folder / "data" / "big.bin").write_bytes(b"\0" * 100_000)
+    write(folder, "config.yaml", "lr: 0.1\n")
+    return folder
+
+
+def test_the_work_copy_instruments_python_and_links_everything_else(project, tmp_path):
+    copy = work_copy(project / "train.py", tmp_path / "work", [])
+    root = copy.script.parent
+    assert not copy.reused
+    assert PROBE_IMPORT in copy.script.read_text()
+    assert not copy.script.is_symlink() and not (root / "helpers.py").is_symlink()
+    for rel in ("data/big.bin", "config.yaml"):
+        linked = root / rel
+        assert linked.is_symlink(), rel
+        assert os.readlink(linked) == str((project / rel).resolve())
+    assert not any(p.is_symlink() for p in root.rglob("*.py"))
+
+
+def test_an_unchanged_project_reuses_its_copy_and_a_change_remakes_it(project, tmp_path):
+    first = work_copy(project / "train.py", tmp_path / "work", [])
+    again = work_copy(project / "train.py", tmp_path / "work", [])
+    assert again.reused and again.script == first.script
+    write(project, "helpers.py", "def scale(x):\n    return x * 3\n")
+    changed = work_copy(project / "train.py", tmp_path / "work", [])
+    assert not changed.reused
+    assert "x * 3" in (changed.script.parent / "helpers.py").read_text()
+    write(project, "new.py", "import torch\n")
+    assert not work_copy(project / "train.py", tmp_path / "work", []).reused
+    assert not work_copy(project / "train.py", tmp_path / "work", ["numpy"]).reused
+
+
+def test_a_helper_that_cannot_be_parsed_is_named_and_left_as_it_is(project, tmp_path):
+    write(project, "old.py", "print 'python 2'\n")
+    copy = work_copy(project / "train.py", tmp_path / "work", [])
+    assert len(copy.skipped) == 1
+    assert copy.skipped[0].startswith(f"{project / 'old.py'}:1:1:")
+    assert (copy.script.parent / "old.py").read_text() == "print 'python 2'\n"
+
+
+def test_a_syntax_error_names_the_users_file_line_and_column(tmp_path):
+    script = write(tmp_path, "bad.py", "x = 1\nif x\n    pass\n")
+    with pytest.raises(ScriptError, match=rf"^{script}:2:5: expected ':'$"):
+        check_syntax(script)
+
+
+def test_a_syntax_error_stops_the_run_before_any_server_starts(tmp_path):
+    home = tmp_path / "home"
+    script = write(tmp_path, "bad.py", "import torch\nx = (1,\n")
+    result = run_cli(tmp_path, "run", "--home", str(home), str(script), timeout=120)
+    assert result.returncode == 2
+    assert f"{script}:2:5: '(' was never closed" in result.stdout
+    assert live_client(home) is None
+    assert not (home / "server.json").exists() and not (home / "server.log").exists()
+
+
+def test_the_programs_output_shows_while_it_runs_and_is_logged(home, tmp_path):
+    go = tmp_path / "go"
+    script = write(tmp_path, "talk.py", f"""
+        import pathlib, sys, time
+        print("first line", flush=False)
+        print("to stderr", file=sys.stderr)
+        deadline = time.monotonic() + 60
+        while not pathlib.Path({str(go)!r}).exists():
+            if time.monotonic() > deadline:
+                sys.exit("nobody saw the first line")
+            time.sleep(0.05)
+        print("second line")
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fecomlite.cli", "run", "--home", str(home), str(script),
+         "--level", "project", "--quick"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None
+    seen = []
+    try:
+        for line in proc.stdout:  # the program is still waiting for `go` when its line shows
+            seen.append(line)
+            if line.strip() == "first line":
+                go.touch()
+                break
+        rest, errors = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, "".join(seen) + errors
+    assert "second line" in rest
+    assert "to stderr" in errors and "to stderr" not in rest
+    log = next((home / "logs").glob("talk-*/rep-1.log")).read_text()
+    assert "first line" in log and "to stderr" in log and "second line" in log
+
+
+def test_quiet_keeps_the_output_in_the_log_only(home, tmp_path):
+    script = write(tmp_path, "hush.py", "print('only in the log')\n")
+    result = run_cli(tmp_path, "run", "--home", str(home), str(script), "--level", "project",
+                     "--quick", "--quiet", "--format", "csv", timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "only in the log" not in result.stdout + result.stderr
+    assert result.stdout.splitlines()[0].startswith("api,calls,time_s,")
+    assert "<program>" in result.stdout
+    log = next((home / "logs").glob("hush-*/rep-1.log")).read_text()
+    assert "only in the log" in log
