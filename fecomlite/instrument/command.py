@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from fecomlite.instrument.project import InstrumentError, InstrumentResult, instrument_path
+if TYPE_CHECKING:
+    from fecomlite.instrument.project import InstrumentResult
 
 console = Console()
 errors = Console(stderr=True)
@@ -38,6 +39,8 @@ def instrument_command(
     Roots wrapped by default: tensorflow, keras, tf_keras, torch. Add more with --api, or with
     `api = ["numpy", ...]` in the tool.fecomlite table of the project's pyproject.toml.
     """
+    from fecomlite.instrument.project import InstrumentError, instrument_path
+
     try:
         result = instrument_path(path, out, api or (), list_only=list_only)
     except InstrumentError as error:

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from fecomlite.model.features import run_features
 
@@ -92,6 +91,8 @@ class LinearFit:
         mean = float(x0 @ self.coef)
         noise = self.sigma * abs(mean) if self.weighting == "relative" else self.sigma
         sd = float(np.sqrt(max(float(x0 @ self.cov @ x0), 0.0) + noise**2))
+        from scipy import stats  # here: scipy takes a second to import
+
         t = float(stats.t.ppf((1 + confidence) / 2, max(self.dof, 1)))
         return mean, mean - t * sd, mean + t * sd, sd
 

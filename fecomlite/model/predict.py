@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from fecomlite.model.cache import MemoryHierarchy
 from fecomlite.model.features import ApiFeatures, StepFeatures, run_features
@@ -77,6 +76,8 @@ def predict(
     if "time_s" in memory.features:
         static = float(memory.coef[memory.features.index("time_s")])
         sd = float(np.hypot(sd, static * t_sd))
+    from scipy import stats  # here: scipy takes a second to import
+
     t = float(stats.t.ppf((1 + confidence) / 2, max(memory.dof, 1)))
     naive = {
         name: models.fits[name].interval(values, confidence)[:3]

@@ -1,0 +1,62 @@
+"""Seconds from starting `fecomlite --help` (and every `fecomlite COMMAND --help`) to its exit,
+side by side with a bare `python -c pass` and with the floor any typer command pays (importing
+typer and building one command), rounds alternated so that machine noise hits all alike.
+
+Prints the median wall time of each, and the same less the bare interpreter's start.
+
+    python benchmarks/cli_startup.py [--rounds R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from fecomlite.cli import COMMANDS
+
+FLOOR = (
+    "import typer, typer.main\n"
+    "app = typer.Typer()\n"
+    "@app.command()\n"
+    "def main(x: int = 0) -> None: pass\n"
+    "typer.main.get_command(app)\n"
+)
+
+
+def wall(argv: list[str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    rounds = parser.parse_args().rounds
+    cli = [sys.executable, "-m", "fecomlite.cli"]
+    cases = {
+        "python -c pass": [sys.executable, "-c", "pass"],
+        "typer floor": [sys.executable, "-c", FLOOR],
+        "fecomlite --help": [*cli, "--help"],
+        **{f"fecomlite {name} --help": [*cli, name, "--help"] for name in COMMANDS},
+        "fecomlite server status --help": [*cli, "server", "status", "--help"],
+        "fecomlite model fit --help": [*cli, "model", "fit", "--help"],
+    }
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, argv in cases.items():
+            times[name].append(wall(argv))
+    bare = statistics.median(times["python -c pass"])
+    print(f"{rounds} rounds, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
+    print(f"{'command':<36} {'median s':>9} {'less python':>12}")
+    for name, values in times.items():
+        median = statistics.median(values)
+        print(f"{name:<36} {median:>9.3f} {median - bare:>12.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""The command line's shape: summaries listed without importing the commands, each command's
+help importing only what it needs, and plain flags shown without a value type."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fecomlite.cli import COMMANDS, load_command
+
+HEAVY = ("libcst", "scipy", "numpy", "torch", "tensorflow", "fecomlite.server.service")
+
+
+def modules_after(*argv: str) -> set[str]:
+    """The modules a fresh `fecomlite ARGV` has imported when it exits."""
+    code = (
+        "import atexit, json, sys\n"
+        "atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))\n"
+        "from fecomlite.cli import app\n"
+        f"app({list(argv)!r}, prog_name='fecomlite')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    return set(json.loads(result.stderr.strip().splitlines()[-1]))
+
+
+def test_each_listed_summary_is_the_first_line_of_its_commands_help():
+    for name, (_, _, summary) in COMMANDS.items():
+        command = load_command(name)
+        first = inspect.cleandoc(command.help or "").split("\n\n")[0].replace("\n", " ")
+        assert first == summary, name
+
+
+def test_the_top_level_help_imports_no_command():
+    loaded = modules_after("--help")
+    assert not {m for m in loaded if m.startswith(HEAVY)}
+    assert not {m for _, (m, _, _) in COMMANDS.items()} & loaded
+
+
+@pytest.mark.parametrize("command", ["run", "server", "report", "ingest", "instrument"])
+def test_a_commands_help_imports_no_heavy_library(command):
+    loaded = modules_after(command, "--help")
+    assert not {m for m in loaded if m.startswith(HEAVY)}, command
+
+
+def test_flags_show_no_value_type():
+    text = subprocess.run(
+        [sys.executable, "-m", "fecomlite.cli", "run", "--help"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"},
+    ).stdout
+    assert "--quiet" in text and "--gate / --no-gate" in text
+    assert "<bool>" not in text
