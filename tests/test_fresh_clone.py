@@ -1,0 +1,60 @@
+"""A fresh clone collects its tests with nothing from outside it: no `../shared`, no sibling
+checkout. The clone is made in an empty folder (it has no sibling `shared/`), and every file
+or folder the collection opens under the original repository's parent folder is recorded
+(Python's audit hook); none may be found there."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+COLLECT = """
+import json, os, sys
+forbidden, clone, report = sys.argv[1:4]
+seen = set()
+
+def hook(event, args):
+    if event in ("open", "os.listdir", "os.scandir") and args and isinstance(args[0], str):
+        path = os.path.abspath(args[0])
+        if path.startswith(forbidden + os.sep) and not path.startswith(clone + os.sep):
+            seen.add(path)
+
+sys.addaudithook(hook)
+import pytest
+code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider"])
+import fecomlite
+with open(report, "w") as f:
+    json.dump({"code": int(code), "outside": sorted(seen), "fecomlite": fecomlite.__file__}, f)
+"""
+
+
+def test_a_fresh_clone_collects_every_test_from_its_own_files(tmp_path: Path):
+    if not (REPO / ".git").exists():
+        import pytest
+
+        pytest.skip("not a git checkout")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=300)
+    assert not (tmp_path / "shared").exists()
+    report = tmp_path / "report.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
+    env["PYTHONPATH"] = str(clone)
+    result = subprocess.run(
+        [sys.executable, "-c", COLLECT, str(REPO.parent), str(clone), str(report)],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert report.exists(), result.stdout[-3000:] + result.stderr[-3000:]
+    found = json.loads(report.read_text())
+    assert found["code"] == 0, result.stdout[-3000:]
+    assert "error" not in result.stdout.splitlines()[-1]
+    assert found["fecomlite"].startswith(str(clone) + os.sep)
+    assert found["outside"] == []
