@@ -24,8 +24,9 @@ def modules_after(*argv: str) -> set[str]:
         "from fecomlite.cli import app\n"
         f"app({list(argv)!r}, prog_name='fecomlite')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     return set(json.loads(result.stderr.strip().splitlines()[-1]))
 
@@ -52,7 +53,10 @@ def test_a_commands_help_imports_no_heavy_library(command):
 def test_flags_show_no_value_type():
     text = subprocess.run(
         [sys.executable, "-m", "fecomlite.cli", "run", "--help"],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
     ).stdout
     assert "--quiet" in text and "--gate / --no-gate" in text
     assert "<bool>" not in text

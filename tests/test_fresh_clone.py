@@ -58,3 +58,30 @@ def test_a_fresh_clone_collects_every_test_from_its_own_files(tmp_path: Path):
     assert "error" not in result.stdout.splitlines()[-1]
     assert found["fecomlite"].startswith(str(clone) + os.sep)
     assert found["outside"] == []
+
+
+class FakeItemForTests:
+    """A collected test with its markers: what the collection hook reads and adds."""
+
+    def __init__(self, *names: str) -> None:
+        self.names = set(names)
+        self.added: list[object] = []
+
+    def get_closest_marker(self, name: str) -> object | None:
+        return name if name in self.names else None
+
+    def add_marker(self, marker: object) -> None:
+        self.added.append(marker)
+
+
+def test_without_chromium_the_browser_tests_are_skipped_with_the_reason(tmp_path, monkeypatch):
+    import conftest
+
+    monkeypatch.setattr(conftest, "CHROMIUM", tmp_path / "no-chromium")
+    browser, other = FakeItemForTests("browser"), FakeItemForTests("slow")
+    conftest.pytest_collection_modifyitems(None, [browser, other])
+    assert other.added == []
+    [skip] = browser.added
+    assert skip.mark.name == "skip"
+    assert "no Chromium at" in skip.mark.kwargs["reason"]
+    assert "apt-get install -y chromium" in skip.mark.kwargs["reason"]

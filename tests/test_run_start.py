@@ -28,11 +28,15 @@ def write(folder: Path, name: str, text: str) -> Path:
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     folder = tmp_path / "proj"
-    write(folder, "train.py", """
+    write(
+        folder,
+        "train.py",
+        """
         import torch
         from helpers import scale
         print(scale(torch.ones(2)))
-    """)
+    """,
+    )
     write(folder, "helpers.py", "def scale(x):\n    return x * 2\n")
     (folder / "data").mkdir()
     (folder / "data" / "big.bin").write_bytes(b"\0" * 100_000)
@@ -92,7 +96,10 @@ def test_a_syntax_error_stops_the_run_before_any_server_starts(tmp_path):
 
 def test_the_programs_output_shows_while_it_runs_and_is_logged(home, tmp_path):
     go = tmp_path / "go"
-    script = write(tmp_path, "talk.py", f"""
+    script = write(
+        tmp_path,
+        "talk.py",
+        f"""
         import pathlib, sys, time
         print("first line", flush=False)
         print("to stderr", file=sys.stderr)
@@ -102,12 +109,27 @@ def test_the_programs_output_shows_while_it_runs_and_is_logged(home, tmp_path):
                 sys.exit("nobody saw the first line")
             time.sleep(0.05)
         print("second line")
-    """)
+    """,
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fecomlite.cli", "run", "--home", str(home), str(script),
-         "--level", "project", "--quick"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "fecomlite.cli",
+            "run",
+            "--home",
+            str(home),
+            str(script),
+            "--level",
+            "project",
+            "--quick",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None
     seen = []
@@ -129,8 +151,20 @@ def test_the_programs_output_shows_while_it_runs_and_is_logged(home, tmp_path):
 
 def test_quiet_keeps_the_output_in_the_log_only(home, tmp_path):
     script = write(tmp_path, "hush.py", "print('only in the log')\n")
-    result = run_cli(tmp_path, "run", "--home", str(home), str(script), "--level", "project",
-                     "--quick", "--quiet", "--format", "csv", timeout=300)
+    result = run_cli(
+        tmp_path,
+        "run",
+        "--home",
+        str(home),
+        str(script),
+        "--level",
+        "project",
+        "--quick",
+        "--quiet",
+        "--format",
+        "csv",
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert "only in the log" not in result.stdout + result.stderr
     assert result.stdout.splitlines()[0].startswith("api,calls,time_s,")

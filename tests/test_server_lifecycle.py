@@ -92,9 +92,7 @@ def test_status_lists_every_server_of_the_user_and_stop_all_stops_them(
     assert again.returncode == 1 and "no server was running" in again.stdout
 
 
-def test_an_idle_server_exits_by_itself_but_not_while_a_run_records(
-    tmp_path: Path, registry: Path
-):
+def test_an_idle_server_exits_by_itself_but_not_while_a_run_records(tmp_path: Path, registry: Path):
     proc = start_server(tmp_path, "--idle-exit", "1")
     try:
         client = live_client(tmp_path)
@@ -115,8 +113,12 @@ def test_an_idle_server_exits_by_itself_but_not_while_a_run_records(
 def test_the_registry_drops_links_of_servers_that_are_gone(tmp_path: Path, registry: Path):
     folder = registry_dir()
     folder.mkdir(parents=True)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     (folder / dead.stdout.strip()).symlink_to(tmp_path)
     assert registered_homes() == []
     assert not any(folder.iterdir())
