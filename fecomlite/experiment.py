@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 PROBE_IMPORT = "import fecomlite.probe as __fecomlite__"
 PROJECT_SITE = "<program>"
 PUMP_DRAIN_S = 5.0  # how long output may still come after the program exited
+TAIL_STEP_S = 0.5  # the tail is checked against the baseline this often (the writer's period)
+MAX_LOOKBACK_S = 60.0  # how far back a gate may look at a machine left alone
 
 
 @dataclasses.dataclass
@@ -236,7 +238,7 @@ def run_experiment(
     try:
         on_progress("idle", 0)
         if settings.idle_s > 0:
-            client.idle(run_id, settings.idle_s)
+            run.baseline = measure_idle(client, run_id, settings)
         for rep in range(1, settings.repeat + 1):
             result = run.repetition(rep)
             if result.exit_code != 0:
@@ -271,6 +273,8 @@ class OpenRun:
     quiet: bool  # the program's output only in rep-N.log, not also on the terminal
     outcome: RunOutcome
     on_progress: Callable[[str, int], None]
+    baseline: dict[str, Any] | None = None  # the run's idle baseline, measured or reused
+    quiet_since_ns: int = dataclasses.field(default_factory=time.monotonic_ns)
 
     def repetition(
         self,
@@ -284,8 +288,9 @@ class OpenRun:
         if rep > 1:
             time.sleep(random.uniform(*settings.pause_s))
         self.on_progress("gate", rep)
+        quiet_s = min((time.monotonic_ns() - self.quiet_since_ns) / 1e9, MAX_LOOKBACK_S)
         gate = (
-            self.client.gate(self.run_id, rep=rep, **_gate_thresholds(settings))
+            self.client.gate(self.run_id, rep=rep, lookback_s=quiet_s, **_gate_thresholds(settings))
             if settings.gate
             else {"checked": [], "passed": True, "skipped": "gate disabled", "waited_s": 0.0}
         )
@@ -294,9 +299,27 @@ class OpenRun:
         self.outcome.repetitions.append(result)
         self.outcome.logs.append(self.log_dir / f"rep-{rep}.log")
         self.on_progress("tail", rep)
-        if settings.tail_s > 0:
-            self.client.tail(self.run_id, rep, settings.tail_s)
+        self.quiet_since_ns = self._tail(rep) if settings.tail_s > 0 else time.monotonic_ns()
         return result
+
+    def _tail(self, rep: int) -> int:
+        """Sample after the program until its power is back at the idle baseline, at most
+        `tail_s`; returns since when the machine has been back (for the next gate)."""
+        from fecomlite.baseline import back_at_baseline, machine_power
+        from fecomlite.store import Store
+
+        spent, total = 0.0, self.settings.tail_s
+        while spent < total:
+            step = min(TAIL_STEP_S, total - spent)
+            began = time.monotonic_ns()
+            self.client.tail(self.run_id, rep, step)
+            spent += step
+            if self.baseline is not None and spent < total:
+                with Store(self.client.store_path) as store:
+                    means = machine_power(store, self.run_id, began)
+                if back_at_baseline(means, self.baseline):
+                    return began
+        return time.monotonic_ns()
 
     def _run_program(
         self,
@@ -382,6 +405,25 @@ def tee_output(proc: subprocess.Popen[bytes], log: BinaryIO) -> list[threading.T
     for thread in pumps:
         thread.start()
     return pumps
+
+
+def measure_idle(client: ServerClient, run_id: int, settings: RunSettings) -> dict[str, Any]:
+    """The run's idle baseline: a recent one of this store when a short check agrees with it
+    (`fecomlite.baseline`), else `idle_s` measured now."""
+    from fecomlite import baseline as bl
+    from fecomlite.store import Store
+
+    if settings.baseline_max_age_s > 0 and settings.idle_s > bl.CHECK_S:
+        with Store(client.store_path) as store:
+            found = bl.latest_baseline(store, run_id, settings.baseline_max_age_s)
+        if found is not None:
+            origin, stored, age_s = found
+            check = client.idle(run_id, bl.CHECK_S)
+            share = bl.agreement(check, stored)
+            if share is not None and share <= 1.0:
+                with Store(client.store_path) as store:
+                    return bl.reuse(store, run_id, origin, stored, age_s, check, share)
+    return client.idle(run_id, settings.idle_s)
 
 
 def _gate_thresholds(settings: RunSettings) -> dict[str, Any]:

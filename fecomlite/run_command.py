@@ -326,6 +326,14 @@ def _summarise(client: ServerClient, outcome: RunOutcome, output_format: Format)
 
     with Store(client.store_path) as store:
         analysis = analyse_run(store, outcome.run_id)
+        idle = store.result(outcome.run_id, "idle_baseline") or {}
+    if idle.get("reused_from_run") is not None:
+        console.print(
+            f"idle baseline: reused from run {idle['reused_from_run']}, measured "
+            f"{idle['age_s']:g} s ago over {idle['seconds']:g} s; a "
+            f"{idle['check']['seconds']:g} s check now agrees with it",
+            highlight=False,
+        )
     if output_format is Format.csv:
         sys.stdout.write(summary_csv(analysis))
     elif output_format is Format.json:

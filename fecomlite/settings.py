@@ -26,7 +26,8 @@ class RunSettings:
     repeat: int = 3  # repetitions of the program
     api: list[str] = dataclasses.field(default_factory=list)  # extra API roots to wrap
     idle_s: float = 5.0  # idle baseline before the first repetition
-    tail_s: float = 2.0  # sampling after each repetition (tail energy)
+    baseline_max_age_s: float = 600.0  # reuse a baseline this recent when a 1 s check agrees
+    tail_s: float = 2.0  # at most this much sampling after each repetition (tail energy)
     pause_s: tuple[float, float] = (0.5, 1.5)  # randomised pause between repetitions
     gate: bool = True  # wait for stable temperature and power before each repetition
     gate_max_wait_s: float = 120.0

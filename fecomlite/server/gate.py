@@ -5,7 +5,10 @@ power σ/mean under a ratio (CPU/DRAM 0.03, GPU 0.01) over the last `window` pow
 power sensor's readings, a counter's power over `bin_s` bins: see series.py); utilisation σ
 under `util_std_max_pp` percentage points over the same window. The wait is bounded by
 `max_wait_s`: a gate that cannot be met is reported as failed, never looped on. Only samples
-taken after the gate began count, so the verdict is about now, not about the repetition before.
+taken after the gate began count, so the verdict is about now, not about the repetition before;
+or, with `lookback_s`, from that long before (the caller knows the machine was left alone then:
+its idle baseline, or a tail back at the baseline), so that a machine already quiet and stable
+passes at once.
 
 What is gated is the machine: the measured program's own sensors (device `process`: its CPU
 time, its estimated CPU power) describe a program that is not running then, and are left out.
@@ -40,6 +43,7 @@ class GateThresholds:
     bin_s: float = BIN_S  # a counter's power is taken over bins this long
     max_wait_s: float = 120.0
     poll_s: float = 0.5
+    lookback_s: float = 0.0  # samples from this long before the gate began count too
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> GateThresholds:
@@ -51,6 +55,8 @@ class GateThresholds:
         th = cls(**{k: float(v) if k != "window" else int(v) for k, v in values.items()})
         if not 0 <= th.max_wait_s <= MAX_WAIT_LIMIT_S:
             raise ValueError(f"max_wait_s must be within 0..{MAX_WAIT_LIMIT_S:g} s")
+        if not 0 <= th.lookback_s <= MAX_WAIT_LIMIT_S:
+            raise ValueError(f"lookback_s must be within 0..{MAX_WAIT_LIMIT_S:g} s")
         if th.window < 2 or th.poll_s <= 0 or th.bin_s <= 0:
             raise ValueError("window must be at least 2, poll_s and bin_s positive")
         return th

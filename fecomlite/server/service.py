@@ -233,7 +233,7 @@ class MeasurementService:
         """Wait (bounded) until the machine is stable; store the verdict with the repetition."""
         self._run(run_id)
         th = GateThresholds.from_mapping(thresholds)
-        since = time.monotonic_ns()
+        since = time.monotonic_ns() - int(th.lookback_s * 1e9)
         lookback_ns = int((th.window + 2) * max(th.bin_s, self.sampler.rates.max_interval_s) * 1e9)
         store = self._db()
 
