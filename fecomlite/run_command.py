@@ -252,7 +252,8 @@ def _measure(
             f"[red]the program exited with status {outcome.exit_code}[/]; "
             f"measurements up to the failure are kept. Log: {outcome.logs[-1]}"
         )
-        _print_log_tail(outcome.logs[-1])
+        if options.get("quiet"):  # otherwise its output, the error included, has just shown
+            _print_log_tail(outcome.logs[-1])
     elif outcome.status == "interrupted":
         console.print("[yellow]interrupted[/]: measurements so far are kept.")
     return outcome

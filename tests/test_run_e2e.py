@@ -92,7 +92,7 @@ def test_a_program_that_fails_keeps_its_measurements_up_to_the_failure(home, tmp
     script = write(tmp_path, "fails.py", NUMPY_SCRIPT.format(n=50, fail_at=19))
     result = fecomlite_run(home, tmp_path, str(script), "--api", "numpy", "--repeat", "2", *FAST)
     assert result.returncode == 1
-    assert "RuntimeError: halfway" in result.stdout
+    assert "RuntimeError: halfway" in result.stderr  # the program's stderr, shown live
     store, run_id = latest(home)
     run = store.run(run_id)
     assert run["status"] == "failed" and run["exit_code"] == 1
