@@ -6,6 +6,8 @@
  * (CLOCK_MONOTONIC, the clock time.monotonic_ns reads), and events land in C arrays that drain()
  * hands over as bytes, ready to send. fecomlite/probe.py falls back to pure Python without it.
  * All state is touched with the GIL held, so appends and drains never interleave.
+ * To compilers the module is invisible: probe_compilers.py registers `call` with dynamo as the
+ * plain fn(*args, **kwargs), and a tracer's calls never take the Python slow path (bypass).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -25,6 +27,8 @@ typedef struct {
 static Buffer buf;
 static PyObject *fast_sites = NULL; /* set of sites on the timestamps-only path */
 static PyObject *slow_call = NULL;  /* python: slow(site, fn, args_tuple, kwargs_dict) */
+static PyObject *slow_code = NULL;  /* slow_call's code: its frame is cut from tracebacks */
+static PyObject *bypass = NULL;     /* python: bypass() -> True while a compiler traces calls */
 
 static inline int64_t now_ns(void) {
     struct timespec ts;
@@ -93,6 +97,42 @@ static PyObject *slow_path(PyObject *site, PyObject *fn, PyObject *const *args,
     return result;
 }
 
+/* Whether a compiler traces the call now (no sized path then: its Python frames and size reads
+ * would enter the traced graph). Asked only where the slow path would run, so the fast path
+ * pays nothing; a failing predicate counts as "no". */
+static int bypassing(void) {
+    if (!bypass) return 0;
+    PyObject *answer = PyObject_CallNoArgs(bypass);
+    if (!answer) {
+        PyErr_Clear();
+        return 0;
+    }
+    int yes = PyObject_IsTrue(answer) == 1;
+    Py_DECREF(answer);
+    return yes;
+}
+
+/* The user's traceback shows no probe frame: when fn raised through the Python slow path, its
+ * frame (the first entry) is dropped and fn's own frames follow the user's line directly. */
+static void hide_slow_frame(void) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (slow_code && tb && PyTraceBack_Check(tb)) {
+        PyTracebackObject *entry = (PyTracebackObject *)tb;
+        PyCodeObject *code = PyFrame_GetCode(entry->tb_frame);
+        if ((PyObject *)code == slow_code) {
+            PyObject *next = (PyObject *)entry->tb_next;
+            Py_XINCREF(next);
+            Py_DECREF(tb);
+            tb = next;
+            if (value) PyException_SetTraceback(value, tb ? tb : Py_None);
+        }
+        Py_DECREF(code);
+    }
+    PyErr_Restore(type, value, tb);
+}
+
 /* call(site, fn, /, *args, **kwargs) -> fn(*args, **kwargs), timed. */
 static PyObject *probe_call(PyObject *self, PyObject *const *args, Py_ssize_t nargsf,
                             PyObject *kwnames) {
@@ -102,8 +142,11 @@ static PyObject *probe_call(PyObject *self, PyObject *const *args, Py_ssize_t na
         return NULL;
     }
     PyObject *site = args[0], *fn = args[1];
-    if (slow_call && (!fast_sites || PySet_Contains(fast_sites, site) != 1))
-        return slow_path(site, fn, args + 2, nargs - 2, kwnames);
+    if (slow_call && (!fast_sites || PySet_Contains(fast_sites, site) != 1) && !bypassing()) {
+        PyObject *result = slow_path(site, fn, args + 2, nargs - 2, kwnames);
+        if (!result) hide_slow_frame();
+        return result;
+    }
     int64_t t0 = now_ns();
     PyObject *result = PyObject_Vectorcall(fn, args + 2, nargs - 2, kwnames);
     int64_t t1 = now_ns();
@@ -177,8 +220,8 @@ static PyObject *probe_pending(PyObject *self, PyObject *unused) {
 }
 
 static PyObject *probe_configure(PyObject *self, PyObject *args) {
-    PyObject *fast, *slow;
-    if (!PyArg_ParseTuple(args, "OO", &fast, &slow)) return NULL;
+    PyObject *fast, *slow, *skip = Py_None;
+    if (!PyArg_ParseTuple(args, "OO|O", &fast, &slow, &skip)) return NULL;
     if (!PyAnySet_Check(fast)) {
         PyErr_SetString(PyExc_TypeError, "fast sites must be a set");
         return NULL;
@@ -187,6 +230,8 @@ static PyObject *probe_configure(PyObject *self, PyObject *args) {
     Py_INCREF(slow);
     Py_XSETREF(fast_sites, fast);
     Py_XSETREF(slow_call, slow);
+    Py_XSETREF(slow_code, PyFunction_Check(slow) ? Py_NewRef(PyFunction_GET_CODE(slow)) : NULL);
+    Py_XSETREF(bypass, skip == Py_None ? NULL : Py_NewRef(skip));
     Py_RETURN_NONE;
 }
 
@@ -203,7 +248,8 @@ static PyMethodDef methods[] = {
     {"discard", probe_discard, METH_NOARGS, "Drop every buffered event (a forked child)."},
     {"pending", probe_pending, METH_NOARGS, "Number of buffered events."},
     {"configure", probe_configure, METH_VARARGS,
-     "configure(fast_sites, slow_call): where calls of other sites go."},
+     "configure(fast_sites, slow_call, bypass=None): where calls of other sites go, and when "
+     "they stay on the fast path all the same (bypass() is true)."},
     {"now", probe_now, METH_NOARGS, "CLOCK_MONOTONIC in ns (time.monotonic_ns)."},
     {NULL, NULL, 0, NULL},
 };

@@ -8,6 +8,9 @@ measurement server every 200 ms, and at exit and on SIGTERM; with no server reac
 go to a spool file. The first calls of each site (and a few again every few seconds) take a slower
 path that also records argument and result sizes and the hyperparameters some APIs carry.
 Nothing here raises into user code, and nothing changes what a call returns or raises.
+Compilers see only the wrapped call (`probe_compilers.py`), and the source of an instrumented
+file, as `linecache` and so tracebacks, `inspect` and TorchScript read it, is the user's own
+(`probe_source.py`).
 
 Configuration comes from the environment (docs/internals.md §2), read once at import.
 """
@@ -24,6 +27,8 @@ from time import monotonic_ns as _now
 from typing import Any
 
 from fecomlite import probe_capture as _capture
+from fecomlite import probe_compilers as _compilers
+from fecomlite import probe_source as _source
 from fecomlite.probe_sender import Sender
 
 SLOW_CALLS_PER_SITE = 3  # sized calls per site, again after each resample
@@ -93,7 +98,7 @@ else:
 
 def _python_call(site: str, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
     """Call `fn(*args, **kwargs)` exactly as the original code did, and record when."""
-    if site not in _fast:
+    if site not in _fast and not _compilers.tracing():
         return _sized_call(site, fn, args, kwargs)
     t0 = _now()
     try:
@@ -138,7 +143,7 @@ def _sized_call(site: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any
 
 def _call_with_gpu_sync(site: str, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
     """`call` when the GPU is synchronised at probe boundaries (asynchronous GPU work)."""
-    if site not in _fast:
+    if site not in _fast and not _compilers.tracing():
         return _sized_call(site, fn, args, kwargs)
     sync = _capture.gpu_sync
     _capture.safely(sync)
@@ -254,11 +259,13 @@ _special.update(
 if _config.sync:
     call = _call_with_gpu_sync
 elif _native is not None:
-    _native.configure(_fast, _sized_call)
+    _native.configure(_fast, _sized_call, _compilers.tracing)
     call = _native.call
 else:
     call = _python_call
 
+_compilers.register_with_dynamo((call, _python_call, _call_with_gpu_sync))
+_source.serve_original_sources()
 _start_flusher()
 atexit.register(flush)
 os.register_at_fork(after_in_child=_after_fork_in_child)

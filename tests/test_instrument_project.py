@@ -73,7 +73,10 @@ def test_copy_instruments_python_copies_the_rest_and_skips_environments(tmp_path
         "models/net.py",
         "data/points.csv",
         ".fecomlite/manifest.json",
+        ".fecomlite/original/train.py",  # the user's text of each rewritten file
+        ".fecomlite/original/models/net.py",
     }
+    assert (out / ".fecomlite/original/train.py").read_bytes() == (src / "train.py").read_bytes()
     assert (out / "util.py").read_bytes() == (src / "util.py").read_bytes()
     assert (out / "data/points.csv").read_bytes() == (src / "data/points.csv").read_bytes()
     assert "__fecomlite__.call(" in (out / "train.py").read_text()
@@ -109,13 +112,16 @@ def test_manifest_format(tmp_path: Path) -> None:
     }
 
 
+COPY_OF_TRAIN = {"train.py", ".fecomlite/manifest.json", ".fecomlite/original/train.py"}
+
+
 def test_default_out_lies_beside_the_input(tmp_path: Path) -> None:
     src = make(tmp_path / "proj", {"train.py": TORCH_SCRIPT, "nb.ipynb": "{}"})
     assert default_out(src) == tmp_path / "proj-instrumented"
     assert default_out(src / "train.py") == src / "train-instrumented"
     assert default_out(src / "nb.ipynb") == src / "nb-instrumented"
     result = instrument_path(src / "train.py")
-    assert tree(result.out) == {"train.py", ".fecomlite/manifest.json"}
+    assert tree(result.out) == COPY_OF_TRAIN
     assert list(result.sites) == ["train.py:5:11"]
     (src / "run").write_text(TORCH_SCRIPT)  # a script without a suffix, given alone
     assert list(instrument_path(src / "run", list_only=True).sites) == ["run:5:11"]
@@ -174,10 +180,10 @@ def test_out_folder_safety(tmp_path: Path) -> None:
     second = instrument_path(src)  # an earlier copy is replaced as a whole
     assert "stale.py" not in tree(second.out)
     inside = instrument_path(src, src / "build" / "instr")  # out inside the project: skipped
-    assert tree(inside.out) == {"train.py", ".fecomlite/manifest.json"}
+    assert tree(inside.out) == COPY_OF_TRAIN
     instrument_path(src / "train.py")  # src/train-instrumented/, an earlier copy in the project
     again = instrument_path(src, tmp_path / "again")
-    assert tree(again.out) == {"train.py", ".fecomlite/manifest.json"} and again.ok
+    assert tree(again.out) == COPY_OF_TRAIN and again.ok
     assert "train-instrumented: skipped: an instrumented copy" in again.notes
 
 

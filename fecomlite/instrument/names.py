@@ -57,6 +57,24 @@ COMPILERS: frozenset[str] = frozenset(
         "jax.jit",
     }
 )
+# Questions code asks to learn whether a compiler traces it (`if not torch.jit.is_scripting():`):
+# never wrapped, so a guarded body compiles as written and the answer costs nothing.
+COMPILER_GUARDS: frozenset[str] = frozenset(
+    {
+        "torch.jit.is_scripting",
+        "torch.jit.is_tracing",
+        "torch._C._get_tracing_state",
+        "torch.compiler.is_compiling",
+        "torch.compiler.is_dynamo_compiling",
+        "torch.compiler.is_exporting",
+        "torch._dynamo.is_compiling",
+        "torch._dynamo.external_utils.is_compiling",
+        "torch._utils.is_compiling",
+        "torch.onnx.is_in_onnx_export",
+        "tensorflow.executing_eagerly",
+        "tensorflow.inside_function",
+    }
+)
 # Methods Keras runs inside its own tf.function during fit/evaluate/predict.
 KERAS_GRAPH_METHODS: frozenset[str] = frozenset({"call", "train_step", "test_step", "predict_step"})
 

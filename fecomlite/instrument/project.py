@@ -37,6 +37,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 MANIFEST = Path(".fecomlite") / "manifest.json"
+ORIGINALS = Path(".fecomlite") / "original"  # the user's text of each rewritten file
 MANIFEST_FORMAT = 1
 SKIP_DIRS = frozenset(
     {
@@ -491,6 +492,8 @@ def _process(task: tuple[str, str, bool, str | None, tuple[str, ...]]) -> _Outco
     if target is not None:
         try:
             _write(Path(source), Path(target), rewrite, encoding)
+            if not notebook and rewrite is not None and rewrite.text is not None:
+                _keep_original(Path(source), Path(target), rel, rewrite)
         except OSError as error:
             outcome.failures.append(Failure(rel, 1, 1, f"cannot write copy: {error.strerror}"))
             outcome.sites = []
@@ -516,6 +519,18 @@ def _decode(data: bytes, notebook: bool) -> tuple[str, str]:
         hint = "" if encoding != "utf-8" else " (declare the file's encoding with a coding cookie)"
         message = f"cannot decode byte 0x{data[error.start]:02x} as {encoding}{hint}"
         raise SourceError(line, col, message) from error
+
+
+def _keep_original(source: Path, target: Path, rel: str, rewrite: Rewrite) -> None:
+    """The user's text beside the copy (``.fecomlite/original/<rel>``), which the probe has
+    ``linecache`` serve for the copy (``fecomlite/probe_source.py``): tracebacks, ``inspect``
+    and TorchScript then read what the user wrote. Only where no line moved."""
+    if rewrite.inserted_lines:
+        return
+    root = target.parents[len(Path(rel).parts) - 1]
+    original = root / ORIGINALS / rel
+    original.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(source, original)
 
 
 def _write(source: Path, target: Path, rewrite: Rewrite | None, encoding: str) -> None:

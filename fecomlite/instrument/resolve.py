@@ -34,6 +34,7 @@ from libcst.metadata.scope_provider import Scope
 from fecomlite.instrument.cstwalk import fields
 from fecomlite.instrument.exports import Export, ProjectView, StarNames
 from fecomlite.instrument.names import (
+    COMPILER_GUARDS,
     COMPILERS,
     KERAS_GRAPH_METHODS,
     Roots,
@@ -728,6 +729,8 @@ class Resolver:
             if not self.roots.covers(callee.raw):
                 return None, None
             name = canonical(callee.raw)
+            if name in COMPILER_GUARDS:
+                return None, None
             if name in COMPILERS:
                 return Resolution(name, "function"), Compiled(self._compiled_name(name, node))
             if is_class_name(name):

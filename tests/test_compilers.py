@@ -1,0 +1,307 @@
+"""Compiled code survives instrumentation: what a function or module of one file becomes when
+another file compiles it (torch.compile, torch.jit.script, torch.jit.trace) is the same with and
+without fecomlite, and so are tracebacks and `inspect.getsource`.
+
+Each test writes a two-file project, instruments it, and runs the original and the instrumented
+copy, each in its own process with the real probe (no server: events go to a spool file).
+"""
+
+from __future__ import annotations
+
+import linecache
+import subprocess
+import sys
+from pathlib import Path
+from textwrap import dedent
+
+import pytest
+
+from fecomlite import probe_source
+from fecomlite.instrument.project import ORIGINALS, instrument_path
+
+REPO = Path(__file__).resolve().parents[1]
+RUN_TIMEOUT_S = 300
+
+# A dynamo backend that prints the code of each graph it gets: equal output, equal graphs.
+SHOW_GRAPHS = dedent(
+    """
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+
+    def show(gm, example_inputs):
+        print("graph:", gm.code.strip())
+        return gm.forward
+    """
+)
+
+
+def _project(root: Path, files: dict[str, str]) -> tuple[Path, Path]:
+    src = root / "src"
+    for name, text in files.items():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_text(dedent(text).lstrip())
+    result = instrument_path(src, root / "copy", ["math"])
+    assert result.ok and result.sites, result.failures
+    return src, result.out
+
+
+def _start(folder: Path, args: tuple[str, ...]) -> subprocess.Popen[str]:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(REPO),
+        "HOME": str(folder),
+        "FECOMLITE_SPOOL": str(folder / "spool.bin"),
+        "OMP_NUM_THREADS": "1",
+    }
+    return subprocess.Popen(
+        [sys.executable, "main.py", *args],
+        cwd=folder,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _finish(process: subprocess.Popen[str]) -> tuple[int, str, str]:
+    out, err = process.communicate(timeout=RUN_TIMEOUT_S)
+    return process.returncode, out, err
+
+
+def _run_both(src: Path, copy: Path, *args: str) -> tuple[tuple[int, str, str], ...]:
+    """The original and the instrumented copy, at once; paths in the output are made equal."""
+    original, instrumented = _start(src, args), _start(copy, args)
+    first, second = _finish(original), _finish(instrumented)
+    second = (second[0], *(text.replace(str(copy), str(src)) for text in second[1:]))
+    return first, second
+
+
+def _assert_same(src: Path, copy: Path, *args: str) -> str:
+    original, instrumented = _run_both(src, copy, *args)
+    assert original[0] == 0, original[2]
+    assert instrumented == original, instrumented[2]
+    return original[1]
+
+
+def test_torchscript_compiles_functions_and_modules_of_another_file(tmp_path: Path) -> None:
+    src, copy = _project(
+        tmp_path,
+        {
+            "ops.py": """
+                import math
+
+                import torch
+                from torch import nn
+
+
+                def f(x: torch.Tensor) -> torch.Tensor:
+                    return torch.relu(x)
+
+
+                def guarded(x: torch.Tensor) -> torch.Tensor:
+                    if not torch.jit.is_scripting():
+                        x = x * math.sqrt(4.0)
+                    return torch.tanh(x)
+
+
+                class Stats(nn.Module):
+                    def __init__(self) -> None:
+                        super().__init__()
+                        self.scale = nn.Linear(2, 2)
+
+                    def forward(self, x: torch.Tensor) -> torch.Tensor:
+                        return self.spread(self.scale(x)) + torch.mean(x)
+
+                    @torch.jit.export
+                    def spread(self, x: torch.Tensor) -> torch.Tensor:
+                        return torch.std(x, dim=0)
+
+                    @torch.jit.export
+                    def peak(self, x: torch.Tensor) -> torch.Tensor:
+                        return torch.amax(torch.abs(x), dim=1)
+                """,
+            "main.py": """
+                import torch
+                from ops import Stats, f, guarded
+
+                x = torch.tensor([[-1.0, 2.0], [3.0, -4.0]])
+                print(torch.jit.script(f)(x))
+                print(torch.jit.script(f).code)
+                print(guarded(x), torch.jit.script(guarded)(x))
+                torch.manual_seed(0)
+                stats = torch.jit.script(Stats())
+                print(stats(x), stats.spread(x), stats.peak(x))
+                print(stats.code, stats.peak.code)
+                """,
+        },
+    )
+    instrumented_ops = (copy / "ops.py").read_text()
+    assert '"ops.py:8:11", torch.relu' in instrumented_ops  # eager calls are still measured
+    assert "not torch.jit.is_scripting():" in instrumented_ops  # the guard is never wrapped
+    out = _assert_same(src, copy)
+    assert "tensor([[0., 2.]," in out and "def peak" in out
+
+
+def test_torch_compile_of_another_file_captures_the_original_graphs(tmp_path: Path) -> None:
+    src, copy = _project(
+        tmp_path,
+        {
+            "ops.py": """
+                import torch
+                from torch import nn
+
+
+                def f(x):
+                    return torch.sin(x) * torch.cos(x)
+
+
+                class Net(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.fc = nn.Linear(4, 3)
+
+                    @torch.compile(backend="eager", fullgraph=True)
+                    def embed(self, x):
+                        return torch.softmax(self.fc(x), dim=-1)
+                """,
+            "main.py": SHOW_GRAPHS
+            + dedent(
+                """
+                import torch
+                from ops import Net, f
+
+                g = torch.compile(f, backend=show)
+                for n in (2, 3, 4):  # the second call recompiles with a dynamic size
+                    print(n, g(torch.ones(n)))
+                torch._dynamo.reset()
+                whole = torch.compile(f, backend=show, fullgraph=True)
+                print(whole(torch.ones(3)))
+                torch.manual_seed(0)
+                print(Net().embed(torch.ones(2, 4)))
+                print(dict(counters["stats"]))
+                print("breaks", dict(counters["graph_break"]))
+                """
+            ),
+        },
+    )
+    out = _assert_same(src, copy)
+    assert out.count("graph:") == 3 and "torch.sin(l_x_)" in out  # embed: its own backend
+    assert "'unique_graphs': 4" in out and "breaks {}\n" in out
+
+
+@pytest.mark.parametrize("earlier_calls", [0, 1, 2, 3])
+def test_jit_trace_after_earlier_calls_of_the_traced_sites(
+    tmp_path: Path, earlier_calls: int
+) -> None:
+    src, copy = _project(
+        tmp_path,
+        {
+            "layer.py": """
+                import torch
+                from torch import nn
+
+
+                class M(nn.Module):
+                    def forward(self, x):
+                        return torch.permute(torch.relu(x), (1, 0))
+                """,
+            "main.py": """
+                import sys
+
+                import torch
+                from layer import M
+
+                m = M()
+                for _ in range(int(sys.argv[1])):
+                    m(torch.ones(2, 3))
+                traced = torch.jit.trace(m, torch.ones(2, 3))  # checks two more invocations
+                print(traced(-torch.ones(3, 5)).shape, traced.code)
+                """,
+        },
+    )
+    if earlier_calls == 0:
+        _assert_same(src, copy, "0")
+        return
+    code, out, err = _finish(_start(copy, (str(earlier_calls),)))
+    assert code == 0 and "torch.Size([5, 3])" in out and "permute" in out, err
+
+
+def _without_carets(run: tuple[int, str, str]) -> tuple[int, str, str]:
+    """Caret lines (`~~~^^^`) mark columns of the running code, which the instrumented call
+    extends: the one part of a traceback that still differs."""
+    code, *texts = run
+    kept = ("".join(ln for ln in t.splitlines(True) if ln.strip(" ^~\n")) for t in texts)
+    return (code, *kept)
+
+
+def test_tracebacks_and_getsource_show_the_users_lines(tmp_path: Path) -> None:
+    src, copy = _project(
+        tmp_path,
+        {
+            "calc.py": """
+                import inspect
+                import math
+
+                import torch
+
+
+                def norm(x):
+                    y = torch.sqrt(x)
+                    return math.sqrt(-1.0) + y
+
+
+                def show():
+                    print(inspect.getsource(norm))
+                """,
+            "main.py": """
+                import traceback
+
+                import torch
+                from calc import norm, show
+
+                show()
+                for attempt in range(5):  # the sized path first, then the fast path
+                    try:
+                        norm(torch.ones(2))
+                    except ValueError:
+                        print(traceback.format_exc())
+                norm(torch.ones(2))
+                """,
+        },
+    )
+    assert "__fecomlite__.call(" in (copy / "calc.py").read_text()
+    original, instrumented = (_without_carets(run) for run in _run_both(src, copy))
+    assert original[0] == 1 and "ValueError: math domain error" in original[2]
+    assert instrumented == original  # printed and uncaught tracebacks, line for line
+    assert "return math.sqrt(-1.0) + y" in original[2] and "fecomlite" not in instrumented[2]
+
+
+def test_linecache_serves_the_original_until_cleared_and_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(linecache, "updatecache", linecache.updatecache)  # restored after
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    src, copy = _project(
+        tmp_path,
+        {"main.py": "import math\n\nprint(math.sqrt(4.0))\n", "plain.py": "x = 1\n"},
+    )
+    instrumented = str(copy / "main.py")
+    assert (copy / ORIGINALS / "main.py").read_text() == (src / "main.py").read_text()
+    assert not (copy / ORIGINALS / "plain.py").exists()  # unchanged files are their own text
+    probe_source.serve_original_sources()
+    probe_source.serve_original_sources()  # a second import wraps nothing twice
+    assert linecache.getline(instrumented, 3) == "print(math.sqrt(4.0))\n"
+    linecache.checkcache()  # the copy on disk differs from the entry: it is kept all the same
+    assert linecache.getlines(instrumented) == (src / "main.py").read_text().splitlines(True)
+    linecache.clearcache()
+    assert linecache.getline(instrumented, 3) == "print(math.sqrt(4.0))\n"
+    assert probe_source.original_of(str(copy / "plain.py")) is None
+    assert not getattr(linecache.updatecache.__wrapped__, "__fecomlite__", False)
+
+
+def test_no_original_is_kept_where_lines_moved(tmp_path: Path) -> None:
+    _, copy = _project(tmp_path, {"main.py": "if True:\n    import math\n    math.sqrt(4.0)\n"})
+    assert (copy / "main.py").read_text().count("\n") == 4  # the probe import took a line
+    assert not (copy / ORIGINALS / "main.py").exists()
+    assert probe_source.original_of(str(copy / "main.py")) is None
