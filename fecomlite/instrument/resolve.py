@@ -36,8 +36,10 @@ from fecomlite.instrument.exports import Export, ProjectView, StarNames
 from fecomlite.instrument.names import (
     COMPILERS,
     KERAS_GRAPH_METHODS,
+    RESULT,
     Roots,
     canonical,
+    compiled_name,
     factory_class,
     is_class_name,
 )
@@ -366,15 +368,17 @@ class Api:
 
 @dataclass(frozen=True, slots=True)
 class Obj:
-    """An object a framework call returned; ``member``: reached as an attribute of one."""
+    """An object a framework call returned; ``member``: reached as an attribute of one;
+    ``returned``: of unknown type, ``type`` then names the call that returned it."""
 
     type: str
     member: bool = False
+    returned: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Compiled:
-    name: str  # e.g. "tensorflow.function(train_step)"
+    name: str  # e.g. "tensorflow.function[train_step]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -624,7 +628,7 @@ class Resolver:
             qualified = f"{base.raw}.{attr}"
             return Api(qualified) if self.roots.leads_to(qualified) else None
         if isinstance(base, Obj):
-            return Obj(f"{base.type}.{attr}", member=True)
+            return Obj(f"{base.type}{RESULT if base.returned else '.'}{attr}", member=True)
         if isinstance(base, Compiled):
             return Obj(f"{base.name}.{attr}", member=True)
         if isinstance(base, ProjectModule):
@@ -733,12 +737,15 @@ class Resolver:
             if is_class_name(name):
                 return Resolution(name, "constructor"), Obj(name)
             owner = factory_class(name)
-            return Resolution(name, "function"), Obj(owner if owner else f"{name}()")
+            return Resolution(name, "function"), Obj(owner) if owner else _result(name)
         if isinstance(callee, Obj):
-            api = callee.type if callee.member else f"{callee.type}.__call__"
-            return Resolution(api, "method"), Obj(f"{api}()")
+            if callee.member:
+                api = callee.type
+            else:
+                api = f"{callee.type}{RESULT if callee.returned else '.'}__call__"
+            return Resolution(api, "method"), _result(api)
         if isinstance(callee, Compiled):
-            return Resolution(callee.name, "compiled"), Obj(f"{callee.name}()")
+            return Resolution(callee.name, "compiled"), _result(callee.name)
         if isinstance(callee, UserClass):
             return None, Instance(callee.cls)
         if isinstance(callee, ImportedClass):
@@ -747,7 +754,7 @@ class Resolver:
             if "__call__" in callee.export.members:
                 return None, None
             api = f"{callee.export.api}.__call__"
-            return Resolution(api, "method"), Obj(f"{api}()")
+            return Resolution(api, "method"), _result(api)
         if isinstance(callee, Instance):
             defined, user_call = self._lookup(callee.cls, "__call__", bound=True)
             if defined:
@@ -760,7 +767,7 @@ class Resolver:
             if api_base is None or "__call__" in self._imported_members(callee.cls):
                 return None, None
             api = f"{api_base}.__call__"
-            return Resolution(api, "method"), Obj(f"{api}()")
+            return Resolution(api, "method"), _result(api)
         if isinstance(callee, UserFunc):
             return self._call_user(callee.func)
         if callee is SUPER:
@@ -771,23 +778,22 @@ class Resolver:
     def _call_user(self, func: FuncInfo) -> tuple[Resolution | None, Value]:
         compiler = self.compiler_of(func)
         if compiler is not None:
-            name = f"{compiler}({func.qualname})"
-            return Resolution(name, "compiled"), Obj(f"{name}()")
+            name = compiled_name(compiler, func.qualname)
+            return Resolution(name, "compiled"), _result(name)
         return None, self.returns(func)
 
     def _compiled_name(self, compiler: str, node: cst.Call) -> str:
         target = _first_positional(node)
         if target is None:
-            return f"{compiler}()"
+            return compiled_name(compiler, "")
         value = self.value(target)
         if isinstance(value, UserFunc):
-            return f"{compiler}({value.func.qualname})"
+            return compiled_name(compiler, value.func.qualname)
         if isinstance(value, (UserClass, Instance)):
-            return f"{compiler}({value.cls.qualname})"
+            return compiled_name(compiler, value.cls.qualname)
         if isinstance(value, (ImportedClass, ImportedInstance)):
-            return f"{compiler}({value.export.name})"
-        written = get_full_name_for_node(target)
-        return f"{compiler}({written or '...'})"
+            return compiled_name(compiler, value.export.name)
+        return compiled_name(compiler, get_full_name_for_node(target) or "...")
 
     def compiler_of(self, func: FuncInfo) -> str | None:
         """The compiler a decorator applies to ``func`` (``tensorflow.function``...), if any."""
@@ -875,6 +881,11 @@ class Resolver:
                 values.add(self.value(arg))
         values.discard(None)
         return values.pop() if len(values) == 1 else None
+
+
+def _result(call: str) -> Obj:
+    """What a call whose result type is unknown statically returns: named by the call."""
+    return Obj(call, returned=True)
 
 
 def _first_positional(node: cst.Call) -> cst.BaseExpression | None:
