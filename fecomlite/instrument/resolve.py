@@ -83,6 +83,7 @@ class CallRecord:
     quotes: frozenset[str]  # quote characters of enclosing f-strings
     in_annotation: bool
     awaited: bool = False  # `await f(x)`: the probe must time the await, not the call
+    loops: tuple[cst.BaseExpression, ...] = ()  # what enclosing `for`s iterate, innermost first
 
 
 @dataclass(eq=False)
@@ -109,6 +110,7 @@ class _Collector:
         self.quotes: frozenset[str] = frozenset()
         self.in_annotation = False
         self.awaiting: cst.BaseExpression | None = None  # the operand of the innermost await
+        self.loops: tuple[cst.BaseExpression, ...] = ()  # in the innermost def, innermost first
         self.counter = 0
 
     def walk(self, node: cst.CSTNode) -> None:
@@ -144,6 +146,7 @@ class _Collector:
                 quotes=self.quotes,
                 in_annotation=self.in_annotation,
                 awaited=node is self.awaiting,
+                loops=self.loops,
             )
         )
         self.children(node)
@@ -173,12 +176,12 @@ class _Collector:
         self.walk(params)  # defaults run in the enclosing scope, at definition time
         if node.returns is not None:
             self.walk(node.returns)
-        saved = (self.func, self.cls, self.chain)
-        self.func, self.cls, self.chain = info, None, (*self.chain, node)
+        saved = (self.func, self.cls, self.chain, self.loops)
+        self.func, self.cls, self.chain, self.loops = info, None, (*self.chain, node), ()
         self.qual.append(node.name.value)
         self.walk(node.body)
         self.qual.pop()
-        self.func, self.cls, self.chain = saved
+        self.func, self.cls, self.chain, self.loops = saved
 
     def class_def(self, node: cst.ClassDef) -> None:
         for decorator in node.decorators:
@@ -254,7 +257,17 @@ class _Collector:
 
     def for_(self, node: cst.For | cst.CompFor) -> None:
         self.mark_targets(node.target)
-        self.children(node)
+        if isinstance(node, cst.CompFor):
+            self.children(node)
+            return
+        self.walk(node.target)
+        self.walk(node.iter)
+        saved = self.loops
+        self.loops = (node.iter, *saved)
+        self.walk(node.body)
+        self.loops = saved
+        if node.orelse is not None:
+            self.walk(node.orelse)
 
     def aug_assign(self, node: cst.AugAssign) -> None:
         self.mark_targets(node.target)
@@ -347,6 +360,28 @@ _HANDLERS: dict[type, Any] = {
     cst.Integer: lambda self, node: None,
     cst.Float: lambda self, node: None,
 }
+
+
+def iterated_names(iterables: Iterable[cst.BaseExpression]) -> list[str]:
+    """The names loops iterate, innermost loop first: ``train_loader`` in ``for i, (x, y) in
+    enumerate(train_loader)``; a called name (``enumerate``) is not one."""
+    found: list[str] = []
+
+    def add(expr: cst.BaseExpression) -> None:
+        if isinstance(expr, (cst.Name, cst.Attribute)):
+            name = get_full_name_for_node(expr)
+            if name and name not in found:
+                found.append(name)
+        elif isinstance(expr, cst.Call):
+            for arg in expr.args:
+                add(arg.value)
+        elif isinstance(expr, (cst.Tuple, cst.List)):
+            for element in expr.elements:
+                add(element.value)
+
+    for iterable in iterables:
+        add(iterable)
+    return found
 
 
 def collect(module: cst.Module) -> Collected:
