@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from fecomlite.probe_names import runtime_name
+from fecomlite.probe_names import runtime_name, set_roots
 
 MAX_SIZED_ITEMS = 64  # elements of a list/tuple argument looked at for sizes
 
@@ -248,9 +248,11 @@ def special_handlers(
         return {}
     try:
         with open(manifest_path, encoding="utf-8") as f:
-            sites = json.load(f).get("sites", {})
-    except (OSError, ValueError):
+            manifest = json.load(f)
+        sites = manifest.get("sites", {})
+    except (OSError, ValueError, AttributeError):
         return {}
+    set_roots(manifest.get("api_roots"))
     from fecomlite.probe_hyperparams import Hyperparams, hyperparameter_handler
 
     hyperparams = Hyperparams(sink)

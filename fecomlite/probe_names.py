@@ -27,8 +27,20 @@ _PRIVATE_COMPONENTS = frozenset({"src", "python"})
 _CALLABLE_KINDS = (types.FunctionType, types.BuiltinFunctionType)
 MAX_UNWRAP = 4  # `functools.wraps` layers looked through
 
+# The packages whose public names count (the instrumenter's roots, from the manifest): a user's
+# own importable module (`model.Net`) is never one.
+_roots: frozenset[str] = frozenset({"tensorflow", "keras", "tf_keras", "torch", "numpy"})
 _class_names: dict[type, str | None] = {}
 _member_names: dict[tuple[type, str], tuple[str, str] | None] = {}
+
+
+def set_roots(roots: Any) -> None:
+    """Name callees under these API roots only (`numpy.linalg` counts as `numpy`)."""
+    global _roots
+    if isinstance(roots, list) and roots and all(isinstance(r, str) for r in roots):
+        _roots = frozenset(r.split(".", 1)[0] for r in roots)
+        _class_names.clear()
+        _member_names.clear()
 
 
 def runtime_name(fn: Any) -> dict[str, str] | None:
@@ -116,7 +128,7 @@ def _find_member(cls: type, name: str) -> tuple[str, str] | None:
         if public is not None and _definer(klass, name) is ran:
             package = public.split(".", 1)[0]
             user = cls.__module__.split(".", 1)[0] != package and klass is not cls
-            return f"{public}.{name}", cls.__qualname__ if user else ""
+            return f"{public}.{name}", cls.__name__ if user else ""
     return None
 
 
@@ -147,7 +159,7 @@ def _public_path(module: str | None, name: str, obj: Any) -> str | None:
 
 
 def _tf_export(obj: Any) -> str | None:
-    exported = _lookup(obj, "_tf_api_names")
+    exported = _lookup(obj, "_tf_api_names") if "tensorflow" in _roots else None
     for path in exported if isinstance(exported, tuple) else ():
         if not isinstance(path, str) or any(p.startswith("_") for p in path.split(".")):
             continue
@@ -164,8 +176,8 @@ def _module_path(module: str | None, name: str, obj: Any) -> str | None:
         return None
     parts = [p for p in module.split(".") if not p.startswith("_")]
     parts = parts[:1] + [p for p in parts[1:] if p not in _PRIVATE_COMPONENTS]
-    if not parts or parts[0] != module.split(".", 1)[0]:
-        return None  # a private top package (`_operator`): not a framework's public name
+    if not parts or parts[0] != module.split(".", 1)[0] or parts[0] not in _roots:
+        return None  # the user's own module, or a private top package (`_operator`)
     namespace = sys.modules.get(parts[0])
     for depth in range(1, len(parts) + 1):
         if namespace is None:
