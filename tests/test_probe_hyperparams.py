@@ -162,10 +162,10 @@ def run_instrumented(tmp_path: Path, source: str) -> tuple[dict[str, Any], dict[
         return sites, store.run(run)["hyperparams"], manifest
 
 
-def by_written(sites: dict[str, Any], written: str) -> str:
-    apis = {s["api"] for s in sites.values() if s["written"] == written}
-    assert len(apis) == 1, (written, apis)
-    return apis.pop()
+def assert_named(sites: dict[str, Any], expected: dict[str, str]) -> None:
+    """The API of the sites written as each key (per-site views show the written form)."""
+    found = {w: {s["api"] for s in sites.values() if s["written"] == w} for w in expected}
+    assert found == {w: {api} for w, api in expected.items()}
 
 
 def assert_names_exist(sites: dict[str, Any], manifest: dict[str, Any]) -> None:
@@ -178,13 +178,18 @@ def assert_names_exist(sites: dict[str, Any], manifest: dict[str, Any]) -> None:
 def test_an_mnist_style_torch_program(tmp_path: Path) -> None:
     sites, hyperparams, manifest = run_instrumented(tmp_path, TORCH_PROGRAM)
     assert_names_exist(sites, manifest)
-    assert by_written(sites, "model (Net)") == "torch.nn.Module.__call__"
-    assert by_written(sites, "loss.backward") == "torch.Tensor.backward"
-    assert by_written(sites, "optimizer.step") == "torch.optim.Adadelta.step"
-    assert by_written(sites, "StepLR") == "torch.optim.lr_scheduler.StepLR"
-    assert by_written(sites, "scheduler.step") == "torch.optim.lr_scheduler.StepLR.step"
-    assert by_written(sites, "pred.eq(target.view_as(pred)).sum().item") == "torch.Tensor.item"
-    assert by_written(sites, "output.argmax") == "torch.Tensor.argmax"
+    assert_named(
+        sites,
+        {
+            "model (Net)": "torch.nn.Module.__call__",  # the user's class beside the API
+            "loss.backward": "torch.Tensor.backward",
+            "optimizer.step": "torch.optim.Adadelta.step",
+            "StepLR": "torch.optim.lr_scheduler.StepLR",
+            "scheduler.step": "torch.optim.lr_scheduler.StepLR.step",
+            "pred.eq(target.view_as(pred)).sum().item": "torch.Tensor.item",
+            "output.argmax": "torch.Tensor.argmax",
+        },
+    )
     sources = hyperparams.pop("sources")
     assert hyperparams == {
         "batch_size": 64,
@@ -200,12 +205,17 @@ def test_keras_fit_of_every_model_kind_then_a_custom_loop(tmp_path: Path) -> Non
     pytest.importorskip("keras")
     sites, hyperparams, manifest = run_instrumented(tmp_path, KERAS_PROGRAM)
     assert_names_exist(sites, manifest)
-    assert by_written(sites, "model.fit") == "keras.Model.fit"  # a Functional: not public
-    assert by_written(sites, "sequential.fit") == "keras.Sequential.fit"
-    assert by_written(sites, "subclassed.fit (Small)") == "keras.Model.fit"
-    assert by_written(sites, "subclassed.compile (Small)") == "keras.Model.compile"
-    assert by_written(sites, "sgd.apply_gradients") == "keras.optimizers.SGD.apply_gradients"
-    assert by_written(sites, "model") == "keras.Model.__call__"
+    assert_named(
+        sites,
+        {
+            "model.fit": "keras.Model.fit",  # a keras.src...Functional: not public, Model is
+            "sequential.fit": "keras.Sequential.fit",
+            "subclassed.fit (Small)": "keras.Model.fit",
+            "subclassed.compile (Small)": "keras.Model.compile",
+            "sgd.apply_gradients": "keras.optimizers.SGD.apply_gradients",
+            "model": "keras.Model.__call__",
+        },
+    )
     sources = hyperparams.pop("sources")
     assert hyperparams["optimizer"] == "Adam"  # compile's, not the later loop's SGD
     assert hyperparams["learning_rate"] == pytest.approx(1e-3)
