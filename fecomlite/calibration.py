@@ -132,8 +132,10 @@ _TF_MATH = (
     "clip_by_value", "where", "concat", "stack", "reshape", "transpose", "argmax", "argmin",
     "sort", "argsort", "cumsum", "norm", "tile", "cast",
 )
-# Methods called on tensors/arrays that framework calls returned (`torch.sin().sum`): checked at
-# replay time to be bound to a tensor or array.
+# Methods called on tensors/arrays that framework calls returned (`torch.sin().sum`, the static
+# `torch.sin/sum`, or as the probe named it, `torch.Tensor.sum`): checked at replay time to be
+# bound to a tensor or array.
+_TENSOR_TYPES = ("torch.Tensor", "tensorflow.Tensor", "numpy.ndarray")
 _TENSOR_METHODS = (
     "matmul", "mm", "bmm", "dot", "sum", "mean", "std", "var", "max", "min", "amax", "amin",
     "prod", "norm", "argmax", "argmin", "cumsum", "logsumexp", "softmax", "log_softmax", "relu",
@@ -156,7 +158,9 @@ ALLOW: tuple[Rule, ...] = (
     Rule(("keras.*.__call__",), ("method",), "Keras layer call, replayed with training=False"),
     Rule(("torch.nn.*.__call__",), ("method",),
          "PyTorch module call, replayed in eval mode under no_grad only"),
-    Rule(tuple(f"*().{n}" for n in _TENSOR_METHODS), ("method",), "tensor method"),
+    Rule(tuple(f"*().{n}" for n in _TENSOR_METHODS)
+         + tuple(f"{t}.{n}" for t in _TENSOR_TYPES for n in _TENSOR_METHODS), ("method",),
+         "tensor method"),
 )
 NOT_LISTED = ("not on the allow-list (only side-effect-free math, and layer calls in inference "
               "mode, are replayed)")
@@ -173,6 +177,7 @@ ARGUMENT_RULES: tuple[tuple[str, str, str], ...] = (
 
 def verdict(api: str, kind: str) -> tuple[bool, str]:
     """(replayable, why) for a site, from its canonical API name and manifest kind alone."""
+    api = api.replace("/", "().")  # the static `torch.sin/sum` (names.RESULT): `torch.sin().sum`
     for rule in DENY:
         if rule.matches(api, kind):
             return False, rule.reason

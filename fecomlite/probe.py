@@ -6,7 +6,8 @@ to a column buffer. The hot path is C (`_fastprobe.c`) when it was built, else t
 `_python_call` below, with the same behaviour. A daemon thread sends the buffer to the
 measurement server every 200 ms, and at exit and on SIGTERM; with no server reachable the events
 go to a spool file. The first calls of each site (and a few again every few seconds) take a slower
-path that also records argument and result sizes and the hyperparameters some APIs carry.
+path that also names the callee that ran (`probe_names`), records argument and result sizes and
+the hyperparameters some APIs carry.
 Nothing here raises into user code, and nothing changes what a call returns or raises.
 Compilers see only the wrapped call (`probe_compilers.py`), and the source of an instrumented
 file, as `linecache` and so tracebacks, `inspect` and TorchScript read it, is the user's own
@@ -111,7 +112,10 @@ def _python_call(site: str, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
 
 
 def _sized_call(site: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The slow path: sizes, hyperparameters, data-size cuts and GPU synchronisation."""
+    """The slow path: the callee's public name, sizes, hyperparameters, data-size cuts and GPU
+    synchronisation."""
+    if site not in _slow_counts:  # the first sized call since the last resample
+        _capture.record_name(_sender, site, fn)
     handler = _special.get(site)
     if handler is not None:
         args, kwargs = _capture.safely(handler.before, fn, args, kwargs, default=(args, kwargs))

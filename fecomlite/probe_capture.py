@@ -1,4 +1,6 @@
-"""What the probe's slow path captures: tensor sizes, hyperparameters, data-size cuts, GPU sync.
+"""What the probe's slow path captures: tensor sizes, callee names, data-size cuts, GPU sync.
+
+Hyperparameters are read in `probe_hyperparams`, by handlers `special_handlers` sets up here.
 
 Only sampled calls and a few special sites come here, so this may cost microseconds; the fast
 path in `probe.py` never does. Everything is duck-typed (numpy, torch and TensorFlow tensors alike)
@@ -12,6 +14,8 @@ import math
 import sys
 from collections.abc import Callable
 from typing import Any
+
+from fecomlite.probe_names import runtime_name, set_roots
 
 MAX_SIZED_ITEMS = 64  # elements of a list/tuple argument looked at for sizes
 
@@ -145,6 +149,11 @@ def record_shapes(
         safely(sink.add_shapes, site, shapes)
 
 
+def record_name(sink: Any, site: str, fn: Any) -> None:
+    """Hand the public name of the callee a site ran to the sender (`Sender.add_name`)."""
+    safely(sink.add_name, site, safely(runtime_name, fn))
+
+
 _sync_functions: list[Callable[[], Any]] | None = None
 
 
@@ -178,19 +187,6 @@ class Handler:
 
     def after(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
         return None
-
-
-class HyperparamHandler(Handler):
-    """Reads hyperparameters off a call (Keras compile/fit, optimizers, DataLoader)."""
-
-    def __init__(self, extract: Callable[..., dict[str, Any]], sink: Any) -> None:
-        self.extract = extract
-        self.sink = sink
-
-    def after(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
-        params = {k: v for k, v in self.extract(fn, args, kwargs, result).items() if v is not None}
-        if params:
-            self.sink.add_hyperparams(_jsonable(params))
 
 
 class DataSizeHandler(Handler):
@@ -243,94 +239,6 @@ class ChainedHandler(Handler):
             safely(handler.after, fn, args, kwargs, result)
 
 
-def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
-    if name in kwargs:
-        return kwargs[name]
-    return args[index] if len(args) > index else None
-
-
-def _learning_rate(optimizer: Any) -> float | None:
-    for attr in ("learning_rate", "lr"):
-        value = getattr(optimizer, attr, None)
-        if value is not None:  # often a float32: 7 significant digits are all it holds
-            return safely(lambda v: float(f"{float(v):.7g}"), value)
-    groups = getattr(optimizer, "param_groups", None)
-    return float(groups[0]["lr"]) if groups else None
-
-
-def _keras_model_facts(fn: Any) -> dict[str, Any]:
-    model = getattr(fn, "__self__", None)
-    if model is None or not hasattr(model, "count_params"):
-        return {}
-    return {
-        "parameters": safely(model.count_params),
-        "layers": safely(len, getattr(model, "layers", None)),
-    }
-
-
-def _keras_compile(fn: Any, args: tuple, kwargs: dict, result: Any) -> dict[str, Any]:
-    optimizer = _arg(args, kwargs, 0, "optimizer")
-    loss = _arg(args, kwargs, 1, "loss")
-    return {
-        "optimizer": optimizer if isinstance(optimizer, str) else type(optimizer).__name__,
-        "learning_rate": None if isinstance(optimizer, str) else _learning_rate(optimizer),
-        "loss": loss if isinstance(loss, str) else getattr(loss, "__name__", type(loss).__name__),
-    }
-
-
-def _keras_fit(fn: Any, args: tuple, kwargs: dict, result: Any) -> dict[str, Any]:
-    x = _arg(args, kwargs, 0, "x")
-    batch_size = _arg(args, kwargs, 2, "batch_size")
-    if batch_size is None and hasattr(x, "shape"):
-        batch_size = 32  # Keras' default for array inputs
-    return {
-        "epochs": _arg(args, kwargs, 3, "epochs") or 1,
-        "batch_size": batch_size,
-        "training_samples": safely(lambda: int(x.shape[0])) if hasattr(x, "shape") else None,
-        **_keras_model_facts(fn),
-    }
-
-
-def _optimizer(fn: Any, args: tuple, kwargs: dict, result: Any) -> dict[str, Any]:
-    facts: dict[str, Any] = {
-        "optimizer": type(result).__name__,
-        "learning_rate": _learning_rate(result),
-    }
-    groups = getattr(result, "param_groups", None)
-    if groups:  # torch: the parameters being optimised
-        facts["parameters"] = sum(p.numel() for g in groups for p in g["params"])
-    return facts
-
-
-def _data_loader(fn: Any, args: tuple, kwargs: dict, result: Any) -> dict[str, Any]:
-    return {"batch_size": getattr(result, "batch_size", None)}
-
-
-def _count_params(fn: Any, args: tuple, kwargs: dict, result: Any) -> dict[str, Any]:
-    return {"parameters": result if isinstance(result, int) else None}
-
-
-def hyperparam_extractor(api: str, kind: str) -> Callable[..., dict[str, Any]] | None:
-    """Which hyperparameters a site's canonical API name carries, if any."""
-    root = api.split(".", 1)[0]
-    last = api.rsplit(".", 1)[-1]
-    if root in ("keras", "tensorflow", "tf_keras"):
-        if last == "compile" and kind == "method":
-            return _keras_compile
-        if last == "fit" and kind == "method":
-            return _keras_fit
-        if last == "count_params":
-            return _count_params
-        if ".optimizers." in api and kind == "constructor":
-            return _optimizer
-    if root == "torch":
-        if api.startswith("torch.optim.") and kind == "constructor" and ".lr_scheduler" not in api:
-            return _optimizer
-        if last == "DataLoader" and kind == "constructor":
-            return _data_loader
-    return None
-
-
 def special_handlers(
     manifest_path: str, datasize: str, sink: Any, calibrate: str = ""
 ) -> dict[str, Handler]:
@@ -340,9 +248,14 @@ def special_handlers(
         return {}
     try:
         with open(manifest_path, encoding="utf-8") as f:
-            sites = json.load(f).get("sites", {})
-    except (OSError, ValueError):
+            manifest = json.load(f)
+        sites = manifest.get("sites", {})
+    except (OSError, ValueError, AttributeError):
         return {}
+    set_roots(manifest.get("api_roots"))
+    from fecomlite.probe_hyperparams import Hyperparams, hyperparameter_handler
+
+    hyperparams = Hyperparams(sink)
     target, _, fraction = datasize.rpartition("=")
     replayer = safely(_replayer, calibrate, sites) if calibrate else None
     handlers: dict[str, Handler] = {}
@@ -350,9 +263,9 @@ def special_handlers(
         chain: list[Handler] = []
         if target and (key == target or site.get("api") == target):
             chain.append(DataSizeHandler(float(fraction)))
-        extract = hyperparam_extractor(site.get("api", ""), site.get("kind", ""))
-        if extract is not None:
-            chain.append(HyperparamHandler(extract, sink))
+        reader = hyperparameter_handler(key, site, hyperparams)
+        if reader is not None:
+            chain.append(reader)
         if replayer is not None and key in replayer.sites:
             chain.append(KeepCallHandler(key, replayer))
         if chain:
@@ -365,13 +278,3 @@ def _replayer(calibrate: str, sites: dict[str, Any]) -> Any:
     from fecomlite.calibration import Replayer
 
     return Replayer.from_environment(calibrate, sites)
-
-
-def _jsonable(params: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in params.items():
-        if isinstance(value, (bool, int, float, str)):
-            out[key] = value
-        else:
-            out[key] = safely(int, value) if hasattr(value, "__index__") else str(value)
-    return out

@@ -32,6 +32,8 @@ class Sender:
         self.hyperparams: dict[str, Any] = {}
         self.shapes: dict[str, Any] = {}  # site -> shapes of its latest sized call, not yet sent
         self._sent_shapes: dict[str, Any] = {}
+        self.names: dict[str, dict[str, str]] = {}  # site -> its callee's public name, unsent
+        self._named: dict[str, dict[str, str]] = {}
         self._lock = threading.Lock()
         self._shapes_lock = threading.Lock()  # held for a dict update only: on the user's thread
         self._conn: http.client.HTTPConnection | None = None
@@ -51,18 +53,38 @@ class Sender:
             with self._shapes_lock:
                 self.shapes[site] = shapes
 
+    def add_name(self, site: str, named: dict[str, str] | None) -> None:
+        """The public name of the callee a site ran (`probe_names.runtime_name`), sent once; a
+        site seen running different callees, or one without a name, is sent as {}: the store
+        then keeps its static name."""
+        decided = named or {}
+        with self._shapes_lock:
+            known = self._named.get(site)
+            if known == decided or known == {}:
+                return
+            if known is not None:
+                decided = {}
+            self._named[site] = decided
+            self.names[site] = decided
+
     def _take_shapes(self) -> dict[str, Any]:
         with self._shapes_lock:
             shapes, self.shapes = self.shapes, {}
         self._sent_shapes.update(shapes)
         return shapes
 
+    def _take_names(self) -> dict[str, dict[str, str]]:
+        with self._shapes_lock:
+            names, self.names = self.names, {}
+        return names
+
     def send(self, drain: Callable[[], tuple[Any, ...]]) -> None:
         """Drain the probe's buffer and send it as one batch (docs/internals.md §2)."""
         with self._lock:
             names, *columns = drain()
             shapes = self._take_shapes()
-            if not names and not self.hyperparams and not shapes:
+            callees = self._take_names()
+            if not names and not self.hyperparams and not shapes and not callees:
                 return
             meta: dict[str, Any] = {"rep": self.config.rep, "pid": os.getpid()}
             if self.hyperparams:
@@ -70,6 +92,8 @@ class Sender:
                 self.hyperparams = {}
             if shapes:
                 meta["shapes"] = shapes
+            if callees:
+                meta["names"] = callees
             if self._host and self._post(batch_codec.encode(meta, names, tuple(columns))):
                 return
             if self.config.run:

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from fecomlite.probe_names import adopted
+
 SCHEMA_VERSION = 1
 MAX_SHAPE_VARIANTS = 8  # distinct argument shapes kept per call site
 
@@ -189,6 +191,7 @@ class Store:
     def _merge_hyperparams(self, run_id: int, params: dict[str, Any]) -> None:
         row = self.db.execute("SELECT hyperparams FROM runs WHERE id=?", (run_id,)).fetchone()
         merged = {**json.loads(row[0]), **params} if row else params
+        merged = {k: v for k, v in merged.items() if v is not None}  # None: found unsure
         self.db.execute("UPDATE runs SET hyperparams=? WHERE id=?", (json.dumps(merged), run_id))
 
     def run(self, run_id: int) -> dict[str, Any]:
@@ -326,7 +329,22 @@ class Store:
                 self._merge_hyperparams(run_id, header["hyperparams"])
             if isinstance(header.get("shapes"), dict) and header["shapes"]:
                 self._merge_shapes(run_id, header["shapes"])
+            if isinstance(header.get("names"), dict) and header["names"]:
+                self._name_sites(run_id, header["names"], manifest or {})
         return len(in_bytes)
+
+    def _name_sites(self, run_id: int, names: dict[str, Any], manifest: dict[str, Any]) -> None:
+        """Batch "names": {site: the public name of the callee it ran}, as the probe found it
+        (`probe_names`); the site's canonical API becomes that name where `adopted` says so,
+        else its static one (again). The manifest keeps the static name and written form."""
+        ids = self.site_ids(run_id, names, manifest)  # the name may come before the events
+        for key, found in names.items():
+            info = manifest.get(key) or _site_from_key(key)
+            named = adopted(info, found) if isinstance(found, dict) else None
+            api, written = named or (info.get("api", key), info.get("written", ""))
+            self.db.execute(
+                "UPDATE sites SET api=?, written=? WHERE id=?", (api, written, ids[key])
+            )
 
     def _merge_shapes(self, run_id: int, shapes: dict[str, Any]) -> None:
         """Result "shapes": {site: [distinct shape records, first seen first]}; a site whose

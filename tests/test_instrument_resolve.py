@@ -87,11 +87,11 @@ def test_objects_returned_by_framework_calls() -> None:
             "method",
         ),
         "tf.data.Dataset.from_tensor_slices([1, 2]).shuffle(8).batch": (
-            "tensorflow.data.Dataset.shuffle().batch",
+            "tensorflow.data.Dataset.shuffle/batch",
             "method",
         ),
         "tf.constant": ("tensorflow.constant", "function"),
-        "t.numpy": ("tensorflow.constant().numpy", "method"),
+        "t.numpy": ("tensorflow.constant/numpy", "method"),
         "tf.GradientTape": ("tensorflow.GradientTape", "constructor"),
         "tape.gradient": ("tensorflow.GradientTape.gradient", "method"),
     }
@@ -165,7 +165,7 @@ def test_torch_module_subclass() -> None:
         "self.conv1": ("torch.nn.Conv2d.__call__", "method"),
         "net": ("torch.nn.Module.__call__", "method"),
         "torch.ones": ("torch.ones", "function"),
-        "out.sum": ("torch.nn.Module.__call__().sum", "method"),
+        "out.sum": ("torch.nn.Module.__call__/sum", "method"),
     }  # self.helper is the user's attribute, forward the user's method: neither is wrapped
 
 
@@ -206,10 +206,10 @@ def test_graph_compiled_functions_are_one_unit() -> None:
     found = sites(source)
     assert found == {
         "tf.function": ("tensorflow.function", "function"),
-        "step": ("tensorflow.function(step)", "compiled"),
-        "fast": ("tensorflow.function(plain)", "compiled"),
+        "step": ("tensorflow.function[step]", "compiled"),
+        "fast": ("tensorflow.function[plain]", "compiled"),
         "torch.compile": ("torch.compile", "function"),
-        "compiled": ("torch.compile(Net)", "compiled"),
+        "compiled": ("torch.compile[Net]", "compiled"),
         "model": ("torch.nn.Module.__call__", "method"),
     }  # helper (called from a graph), plain (compiled) and Net.forward: bodies untouched
 

@@ -10,15 +10,24 @@ re-exports:
   ``keras.Sequential``/``keras.Model``; ``keras.layers.Input`` is ``keras.Input``.
 * TensorFlow: ``tensorflow.compat.v2.*`` is ``tensorflow.*``.
 * PyTorch: ``torch.nn.modules.<module>.<Class>`` is ``torch.nn.<Class>``,
-  ``torch.optim.<module>.<Class>`` is ``torch.optim.<Class>``.
+  ``torch.optim.<module>.<Class>`` is ``torch.optim.<Class>`` (not for ``lr_scheduler`` and
+  ``swa_utils``, public modules of their own).
 
 Names of objects that framework calls return (see ``resolve.py``):
 
 * an object built by a constructor ``C(...)`` (a capitalised last component) is a ``C``: its
   methods are ``C.method`` and calling it is ``C.__call__``; an alternative constructor
   ``C.from_x(...)`` called on the class also gives a ``C``;
-* any other framework call ``f(...)`` gives an object named ``f()``: ``tf.constant(1).numpy()``
-  is ``tensorflow.constant().numpy``. This says exactly what is known, never a guessed type.
+* any other framework call ``f(...)`` gives an object of a type unknown here: a method of it is
+  named after the call, ``f/method`` (``tf.constant(1).numpy()`` is
+  ``tensorflow.constant/numpy``; ``loss.backward()`` after ``loss = F.nll_loss(...)`` is
+  ``torch.nn.functional.nll_loss/backward``). This says exactly what is known, never a guessed
+  type, and is only the fallback: the probe names each call it sees from the callee that ran
+  (``fecomlite.probe_names``), so ``torch.Tensor.backward`` replaces it in a report;
+* a graph-compiled unit is ``compiler[target]``: ``tensorflow.function[train_step]``.
+
+No name has ``()`` in it: such a name reads as a chain of calls, and a label cut short then
+names the wrong API.
 """
 
 from __future__ import annotations
@@ -42,8 +51,10 @@ _PREFIX_ALIASES: dict[str, str] = {
 }
 _PATTERN_ALIASES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^torch\.nn\.modules\.\w+\.(?=[A-Z])"), "torch.nn."),
-    (re.compile(r"^torch\.optim\.\w+\.(?=[A-Z])"), "torch.optim."),
+    # schedulers and SWA helpers live in their own public modules, not in torch.optim
+    (re.compile(r"^torch\.optim\.(?!lr_scheduler\.|swa_utils\.)\w+\.(?=[A-Z])"), "torch.optim."),
 )
+RESULT = "/"  # joins a call whose result type is unknown to a member of that result
 
 # Calls that compile a function or module into a graph: the body is measured as one unit.
 COMPILERS: frozenset[str] = frozenset(
@@ -98,6 +109,11 @@ def _rewrite_once(name: str) -> str:
     for pattern, replacement in _PATTERN_ALIASES:
         name = pattern.sub(replacement, name)
     return name
+
+
+def compiled_name(compiler: str, target: str) -> str:
+    """The name of what a graph compiler made of ``target`` (written form or qualname)."""
+    return f"{compiler}[{target}]"
 
 
 def is_class_name(name: str) -> bool:

@@ -37,8 +37,10 @@ from fecomlite.instrument.names import (
     COMPILER_GUARDS,
     COMPILERS,
     KERAS_GRAPH_METHODS,
+    RESULT,
     Roots,
     canonical,
+    compiled_name,
     factory_class,
     is_class_name,
 )
@@ -82,6 +84,7 @@ class CallRecord:
     quotes: frozenset[str]  # quote characters of enclosing f-strings
     in_annotation: bool
     awaited: bool = False  # `await f(x)`: the probe must time the await, not the call
+    loops: tuple[cst.BaseExpression, ...] = ()  # what enclosing `for`s iterate, innermost first
 
 
 @dataclass(eq=False)
@@ -108,6 +111,7 @@ class _Collector:
         self.quotes: frozenset[str] = frozenset()
         self.in_annotation = False
         self.awaiting: cst.BaseExpression | None = None  # the operand of the innermost await
+        self.loops: tuple[cst.BaseExpression, ...] = ()  # in the innermost def, innermost first
         self.counter = 0
 
     def walk(self, node: cst.CSTNode) -> None:
@@ -143,6 +147,7 @@ class _Collector:
                 quotes=self.quotes,
                 in_annotation=self.in_annotation,
                 awaited=node is self.awaiting,
+                loops=self.loops,
             )
         )
         self.children(node)
@@ -172,12 +177,12 @@ class _Collector:
         self.walk(params)  # defaults run in the enclosing scope, at definition time
         if node.returns is not None:
             self.walk(node.returns)
-        saved = (self.func, self.cls, self.chain)
-        self.func, self.cls, self.chain = info, None, (*self.chain, node)
+        saved = (self.func, self.cls, self.chain, self.loops)
+        self.func, self.cls, self.chain, self.loops = info, None, (*self.chain, node), ()
         self.qual.append(node.name.value)
         self.walk(node.body)
         self.qual.pop()
-        self.func, self.cls, self.chain = saved
+        self.func, self.cls, self.chain, self.loops = saved
 
     def class_def(self, node: cst.ClassDef) -> None:
         for decorator in node.decorators:
@@ -253,7 +258,17 @@ class _Collector:
 
     def for_(self, node: cst.For | cst.CompFor) -> None:
         self.mark_targets(node.target)
-        self.children(node)
+        if isinstance(node, cst.CompFor):
+            self.children(node)
+            return
+        self.walk(node.target)
+        self.walk(node.iter)
+        saved = self.loops
+        self.loops = (node.iter, *saved)
+        self.walk(node.body)
+        self.loops = saved
+        if node.orelse is not None:
+            self.walk(node.orelse)
 
     def aug_assign(self, node: cst.AugAssign) -> None:
         self.mark_targets(node.target)
@@ -348,6 +363,28 @@ _HANDLERS: dict[type, Any] = {
 }
 
 
+def iterated_names(iterables: Iterable[cst.BaseExpression]) -> list[str]:
+    """The names loops iterate, innermost loop first: ``train_loader`` in ``for i, (x, y) in
+    enumerate(train_loader)``; a called name (``enumerate``) is not one."""
+    found: list[str] = []
+
+    def add(expr: cst.BaseExpression) -> None:
+        if isinstance(expr, (cst.Name, cst.Attribute)):
+            name = get_full_name_for_node(expr)
+            if name and name not in found:
+                found.append(name)
+        elif isinstance(expr, cst.Call):
+            for arg in expr.args:
+                add(arg.value)
+        elif isinstance(expr, (cst.Tuple, cst.List)):
+            for element in expr.elements:
+                add(element.value)
+
+    for iterable in iterables:
+        add(iterable)
+    return found
+
+
 def collect(module: cst.Module) -> Collected:
     """Pass 1: every call (in source order), binding, function and class of ``module``."""
     collector = _Collector()
@@ -367,15 +404,17 @@ class Api:
 
 @dataclass(frozen=True, slots=True)
 class Obj:
-    """An object a framework call returned; ``member``: reached as an attribute of one."""
+    """An object a framework call returned; ``member``: reached as an attribute of one;
+    ``returned``: of unknown type, ``type`` then names the call that returned it."""
 
     type: str
     member: bool = False
+    returned: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Compiled:
-    name: str  # e.g. "tensorflow.function(train_step)"
+    name: str  # e.g. "tensorflow.function[train_step]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -625,7 +664,7 @@ class Resolver:
             qualified = f"{base.raw}.{attr}"
             return Api(qualified) if self.roots.leads_to(qualified) else None
         if isinstance(base, Obj):
-            return Obj(f"{base.type}.{attr}", member=True)
+            return Obj(f"{base.type}{RESULT if base.returned else '.'}{attr}", member=True)
         if isinstance(base, Compiled):
             return Obj(f"{base.name}.{attr}", member=True)
         if isinstance(base, ProjectModule):
@@ -736,12 +775,15 @@ class Resolver:
             if is_class_name(name):
                 return Resolution(name, "constructor"), Obj(name)
             owner = factory_class(name)
-            return Resolution(name, "function"), Obj(owner if owner else f"{name}()")
+            return Resolution(name, "function"), Obj(owner) if owner else _result(name)
         if isinstance(callee, Obj):
-            api = callee.type if callee.member else f"{callee.type}.__call__"
-            return Resolution(api, "method"), Obj(f"{api}()")
+            if callee.member:
+                api = callee.type
+            else:
+                api = f"{callee.type}{RESULT if callee.returned else '.'}__call__"
+            return Resolution(api, "method"), _result(api)
         if isinstance(callee, Compiled):
-            return Resolution(callee.name, "compiled"), Obj(f"{callee.name}()")
+            return Resolution(callee.name, "compiled"), _result(callee.name)
         if isinstance(callee, UserClass):
             return None, Instance(callee.cls)
         if isinstance(callee, ImportedClass):
@@ -750,7 +792,7 @@ class Resolver:
             if "__call__" in callee.export.members:
                 return None, None
             api = f"{callee.export.api}.__call__"
-            return Resolution(api, "method"), Obj(f"{api}()")
+            return Resolution(api, "method"), _result(api)
         if isinstance(callee, Instance):
             defined, user_call = self._lookup(callee.cls, "__call__", bound=True)
             if defined:
@@ -763,7 +805,7 @@ class Resolver:
             if api_base is None or "__call__" in self._imported_members(callee.cls):
                 return None, None
             api = f"{api_base}.__call__"
-            return Resolution(api, "method"), Obj(f"{api}()")
+            return Resolution(api, "method"), _result(api)
         if isinstance(callee, UserFunc):
             return self._call_user(callee.func)
         if callee is SUPER:
@@ -774,23 +816,22 @@ class Resolver:
     def _call_user(self, func: FuncInfo) -> tuple[Resolution | None, Value]:
         compiler = self.compiler_of(func)
         if compiler is not None:
-            name = f"{compiler}({func.qualname})"
-            return Resolution(name, "compiled"), Obj(f"{name}()")
+            name = compiled_name(compiler, func.qualname)
+            return Resolution(name, "compiled"), _result(name)
         return None, self.returns(func)
 
     def _compiled_name(self, compiler: str, node: cst.Call) -> str:
         target = _first_positional(node)
         if target is None:
-            return f"{compiler}()"
+            return compiled_name(compiler, "")
         value = self.value(target)
         if isinstance(value, UserFunc):
-            return f"{compiler}({value.func.qualname})"
+            return compiled_name(compiler, value.func.qualname)
         if isinstance(value, (UserClass, Instance)):
-            return f"{compiler}({value.cls.qualname})"
+            return compiled_name(compiler, value.cls.qualname)
         if isinstance(value, (ImportedClass, ImportedInstance)):
-            return f"{compiler}({value.export.name})"
-        written = get_full_name_for_node(target)
-        return f"{compiler}({written or '...'})"
+            return compiled_name(compiler, value.export.name)
+        return compiled_name(compiler, get_full_name_for_node(target) or "...")
 
     def compiler_of(self, func: FuncInfo) -> str | None:
         """The compiler a decorator applies to ``func`` (``tensorflow.function``...), if any."""
@@ -878,6 +919,11 @@ class Resolver:
                 values.add(self.value(arg))
         values.discard(None)
         return values.pop() if len(values) == 1 else None
+
+
+def _result(call: str) -> Obj:
+    """What a call whose result type is unknown statically returns: named by the call."""
+    return Obj(call, returned=True)
 
 
 def _first_positional(node: cst.Call) -> cst.BaseExpression | None:

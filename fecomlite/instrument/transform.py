@@ -23,8 +23,9 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from fecomlite.instrument.exports import ProjectView
 from fecomlite.instrument.names import Roots
-from fecomlite.instrument.resolve import CallRecord, Site, find_sites
+from fecomlite.instrument.resolve import CallRecord, Site, find_sites, iterated_names
 from fecomlite.instrument.scopes import resolve_scopes
+from fecomlite.probe_hyperparams import TRAINING_STEPS
 
 PROBE = "__fecomlite__"
 IMPORT = f"import fecomlite.probe as {PROBE}"
@@ -303,6 +304,9 @@ def _splice(
         }
         if segment.cell is not None:
             entry["cell"] = segment.cell
+        loop = iterated_names(record.loops) if callee.rpartition(".")[2] in TRAINING_STEPS else []
+        if loop:
+            entry["loop"] = loop  # where the probe reads the training's batch size
         result.sites.append(entry)
     if not result.sites:
         return result
