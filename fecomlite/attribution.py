@@ -186,16 +186,24 @@ def power_intervals(
         period = period_s or float(np.median(gaps) / NS)
         return SensorIntervals(t, energy, np.zeros(t.size), 0.0, period)
     ch = _first_reads(p)
-    if ch.size < 1:
-        return _empty_intervals()
     period = period_s or _period(np.diff(t[ch]))
     if not np.isfinite(period):
-        period = float((t[-1] - t[0]) / NS)
+        period = float(np.median(np.diff(t)) / NS)
     period_ns = max(int(round(period * NS)), 1)
     updates, sigma = _update_times(t, ch, period)
-    edges = np.concatenate(([updates[0] - period_ns], updates))
-    sigma = np.concatenate(([period_ns / np.sqrt(12)], sigma))
-    edges, power, sigma = _split_windows(edges, p[ch - 1], p[ch], sigma, period_ns)
+    # the value read first held from the first read (or one period before the first change),
+    # the value read last holds to the last read: a series that stays at one value (an estimate
+    # at its ceiling) keeps its energy to the end
+    lead = min(int(t[0]), int(updates[0]) - period_ns) if ch.size else int(t[0])
+    edges = np.concatenate(([lead], updates, [t[-1]]))
+    sigma = np.concatenate(([period_ns / np.sqrt(12)], sigma, [period_ns / np.sqrt(12)]))
+    old = np.concatenate((p[ch - 1], p[-1:]))
+    new = np.concatenate((p[ch], p[-1:]))
+    if edges[-1] <= edges[-2]:  # the last read showed the last change: no held stretch
+        edges, sigma, old, new = edges[:-1], sigma[:-1], old[:-1], new[:-1]
+    if edges.size < 2:
+        return _empty_intervals()
+    edges, power, sigma = _split_windows(edges, old, new, sigma, period_ns)
     return SensorIntervals(edges, np.diff(edges) / NS * power, sigma, 0.0, period)
 
 
@@ -210,7 +218,6 @@ def _split_windows(
     """
     widths = np.diff(edges)
     pieces = np.maximum(np.rint(widths / period_ns), 1).astype(np.int64)
-    pieces[0] = 1
     ends = np.cumsum(pieces)
     within = np.arange(ends[-1]) - np.repeat(ends - pieces, pieces)
     count = np.repeat(pieces, pieces)
