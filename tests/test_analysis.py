@@ -232,9 +232,16 @@ def test_a_region_is_inclusive_of_the_calls_inside_it(analysed):
 def test_domain_totals_shares_and_repetitions(analysed):
     _, _, result = analysed
     gpu = next(d for d in result.domains if d["domain"] == "gpu:0")
-    assert gpu["in_calls_J"] + gpu["outside_calls_J"] == pytest.approx(gpu["above_idle_J"])
+    # the program's figures add up; the tail and the rest of the recording stand apart
+    assert gpu["in_calls_J"] + gpu["outside_calls_J"] == pytest.approx(gpu["program_J"])
+    assert gpu["program_J"] + gpu["tail_J"] + gpu["other_J"] == pytest.approx(gpu["above_idle_J"])
+    assert gpu["program_J"] == pytest.approx(
+        sum(r["energy"]["gpu:0"]["above_idle_J"] for r in result.per_rep))
+    assert gpu["role"] == "disjoint" and gpu["addable"]
     assert gpu["total_J"] == pytest.approx(gpu["idle_J"] + gpu["above_idle_J"])
-    assert 0.95 < result.share_in_calls["gpu:0"] <= 1.0
+    # calls share the sensor intervals cut by a repetition's start or end: up to that much over
+    assert 0.95 < result.share_in_calls["gpu:0"] <= 1.0 + gpu["resolution_J"] / gpu["program_J"]
+    assert -gpu["outside_calls_J"] <= gpu["outside_calls_noise_J"]
     assert len(result.per_rep) == 2
     for rep in result.per_rep:
         e = rep["energy"]["gpu:0"]
