@@ -53,17 +53,17 @@ class RunAnalysis:
     (where it came from, idle_sigma_W), total_J and above_idle_J (the whole recording), the
     program's figures (`_program_figures`: program_J = in_calls_J + outside_calls_J; tail_J and
     other_J apart), their noise (noise_J, tail_noise_J, resolution_J, outside_calls_noise_J),
-    reliable (false for machine-level domains on a busy machine), method. calls: one numpy array per column, one row
-    per event, in (rep, start) order: rep, site (index into site_keys), api (index into
-    api_names), site_id, pid, tid, t_start_ns, t_end_ns, duration_s, status, in/out_bytes,
-    parent (row index, −1), depth; per-domain dicts {domain: array} of energy_J (inclusive,
-    above idle), energy_total_J (with the idle share), self_energy_J, uncertainty_J (1σ),
-    below_resolution; memory: rss_start_B, rss_end_B, rss_peak_B, gpu_mem_start_B,
+    reliable (false for machine-level domains on a busy machine), method. calls: one numpy array
+    per column, one row per event, in (rep, start) order: rep, site (index into site_keys), api
+    (index into api_names), site_id, pid, tid, t_start_ns, t_end_ns, duration_s, status,
+    in/out_bytes, parent (row index, −1), depth; per-domain dicts {domain: array} of energy_J
+    (inclusive, above idle), energy_total_J (with the idle share), self_energy_J, uncertainty_J
+    (1σ), below_resolution; memory: rss_start_B, rss_end_B, rss_peak_B, gpu_mem_start_B,
     gpu_mem_end_B, gpu_mem_peak_B (NaN without a sensor). sites, apis: rows from `_aggregate`,
     most costly first; their `share` is of the domain's program_J (NaN when that is within
     noise). per_rep: per repetition totals. share_in_calls: per domain, in_calls_J / program_J.
-    load: `machine_load`, whether other processes used the machine. intensities: per domain, the fitted
-    API intensities and the method used (also stored as the run's "intensities" result).
+    load: `machine_load`, whether other processes used the machine. intensities: per domain, the
+    fitted API intensities and the method used (also stored as the run's "intensities" result).
     levels: method-level calls against the project-level total, when both runs exist.
     """
 
