@@ -199,6 +199,24 @@ def _addable(domain: str) -> bool:
     return bool(domain_role(domain)["addable"])
 
 
+def ceiling_W(
+    sensor: dict[str, Any], details: dict[str, Any], values: np.ndarray, idle: float
+) -> float:
+    """The most any call can draw above idle in this domain: an estimate's model maximum (less
+    idle), else a power sensor's highest reading above idle; unbounded for a counter."""
+    params = (details.get(sensor["name"]) or {}).get("model_params") or {}
+    top = None
+    if params.get("max_w") is not None:
+        top = float(params["max_w"]) - (float(params.get("idle_w") or 0.0)
+                                        if sensor["model"] in ABOVE_IDLE_MODELS else idle)
+    elif params.get("gib") is not None and params.get("static_w_per_gib") is not None:
+        top = float(params["gib"]) * (float(params["static_w_per_gib"])
+                                      + float(params.get("active_w_per_gib") or 0.0)) - idle
+    elif sensor["kind"] == "power" and values.size:
+        top = float(np.nanmax(values)) - idle
+    return max(top, 0.0) if top is not None and math.isfinite(top) else math.inf
+
+
 # -- memory -----------------------------------------------------------------------------------
 
 
@@ -351,13 +369,15 @@ def analyse_run(
             idle = at.estimate_idle_W(iv, t0, t1)
             idle_source = "estimated from quiet intervals (no baseline stored)"
         activities = fit_names
+        ceiling = ceiling_W(sensor, details, v, idle)
         if domain in HOST_DOMAINS and host is not None:
-            res = _calls_only(at.attribute(iv, method=method, idle_W=idle, **host), n)
+            res = _calls_only(at.attribute(iv, method=method, idle_W=idle, ceiling_W=ceiling,
+                                           **host), n)
             activities = [*fit_names, OUTSIDE_CALLS]
         else:
             res = at.attribute(
                 iv, t0, t1, idle_W=idle, thread=thread, group=fit_of, method=method,
-                ngroups=max(len(fit_names), 1), nest=(parent, depth),
+                ngroups=max(len(fit_names), 1), nest=(parent, depth), ceiling_W=ceiling,
             )
         methods_used.add(res.method)
         results[domain] = res
@@ -648,10 +668,11 @@ def _intensity_record(res: at.Attribution, api_names: list[str], asked: str) -> 
     record.update({
         "supported": fit.supported, "reason": fit.reason, "pooled_W": fit.pooled_W,
         "cv_gain": fit.cv_gain, "wald_p": fit.wald_p, "rel_residual": fit.rel_residual,
-        "intervals": fit.rows,
+        "intervals": fit.rows, "ceiling_W": fit.ceiling_W,
         "apis": {
             name: {"intensity_W": float(fit.intensity_W[i]), "sigma_W": float(fit.sigma_W[i]),
-                   "busy_s": float(fit.busy_s[i]), "distinct": bool(fit.distinct[i])}
+                   "busy_s": float(fit.busy_s[i]), "distinct": bool(fit.distinct[i]),
+                   "identifiable": bool(fit.identifiable[i]), "capped": bool(fit.capped[i])}
             for i, name in enumerate(api_names) if fit.busy_s[i] > 0
         },
     })

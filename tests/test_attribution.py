@@ -312,3 +312,18 @@ def test_auto_falls_back_to_overlap_when_apis_always_come_together():
     res = at.attribute(iv, t0, t1, idle_W=50.0, group=group, method="auto")
     assert res.method == "overlap" and res.fell_back
     assert not res.fit.supported and res.fit.reason
+
+
+def test_a_short_lived_api_is_not_identifiable_and_no_intensity_exceeds_the_ceiling():
+    # issue 13: manual_seed at 1.17 kW from 4 µs of busy time on a CPU modelled at 10 W at most
+    iv, t0, t1, group, _ = synthetic_mix(seed=4, seconds=20.0)
+    blip = np.array([t1[100] + 10_000])  # one 4 µs call of a third API between two calls
+    t0, t1 = np.concatenate((t0, blip)), np.concatenate((t1, blip + 4_000))
+    group = np.concatenate((group, [2]))
+    order = np.argsort(t0, kind="stable")
+    t0, t1, group = t0[order], t1[order], group[order]
+    res = at.attribute(iv, t0, t1, idle_W=50.0, group=group, method="auto", ceiling_W=200.0)
+    fit = res.fit
+    assert list(fit.identifiable) == [True, True, False]
+    assert not np.isfinite(fit.sigma_W[2])  # no own estimate: the pooled figure of the rest
+    assert fit.intensity_W.max() <= 200.0 and fit.capped[0]  # 300 W true, cut to the ceiling
