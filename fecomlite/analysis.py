@@ -585,7 +585,7 @@ def machine_load(
     of all CPUs. Above BUSY_SHARE the machine-level above-idle figures are unreliable: the
     baseline or the program's power held other processes' work. GPUs are not checked here."""
     by_name = {s["name"]: s for s in sensors}
-    out: dict[str, Any] = {"checked": [], "not_checked": [], "busy": False,
+    out: dict[str, Any] = {"checked": [], "not_checked": [], "busy": False, "text": "",
                            "baseline_other_pct": math.nan, "program_other_pct": math.nan}
     machine = by_name.get("util:cpu")
     if machine is None:

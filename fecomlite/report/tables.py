@@ -87,8 +87,9 @@ def _energy_columns(domain: dict[str, Any], *, with_total: bool) -> list[Column]
                f"{d} per_call_mean_J", g,
                ci=(("energy", d, "per_call", "ci95_low"), ("energy", d, "per_call", "ci95_high")),
                title="mean above-idle energy per call, with the 95 % t-interval of the mean"),
-        Column(f"{d}:share", "share", "%", ("energy", d, "share"), f"{d} share", g,
-               title="share of the run's above-idle energy in this domain"),
+        Column(f"{d}:share", "% of program", "%", ("energy", d, "share"), f"{d} share", g,
+               title="of the program's above-idle energy in this domain (the repetitions, start "
+                     "to end); nested calls are counted in their callers too"),
     ]
     return cols
 
