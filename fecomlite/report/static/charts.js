@@ -52,7 +52,7 @@
     const scale = SCALES[unit];
     if (!scale) return sign + sig3(v) + (unit ? " " + unit : "");
     if (v === 0) return "0 " + unit;
-    if (Math.abs(v) < scale[0][1] * 1e-3) return sign + Number(v).toPrecision(3) + " " + unit;
+    if (Math.abs(v) < scale[0][1] * 1e-3) return "0 " + unit;  // rounding residue, as units.scaled
     let name = scale[0][0], factor = scale[0][1];
     for (const [n, f] of scale) {
       if (Math.abs(v) >= f * 0.9995) { name = n; factor = f; }
