@@ -709,20 +709,26 @@ def _aggregate(
             "energy": {},
             "memory": _memory_row(calls, idx),
         }
+        busy_s = row["total_time_s"]
         for domain, info in domains.items():
             e = calls["energy_J"][domain][idx]
             per_rep = [float(e[rep[idx] == r].sum()) for r in rep_ids]
             rep_mean, rep_lo, rep_hi = mean_ci95(np.array(per_rep))
+            # the sharing inside sensor intervals, and the idle baseline's own spread over the
+            # calls' time (what subtracting an idle level that drifts can be off by)
+            sigma = math.hypot(
+                at.group_uncertainty(results[domain], idx, int(api_of_group[g])),
+                _finite_or_0(info.get("idle_sigma_W", math.nan)) * busy_s)
             row["energy"][domain] = {
                 "sensor": info["sensor"], "provenance": info["provenance"],
                 "model": info["model"], "method": info["method"],
                 "above_idle_J": float(e.sum()),
                 "total_J": float(calls["energy_total_J"][domain][idx].sum()),
                 "self_J": float(calls["self_energy_J"][domain][idx].sum()),
-                "uncertainty_J": at.group_uncertainty(results[domain], idx,
-                                                      int(api_of_group[g])),
-                "per_call": _summary(e),
+                "uncertainty_J": sigma,
+                "per_call": {**_summary(e), "noise_J": sigma / idx.size if idx.size else math.nan},
                 "share": float(e.sum() / above[domain]),
+                "share_sigma": sigma / above[domain],
                 "below_resolution_share": float(calls["below_resolution"][domain][idx].mean())
                 if idx.size else math.nan,
                 "per_rep_J": per_rep, "rep_mean_J": rep_mean,
@@ -737,10 +743,13 @@ def _cross_domain(energy: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The sum over additive domains (package, DRAM, GPUs), `estimated` if any part is."""
     parts = {d: e for d, e in energy.items() if _addable(d)}
     if not parts:
-        return {"above_idle_J": math.nan, "total_J": math.nan, "provenance": None, "domains": []}
+        return {"above_idle_J": math.nan, "uncertainty_J": math.nan, "total_J": math.nan,
+                "provenance": None, "domains": []}
     estimated = any(e["provenance"] != "measured" for e in parts.values())
     return {
         "above_idle_J": float(sum(e["above_idle_J"] for e in parts.values())),
+        "uncertainty_J": math.sqrt(sum(_finite_or_0(e["uncertainty_J"]) ** 2
+                                       for e in parts.values())),
         "total_J": float(sum(e["total_J"] for e in parts.values())),
         "provenance": "estimated" if estimated else "measured",
         "domains": sorted(parts),
@@ -748,6 +757,9 @@ def _cross_domain(energy: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def _memory_row(calls: dict[str, Any], idx: np.ndarray) -> dict[str, float]:
+    """Per group, for RSS (rss_*) and GPU memory (gpu_mem_*): the peak the process reached,
+    the mean memory a call retains (delta), the peak above the level the call started at (max
+    and mean over calls) and the transient part (peak above both its start and end level)."""
     def nanmax(a: np.ndarray) -> float:
         a = a[np.isfinite(a)]
         return float(a.max()) if a.size else math.nan
@@ -756,13 +768,20 @@ def _memory_row(calls: dict[str, Any], idx: np.ndarray) -> dict[str, float]:
         a = a[np.isfinite(a)]
         return float(a.mean()) if a.size else math.nan
 
-    return {
-        "rss_peak_max_B": nanmax(calls["rss_peak_B"][idx]),
-        "rss_delta_mean_B": nanmean(calls["rss_end_B"][idx] - calls["rss_start_B"][idx]),
-        "gpu_mem_peak_max_B": nanmax(calls["gpu_mem_peak_B"][idx]),
-        "gpu_mem_delta_mean_B": nanmean(calls["gpu_mem_end_B"][idx]
-                                        - calls["gpu_mem_start_B"][idx]),
-    }
+    out = {}
+    for key in ("rss", "gpu_mem"):
+        start, end, peak = (calls[f"{key}_{c}_B"][idx] for c in ("start", "end", "peak"))
+        out.update({
+            # the process's highest level during the calls (every API shares the same process)
+            f"{key}_peak_max_B": nanmax(peak),
+            # what a call leaves behind (retained), and how far above its starting level it
+            # went while it ran (its own working memory, transient part included)
+            f"{key}_delta_mean_B": nanmean(end - start),
+            f"{key}_peak_above_start_max_B": nanmax(peak - start),
+            f"{key}_peak_above_start_mean_B": nanmean(peak - start),
+            f"{key}_transient_mean_B": nanmean(peak - np.maximum(start, end)),
+        })
+    return out
 
 
 def _sort_key(domains: list[dict[str, Any]]) -> Callable[[dict[str, Any]], float]:
@@ -863,6 +882,9 @@ _ENERGY_COLUMNS = ("above_idle_J", "total_J", "self_J", "uncertainty_J", "share"
                    "below_resolution_share", "rep_mean_J", "rep_ci95_low", "rep_ci95_high",
                    "provenance", "model", "method")
 _PER_CALL_COLUMNS = ("mean", "median", "stdev", "ci95_low", "ci95_high")
+_MEMORY_COLUMNS = ("rss_peak_max_B", "rss_delta_mean_B", "rss_peak_above_start_max_B",
+                   "rss_transient_mean_B", "gpu_mem_peak_max_B", "gpu_mem_delta_mean_B",
+                   "gpu_mem_peak_above_start_max_B", "gpu_mem_transient_mean_B")
 
 
 def _table_csv(rows: list[dict[str, Any]], kind: str) -> str:
@@ -871,8 +893,7 @@ def _table_csv(rows: list[dict[str, Any]], kind: str) -> str:
     for d in domains:
         header += [f"{d} {c}" for c in _ENERGY_COLUMNS]
         header += [f"{d} per_call_{c}_J" for c in _PER_CALL_COLUMNS]
-    header += ["all_domains_above_idle_J", "all_domains_provenance",
-               "rss_peak_max_B", "rss_delta_mean_B", "gpu_mem_peak_max_B"]
+    header += ["all_domains_above_idle_J", "all_domains_provenance", *_MEMORY_COLUMNS]
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(header)
@@ -884,8 +905,7 @@ def _table_csv(rows: list[dict[str, Any]], kind: str) -> str:
             line += [e.get(c, "") for c in _ENERGY_COLUMNS]
             line += [e.get("per_call", {}).get(c, "") for c in _PER_CALL_COLUMNS]
         line += [r["all_domains"]["above_idle_J"], r["all_domains"]["provenance"],
-                 r["memory"]["rss_peak_max_B"], r["memory"]["rss_delta_mean_B"],
-                 r["memory"]["gpu_mem_peak_max_B"]]
+                 *(r["memory"][c] for c in _MEMORY_COLUMNS)]
         writer.writerow(["" if isinstance(x, float) and not math.isfinite(x) else x
                          for x in line])
     return buf.getvalue()

@@ -265,6 +265,9 @@ def test_memory_per_call(analysed):
     assert calls["gpu_mem_peak_B"][long] >= mem.values[inside].max()
     row = api_row(result, "torch.matmul")["memory"]
     assert row["rss_peak_max_B"] == RSS_PEAK
+    # issue 13: each API's own memory, not the process's peak: above the level its call began
+    assert row["rss_peak_above_start_max_B"] == RSS_PEAK - RSS_BASE
+    assert row["rss_transient_mean_B"] <= row["rss_peak_above_start_mean_B"]
 
 
 def test_intensities_are_stored_with_the_run(analysed):

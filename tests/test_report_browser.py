@@ -276,3 +276,25 @@ def test_the_top_apis_chart_reads_like_report_json(opened: Any, pages: dict[str,
     first = data["items"][0]
     # the bar's total label: the sum of its disjoint domains (estimated when a part is)
     assert units.scaled(sum(first["values"].values()), "J") + " (estimated)" in labels
+
+
+def test_the_api_table_fits_1280_px_and_the_column_chooser_shows_more(
+    browser: Browser, pages: dict[str, Path],
+) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        page.goto(pages["run"].as_uri())
+        page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+        wrap = page.locator("#apis .table-wrap")
+        assert wrap.evaluate("w => w.scrollWidth <= w.clientWidth + 1")
+        total = page.locator("#apis-table thead th[data-col='gpu:0:total']")
+        assert total.is_hidden()
+        page.locator("#apis details.columns summary").click()
+        page.locator("#apis details.columns input").nth(
+            int(total.get_attribute("data-index") or 0)).check()
+        assert total.is_visible()
+        assert page.locator("#apis-table tbody tr").first.locator(
+            f"td[data-c='{total.get_attribute('data-index')}']").is_visible()
+        assert page.locator("[data-chart='memory']").get_attribute("data-drawn") == "1"
+    finally:
+        page.close()

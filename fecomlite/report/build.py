@@ -18,7 +18,7 @@ import numpy as np
 from fecomlite.analysis import RunAnalysis, analyse_run, mean_ci95
 from fecomlite.report import tables, units
 from fecomlite.report.model_section import model_section
-from fecomlite.report.palette import SERIES_COLORS, domain_color, domain_name
+from fecomlite.report.palette import SERIES_COLORS, domain_color, domain_name, shade
 from fecomlite.report.timeline import TimelineBuilder
 from fecomlite.sensors.estimate import MODELS
 from fecomlite.store import Store
@@ -56,6 +56,7 @@ def build_report(store: Store, run_id: int, method: str = "auto",
         "bars": _bars_chart(a),
         "timeline": timeline.timeline(),
         "scatter": _scatter_chart(a),
+        "memory": _memory_chart(a),
         **{f"tail-{i}": chart for i, chart in enumerate(tails)},
     }
     levels = _levels(a)
@@ -423,6 +424,38 @@ def _bars_chart(a: RunAnalysis) -> dict[str, Any]:
         "series": [s for s in _domain_series(a) if s["key"] in keys],
         "items": items, "empty": "no API has energy above idle",
     }
+
+
+def _memory_chart(a: RunAnalysis) -> dict[str, Any]:
+    """APIs by how far their calls took memory above the level they started at (the most over
+    their calls), beside what a call retains on average: each API's own memory, not the whole
+    process's peak that every API shares."""
+    keys = [("rss", "RSS", SERIES_COLORS[4])]
+    if tables.has_gpu_memory(a.apis):
+        keys.append(("gpu_mem", "GPU memory", SERIES_COLORS[5]))
+    series, rank = [], []
+    for key, name, color in keys:
+        series.append({"key": f"{key}:above", "color": color,
+                       "label": f"{name}: peak above the call's start (most over its calls)"})
+        series.append({"key": f"{key}:retained", "color": shade(color, 1, 2),
+                       "label": f"{name}: retained per call (mean)"})
+    for r in a.apis:
+        m = r["memory"]
+        values = {}
+        for key, _, _ in keys:
+            above, kept = _finite(m.get(f"{key}_peak_above_start_max_B")), _finite(
+                m.get(f"{key}_delta_mean_B"))
+            if above is not None and above > 0:
+                values[f"{key}:above"] = above
+            if kept is not None and kept > 0:
+                values[f"{key}:retained"] = kept
+        if values:
+            rank.append((max(values.values()), {"label": r["api"], "values": values,
+                                                "note": f"{r['calls']:,} calls"}))
+    rank.sort(key=lambda x: -x[0])
+    return {"type": "bars", "mode": "grouped", "unit": "B", "series": series,
+            "items": [item for _, item in rank[:TOP_BARS]], "totals": False,
+            "empty": "no API raised memory above its starting level"}
 
 
 def _scatter_chart(a: RunAnalysis) -> dict[str, Any]:

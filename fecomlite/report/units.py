@@ -59,6 +59,8 @@ def percent(value: float | None) -> str:
     if value == 0:
         return "0 %"
     pct = value * 100
+    if abs(pct) < 0.01:  # nothing a reader can use, and noise when negative
+        return "≈ 0 %"
     return f"{sig3(pct) if abs(pct) < 100 else f'{pct:.0f}'} %"
 
 

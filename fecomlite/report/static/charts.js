@@ -44,6 +44,7 @@
     const sign = signed && v > 0 ? "+" : "";
     if (unit === "%") {
       const pct = v * 100;
+      if (pct !== 0 && Math.abs(pct) < 0.01) return "≈ 0 %";  // as units.percent
       return sign + (Math.abs(pct) < 100 ? sig3(pct) : pct.toFixed(0)) + " %";
     }
     if (unit === "s" && Math.abs(v) >= 120) {
