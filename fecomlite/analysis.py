@@ -30,6 +30,11 @@ from fecomlite.store import Store
 ENERGY_KINDS = ("counter", "power")
 MOVING_AVERAGE_S = 0.5  # a power sensor that averages over longer than this is never attributed
 ADDITIVE_DOMAINS = ("cpu-package", "dram")  # plus gpu:N; cpu-core/uncore/psys overlap these
+# A *share* domain is the measured program's part of another domain (its whole): never added to
+# a total, and compared with its whole to see whether other processes loaded the machine.
+SHARE_OF = {"cpu-process": "cpu-package"}
+PART_OF = {"cpu-core": "cpu-package", "uncore": "cpu-package"}  # psys: the whole platform
+BUSY_SHARE = 0.10  # other processes above this share of all CPUs: the machine was not quiet
 # The host runs the user's own Python between wrapped calls: there, time outside calls is an
 # activity of its own (a GPU, synchronised at probe boundaries, is idle between calls).
 HOST_DOMAINS = ("cpu-package", "cpu-core", "uncore", "psys", "dram", "cpu-process")
@@ -44,17 +49,21 @@ class RunAnalysis:
 
     run, repetitions: the store's rows. sensors: every sensor with its metadata and whether it
     was attributed. domains: one row per energy domain: the sensor used, provenance, model,
-    idle_W (and where it came from), total_J, above_idle_J, in_calls_J, outside_calls_J, tail_J
-    (after each repetition's program ended), method. calls: one numpy array per column, one row
-    per event, in (rep, start) order: rep, site (index into site_keys), api (index into
-    api_names), site_id, pid, tid, t_start_ns, t_end_ns, duration_s, status, in/out_bytes,
-    parent (row index, −1), depth; per-domain dicts {domain: array} of energy_J (inclusive,
-    above idle), energy_total_J (with the idle share), self_energy_J, uncertainty_J (1σ),
-    below_resolution; memory: rss_start_B, rss_end_B, rss_peak_B, gpu_mem_start_B,
+    role/of/addable/meaning (`domain_role`: only `disjoint` domains are ever summed), idle_W
+    (where it came from, idle_sigma_W), total_J and above_idle_J (the whole recording), the
+    program's figures (`_program_figures`: program_J = in_calls_J + outside_calls_J; tail_J and
+    other_J apart), their noise (noise_J, tail_noise_J, resolution_J, outside_calls_noise_J),
+    reliable (false for machine-level domains on a busy machine), method. calls: one numpy array
+    per column, one row per event, in (rep, start) order: rep, site (index into site_keys), api
+    (index into api_names), site_id, pid, tid, t_start_ns, t_end_ns, duration_s, status,
+    in/out_bytes, parent (row index, −1), depth; per-domain dicts {domain: array} of energy_J
+    (inclusive, above idle), energy_total_J (with the idle share), self_energy_J, uncertainty_J
+    (1σ), below_resolution; memory: rss_start_B, rss_end_B, rss_peak_B, gpu_mem_start_B,
     gpu_mem_end_B, gpu_mem_peak_B (NaN without a sensor). sites, apis: rows from `_aggregate`,
-    most costly first. per_rep: per repetition totals. share_in_calls: per domain, the part of
-    the repetitions' above-idle energy attributed to calls. intensities: per domain, the fitted
-    API intensities and the method used (also stored as the run's "intensities" result).
+    most costly first; their `share` is of the domain's program_J (NaN when that is within
+    noise). per_rep: per repetition totals. share_in_calls: per domain, in_calls_J / program_J.
+    load: `machine_load`, whether other processes used the machine. intensities: per domain, the
+    fitted API intensities and the method used (also stored as the run's "intensities" result).
     levels: method-level calls against the project-level total, when both runs exist.
     """
 
@@ -73,6 +82,7 @@ class RunAnalysis:
     api_names: list[str] = field(default_factory=list)
     levels: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    load: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self, include_calls: bool = False) -> dict[str, Any]:
         """Plain dicts, lists, floats and strings (NaN → None); per-call rows only when asked."""
@@ -82,6 +92,7 @@ class RunAnalysis:
             "per_rep": self.per_rep, "share_in_calls": self.share_in_calls,
             "intensities": self.intensities, "method": self.method, "levels": self.levels,
             "notes": self.notes, "site_keys": self.site_keys, "api_names": self.api_names,
+            "load": self.load,
         }
         if include_calls:
             out["calls"] = self.calls
@@ -163,6 +174,47 @@ def _idle_W(run: dict[str, Any], name: str) -> float | None:
     if isinstance(value, dict):
         value = value.get("mean_w")
     return None if value is None else float(value)
+
+
+def domain_role(domain: str) -> dict[str, Any]:
+    """How a domain's figures combine with the others': `disjoint` domains (CPU package, DRAM,
+    each GPU) are separate hardware and add up; a `share` is the measured program's part of
+    another domain (`of`); a `part` lies inside another domain; `overlaps` covers several."""
+    if domain in ADDITIVE_DOMAINS or domain.startswith("gpu:"):
+        return {"role": "disjoint", "of": None, "addable": True,
+                "meaning": "its own hardware: adds to the other disjoint domains"}
+    if domain in SHARE_OF or domain.startswith("process-gpu:"):
+        whole = SHARE_OF.get(domain) or "gpu:" + domain.split(":", 1)[1]
+        return {"role": "share", "of": whole, "addable": False,
+                "meaning": f"the measured program's share of {whole}, counted from 0 W: "
+                           f"part of {whole}, never added to it"}
+    if domain in PART_OF:
+        return {"role": "part", "of": PART_OF[domain], "addable": False,
+                "meaning": f"a part of {PART_OF[domain]}: never added to it"}
+    return {"role": "overlaps", "of": None, "addable": False,
+            "meaning": "overlaps the other domains: never added to them"}
+
+
+def _addable(domain: str) -> bool:
+    return bool(domain_role(domain)["addable"])
+
+
+def ceiling_W(
+    sensor: dict[str, Any], details: dict[str, Any], values: np.ndarray, idle: float
+) -> float:
+    """The most any call can draw above idle in this domain: an estimate's model maximum (less
+    idle), else a power sensor's highest reading above idle; unbounded for a counter."""
+    params = (details.get(sensor["name"]) or {}).get("model_params") or {}
+    top = None
+    if params.get("max_w") is not None:
+        top = float(params["max_w"]) - (float(params.get("idle_w") or 0.0)
+                                        if sensor["model"] in ABOVE_IDLE_MODELS else idle)
+    elif params.get("gib") is not None and params.get("static_w_per_gib") is not None:
+        top = float(params["gib"]) * (float(params["static_w_per_gib"])
+                                      + float(params.get("active_w_per_gib") or 0.0)) - idle
+    elif sensor["kind"] == "power" and values.size:
+        top = float(np.nanmax(values)) - idle
+    return max(top, 0.0) if top is not None and math.isfinite(top) else math.inf
 
 
 # -- memory -----------------------------------------------------------------------------------
@@ -291,6 +343,7 @@ def analyse_run(
         "below_resolution": {},
     }
     chosen, notes = choose_energy_sensors(sensors, details)
+    baseline = store.result(run_id, "idle_baseline") or {}
     domains: list[dict[str, Any]] = []
     intensities: dict[str, Any] = {}
     methods_used: set[str] = set()
@@ -316,13 +369,15 @@ def analyse_run(
             idle = at.estimate_idle_W(iv, t0, t1)
             idle_source = "estimated from quiet intervals (no baseline stored)"
         activities = fit_names
+        ceiling = ceiling_W(sensor, details, v, idle)
         if domain in HOST_DOMAINS and host is not None:
-            res = _calls_only(at.attribute(iv, method=method, idle_W=idle, **host), n)
+            res = _calls_only(at.attribute(iv, method=method, idle_W=idle, ceiling_W=ceiling,
+                                           **host), n)
             activities = [*fit_names, OUTSIDE_CALLS]
         else:
             res = at.attribute(
                 iv, t0, t1, idle_W=idle, thread=thread, group=fit_of, method=method,
-                ngroups=max(len(fit_names), 1), nest=(parent, depth),
+                ngroups=max(len(fit_names), 1), nest=(parent, depth), ceiling_W=ceiling,
             )
         methods_used.add(res.method)
         results[domain] = res
@@ -332,16 +387,18 @@ def analyse_run(
                          ("below_resolution", res.below_resolution)):
             calls[key][domain] = arr
         rep_energy[domain] = _rep_energy(iv, idle, reps)
-        tail = sum(e["tail_J"] for e in rep_energy[domain] if math.isfinite(e["tail_J"]))
         in_reps = sum(at.window_energy(iv, idle, a, b)[1] for a, b in rep_windows)
         domains.append({
             "domain": domain, "sensor": sensor["name"], "kind": sensor["kind"],
             "provenance": sensor["provenance"], "model": sensor["model"],
+            **domain_role(domain),
             "period_s": iv.period_s, "idle_W": idle, "idle_source": idle_source,
+            "idle_sigma_W": 0.0 if sensor["model"] in ABOVE_IDLE_MODELS else _idle_sigma_W(
+                baseline, sensor["name"]),
             "total_J": res.total_J, "idle_J": res.idle_J, "above_idle_J": res.above_idle_J,
             "in_calls_J": res.in_calls_J, "in_calls_total_J": res.in_calls_total_J,
-            "outside_calls_J": res.outside_calls_J, "tail_J": tail,
             "above_idle_in_reps_J": in_reps, "method": res.method, "fell_back": res.fell_back,
+            **_program_figures(rep_energy[domain], res, reps),
         })
         intensities[domain] = _intensity_record(res, activities, method)
     if intensities:
@@ -350,8 +407,20 @@ def analyse_run(
     memory, memory_sensors = _memory(store, sensors, t0, t1)
     calls.update(memory)
     dom_info = {d["domain"]: d for d in domains}
-    above_by_domain = {d["domain"]: d["above_idle_in_reps_J"] or d["above_idle_J"]
-                       for d in domains}
+    for d in domains:
+        # the idle baseline's spread over the program's time; and the sensor's resolution: the
+        # intervals cut by each repetition's start and end go to calls or not by their overlap
+        d["noise_J"] = d["idle_sigma_W"] * d["program_s"]
+        d["tail_noise_J"] = d["idle_sigma_W"] * d["tail_s"]
+        rate = abs(d["program_J"]) / d["program_s"] if d["program_s"] > 0 else 0.0
+        d["resolution_J"] = 2 * max(len(reps), 1) * _finite_or_0(d["period_s"]) * rate
+        d["outside_calls_noise_J"] = math.hypot(_finite_or_0(d["noise_J"]), d["resolution_J"])
+    notes += _share_notes(domains)
+    load = machine_load(store, sensors, baseline, reps)
+    for d in domains:
+        d["reliable"] = not (load["busy"] and d["domain"] in HOST_DOMAINS and d["role"] != "share")
+    above_by_domain = {d["domain"]: d["program_J"] if d["program_J"] > _finite_or_0(d["noise_J"])
+                       else math.nan for d in domains}
     site_rows = _aggregate(calls, site_of, len(sites), dom_info, above_by_domain, reps,
                            results, fit_of_api[api_of_site])
     for row, s in zip(site_rows, sites, strict=True):
@@ -370,8 +439,7 @@ def analyse_run(
     site_rows.sort(key=order_key, reverse=True)
     api_rows.sort(key=order_key, reverse=True)
 
-    share = {d["domain"]: (d["in_calls_J"] / above_by_domain[d["domain"]]
-                           if above_by_domain[d["domain"]] else math.nan) for d in domains}
+    share = {d["domain"]: d["in_calls_J"] / above_by_domain[d["domain"]] for d in domains}
     if memory_sensors:
         notes.append("memory from " + "; ".join(f"{k}: {v}" for k, v in memory_sensors.items()))
     analysis = RunAnalysis(
@@ -380,7 +448,7 @@ def analyse_run(
         per_rep=_per_rep(calls, reps, dom_info, rep_energy),
         share_in_calls=share, intensities=intensities,
         method="+".join(sorted(methods_used)) or "none", notes=notes,
-        site_keys=[s["key"] for s in sites], api_names=api_names,
+        site_keys=[s["key"] for s in sites], api_names=api_names, load=load,
     )
     if compare_levels:
         analysis.levels = _compare_levels(store, run, analysis, method)
@@ -476,6 +544,122 @@ def _rep_energy(
     return out
 
 
+def _idle_sigma_W(baseline: dict[str, Any], name: str) -> float:
+    """The idle baseline's spread (σ of its readings), NaN when no baseline was measured."""
+    value = ((baseline.get("sensors") or {}).get(name) or {}).get("std_w")
+    return float(value) if value is not None else math.nan
+
+
+def _program_figures(
+    rep_energy: list[dict[str, float]], res: at.Attribution, reps: list[dict[str, Any]]
+) -> dict[str, float]:
+    """The run's figures of one domain, each with what it covers (`RunAnalysis.domains`).
+
+    program_J: above idle while the program ran (the repetitions, start to end), the base of
+    every share; in_calls_J (wrapped calls, top level) + outside_calls_J (the program between
+    calls) = program_J; tail_J: after the program ended, sampled on; other_J: the rest of the
+    recording (idle baseline, gate waits, pauses), when no program ran; above_idle_J = program_J
+    + tail_J + other_J. program_s and tail_s: how long each lasted, for the noise figures."""
+    program = sum(e["above_idle_J"] for e in rep_energy if math.isfinite(e["above_idle_J"]))
+    tail = sum(e["tail_J"] for e in rep_energy if math.isfinite(e["tail_J"]))
+    program_s = sum(_span_s(r.get("t_start_ns"), r.get("t_end_ns")) for r in reps
+                    if r.get("t_end_ns") is not None and r.get("t_start_ns") is not None)
+    tail_s = sum(_span_s(r.get("t_end_ns"), r.get("tail_end_ns")) for r in reps
+                 if r.get("tail_end_ns") is not None and r.get("t_end_ns") is not None)
+    if not reps:  # no repetition stored: the recording is the program
+        program = res.above_idle_J
+    return {
+        "program_J": program, "program_s": program_s,
+        "outside_calls_J": program - res.in_calls_J,
+        "tail_J": tail, "tail_s": tail_s,
+        "other_J": res.above_idle_J - program - tail,
+    }
+
+
+def machine_load(
+    store: Store, sensors: list[dict[str, Any]], baseline: dict[str, Any],
+    reps: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Whether other processes used the CPUs during the idle baseline or the repetitions: the
+    machine's CPU utilisation (util:cpu) less the measured process tree's (util:process), in %
+    of all CPUs. Above BUSY_SHARE the machine-level above-idle figures are unreliable: the
+    baseline or the program's power held other processes' work. GPUs are not checked here."""
+    by_name = {s["name"]: s for s in sensors}
+    out: dict[str, Any] = {"checked": [], "not_checked": [], "busy": False, "text": "",
+                           "baseline_other_pct": math.nan, "program_other_pct": math.nan}
+    machine = by_name.get("util:cpu")
+    if machine is None:
+        out["not_checked"].append("CPU: no machine utilisation was recorded")
+        return out
+    tm, vm = _samples(store, machine["id"])
+    proc = by_name.get("util:process")
+    tp, vp = _samples(store, proc["id"]) if proc else (np.zeros(0, np.int64), np.zeros(0))
+
+    def other(a: int, b: int, with_program: bool) -> float:
+        inside = (tm > a) & (tm <= b)
+        if not inside.any():
+            return math.nan
+        mine = np.interp(tm[inside], tp, vp) if with_program and tp.size else 0.0
+        return float(np.mean(np.clip(vm[inside] - mine, 0, None)))
+
+    if baseline.get("t_start_ns") is not None and baseline.get("t_end_ns") is not None:
+        out["baseline_other_pct"] = other(baseline["t_start_ns"], baseline["t_end_ns"], False)
+        out["checked"].append("CPU during the idle baseline")
+    windows = [(r["t_start_ns"], r["t_end_ns"]) for r in reps
+               if r.get("t_start_ns") is not None and r.get("t_end_ns") is not None]
+    if windows and proc is not None:
+        values = [other(a, b, True) for a, b in windows]
+        out["program_other_pct"] = float(np.nanmean(values)) if np.isfinite(values).any() \
+            else math.nan
+        out["checked"].append("CPU during the repetitions")
+    elif windows:
+        out["not_checked"].append("CPU during the repetitions: the program's own utilisation "
+                                  "was not recorded")
+    if any(s["domain"].startswith("gpu:") for s in sensors):
+        out["not_checked"].append("GPUs: other processes' use is not read")
+    worst = np.nanmax([out["baseline_other_pct"], out["program_other_pct"], 0.0])
+    out["busy"] = bool(worst > 100 * BUSY_SHARE)
+    parts = [f"{label} {value:.0f} %" for label, value in (
+        ("during the idle baseline", out["baseline_other_pct"]),
+        ("during the repetitions", out["program_other_pct"])) if math.isfinite(value)]
+    if out["busy"]:
+        out["text"] = ("The machine was busy: other processes used the CPUs (" + ", ".join(parts)
+                       + " of all CPUs). Machine-level above-idle figures (CPU package, DRAM) "
+                       "are unreliable; the program's own share (cpu-process) is not affected.")
+    else:
+        out["text"] = ("The machine was quiet: other processes used " + (", ".join(parts) or
+                       "nothing measurable") + " of all CPUs.")
+    return out
+
+
+def _share_notes(domains: list[dict[str, Any]]) -> list[str]:
+    """A share domain beside its whole: what each counts, and a warning where the share exceeds
+    the whole (the whole's idle baseline held other processes' load)."""
+    by_name = {d["domain"]: d for d in domains}
+    notes = []
+    for d in domains:
+        whole = by_name.get(d["of"] or "")
+        if d["role"] != "share" or whole is None:
+            continue
+        text = (f"{d['domain']} is the program's own share of {whole['domain']}, counted from "
+                f"0 W; {whole['domain']} above idle is the whole machine's power less its idle "
+                "baseline. The two are never added.")
+        if d["program_J"] > whole["program_J"] + _finite_or_0(whole["noise_J"]):
+            text += (f" Here the share ({_joules(d['program_J'])}) exceeds the whole above idle "
+                     f"({_joules(whole['program_J'])}): the baseline was not idle (other "
+                     f"processes were running), so {whole['domain']} above idle is too low.")
+        notes.append(text)
+    return notes
+
+
+def _finite_or_0(value: float) -> float:
+    return value if math.isfinite(value) else 0.0
+
+
+def _joules(value: float) -> str:
+    return f"{value:.3g} J"
+
+
 def _intensity_record(res: at.Attribution, api_names: list[str], asked: str) -> dict[str, Any]:
     fit = res.fit
     record: dict[str, Any] = {"asked": asked, "method": res.method, "fell_back": res.fell_back}
@@ -484,10 +668,11 @@ def _intensity_record(res: at.Attribution, api_names: list[str], asked: str) -> 
     record.update({
         "supported": fit.supported, "reason": fit.reason, "pooled_W": fit.pooled_W,
         "cv_gain": fit.cv_gain, "wald_p": fit.wald_p, "rel_residual": fit.rel_residual,
-        "intervals": fit.rows,
+        "intervals": fit.rows, "ceiling_W": fit.ceiling_W,
         "apis": {
             name: {"intensity_W": float(fit.intensity_W[i]), "sigma_W": float(fit.sigma_W[i]),
-                   "busy_s": float(fit.busy_s[i]), "distinct": bool(fit.distinct[i])}
+                   "busy_s": float(fit.busy_s[i]), "distinct": bool(fit.distinct[i]),
+                   "identifiable": bool(fit.identifiable[i]), "capped": bool(fit.capped[i])}
             for i, name in enumerate(api_names) if fit.busy_s[i] > 0
         },
     })
@@ -524,20 +709,26 @@ def _aggregate(
             "energy": {},
             "memory": _memory_row(calls, idx),
         }
+        busy_s = row["total_time_s"]
         for domain, info in domains.items():
             e = calls["energy_J"][domain][idx]
             per_rep = [float(e[rep[idx] == r].sum()) for r in rep_ids]
             rep_mean, rep_lo, rep_hi = mean_ci95(np.array(per_rep))
+            # the sharing inside sensor intervals, and the idle baseline's own spread over the
+            # calls' time (what subtracting an idle level that drifts can be off by)
+            sigma = math.hypot(
+                at.group_uncertainty(results[domain], idx, int(api_of_group[g])),
+                _finite_or_0(info.get("idle_sigma_W", math.nan)) * busy_s)
             row["energy"][domain] = {
                 "sensor": info["sensor"], "provenance": info["provenance"],
                 "model": info["model"], "method": info["method"],
                 "above_idle_J": float(e.sum()),
                 "total_J": float(calls["energy_total_J"][domain][idx].sum()),
                 "self_J": float(calls["self_energy_J"][domain][idx].sum()),
-                "uncertainty_J": at.group_uncertainty(results[domain], idx,
-                                                      int(api_of_group[g])),
-                "per_call": _summary(e),
-                "share": float(e.sum() / above[domain]) if above[domain] else math.nan,
+                "uncertainty_J": sigma,
+                "per_call": {**_summary(e), "noise_J": sigma / idx.size if idx.size else math.nan},
+                "share": float(e.sum() / above[domain]),
+                "share_sigma": sigma / above[domain],
                 "below_resolution_share": float(calls["below_resolution"][domain][idx].mean())
                 if idx.size else math.nan,
                 "per_rep_J": per_rep, "rep_mean_J": rep_mean,
@@ -550,13 +741,15 @@ def _aggregate(
 
 def _cross_domain(energy: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The sum over additive domains (package, DRAM, GPUs), `estimated` if any part is."""
-    parts = {d: e for d, e in energy.items()
-             if d in ADDITIVE_DOMAINS or d.startswith("gpu:")}
+    parts = {d: e for d, e in energy.items() if _addable(d)}
     if not parts:
-        return {"above_idle_J": math.nan, "total_J": math.nan, "provenance": None, "domains": []}
+        return {"above_idle_J": math.nan, "uncertainty_J": math.nan, "total_J": math.nan,
+                "provenance": None, "domains": []}
     estimated = any(e["provenance"] != "measured" for e in parts.values())
     return {
         "above_idle_J": float(sum(e["above_idle_J"] for e in parts.values())),
+        "uncertainty_J": math.sqrt(sum(_finite_or_0(e["uncertainty_J"]) ** 2
+                                       for e in parts.values())),
         "total_J": float(sum(e["total_J"] for e in parts.values())),
         "provenance": "estimated" if estimated else "measured",
         "domains": sorted(parts),
@@ -564,6 +757,9 @@ def _cross_domain(energy: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def _memory_row(calls: dict[str, Any], idx: np.ndarray) -> dict[str, float]:
+    """Per group, for RSS (rss_*) and GPU memory (gpu_mem_*): the peak the process reached,
+    the mean memory a call retains (delta), the peak above the level the call started at (max
+    and mean over calls) and the transient part (peak above both its start and end level)."""
     def nanmax(a: np.ndarray) -> float:
         a = a[np.isfinite(a)]
         return float(a.max()) if a.size else math.nan
@@ -572,18 +768,27 @@ def _memory_row(calls: dict[str, Any], idx: np.ndarray) -> dict[str, float]:
         a = a[np.isfinite(a)]
         return float(a.mean()) if a.size else math.nan
 
-    return {
-        "rss_peak_max_B": nanmax(calls["rss_peak_B"][idx]),
-        "rss_delta_mean_B": nanmean(calls["rss_end_B"][idx] - calls["rss_start_B"][idx]),
-        "gpu_mem_peak_max_B": nanmax(calls["gpu_mem_peak_B"][idx]),
-        "gpu_mem_delta_mean_B": nanmean(calls["gpu_mem_end_B"][idx]
-                                        - calls["gpu_mem_start_B"][idx]),
-    }
+    out = {}
+    for key in ("rss", "gpu_mem"):
+        start, end, peak = (calls[f"{key}_{c}_B"][idx] for c in ("start", "end", "peak"))
+        out.update({
+            # the process's highest level during the calls (every API shares the same process)
+            f"{key}_peak_max_B": nanmax(peak),
+            # what a call leaves behind (retained), and how far above its starting level it
+            # went while it ran (its own working memory, transient part included)
+            f"{key}_delta_mean_B": nanmean(end - start),
+            f"{key}_peak_above_start_max_B": nanmax(peak - start),
+            f"{key}_peak_above_start_mean_B": nanmean(peak - start),
+            f"{key}_transient_mean_B": nanmean(peak - np.maximum(start, end)),
+        })
+    return out
 
 
 def _sort_key(domains: list[dict[str, Any]]) -> Callable[[dict[str, Any]], float]:
-    """Rows by above-idle energy of the first measured domain (else the first domain)."""
-    ranked = sorted(domains, key=lambda d: (d["provenance"] != "measured", d["domain"]))
+    """Rows by above-idle energy of the first reliable measured domain (else the first reliable
+    domain: on a busy machine the program's own share leads)."""
+    ranked = sorted(domains, key=lambda d: (not d.get("reliable", True),
+                                            d["provenance"] != "measured", d["domain"]))
     first = ranked[0]["domain"] if ranked else None
     return lambda row: row["energy"][first]["above_idle_J"] if first else row["total_time_s"]
 
@@ -677,6 +882,9 @@ _ENERGY_COLUMNS = ("above_idle_J", "total_J", "self_J", "uncertainty_J", "share"
                    "below_resolution_share", "rep_mean_J", "rep_ci95_low", "rep_ci95_high",
                    "provenance", "model", "method")
 _PER_CALL_COLUMNS = ("mean", "median", "stdev", "ci95_low", "ci95_high")
+_MEMORY_COLUMNS = ("rss_peak_max_B", "rss_delta_mean_B", "rss_peak_above_start_max_B",
+                   "rss_transient_mean_B", "gpu_mem_peak_max_B", "gpu_mem_delta_mean_B",
+                   "gpu_mem_peak_above_start_max_B", "gpu_mem_transient_mean_B")
 
 
 def _table_csv(rows: list[dict[str, Any]], kind: str) -> str:
@@ -685,8 +893,7 @@ def _table_csv(rows: list[dict[str, Any]], kind: str) -> str:
     for d in domains:
         header += [f"{d} {c}" for c in _ENERGY_COLUMNS]
         header += [f"{d} per_call_{c}_J" for c in _PER_CALL_COLUMNS]
-    header += ["all_domains_above_idle_J", "all_domains_provenance",
-               "rss_peak_max_B", "rss_delta_mean_B", "gpu_mem_peak_max_B"]
+    header += ["all_domains_above_idle_J", "all_domains_provenance", *_MEMORY_COLUMNS]
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(header)
@@ -698,8 +905,7 @@ def _table_csv(rows: list[dict[str, Any]], kind: str) -> str:
             line += [e.get(c, "") for c in _ENERGY_COLUMNS]
             line += [e.get("per_call", {}).get(c, "") for c in _PER_CALL_COLUMNS]
         line += [r["all_domains"]["above_idle_J"], r["all_domains"]["provenance"],
-                 r["memory"]["rss_peak_max_B"], r["memory"]["rss_delta_mean_B"],
-                 r["memory"]["gpu_mem_peak_max_B"]]
+                 *(r["memory"][c] for c in _MEMORY_COLUMNS)]
         writer.writerow(["" if isinstance(x, float) and not math.isfinite(x) else x
                          for x in line])
     return buf.getvalue()

@@ -40,6 +40,12 @@ RIDGE = 1e-3  # pull toward the pooled mean, relative to each API's own data (1e
 CV_FOLDS = 5
 CV_MIN_GAIN = 0.02  # auto: intensities must predict held-out intervals ≥ 2 % better
 WALD_P = 0.01  # auto: intensities must differ from the pooled mean at this level
+# an API's own intensity is fitted only where the data identify it: busy in at least this many
+# sensor intervals (≥ 5 % of each one's busy time), for at least this many median intervals in
+# all, with its share of the busy time varying this much (1σ) across the busy intervals
+MIN_INTERVALS = 5
+MIN_BUSY_PERIODS = 2.0
+MIN_MIX_SPREAD = 0.05
 
 
 # -- sensor intervals ------------------------------------------------------------------------
@@ -186,16 +192,24 @@ def power_intervals(
         period = period_s or float(np.median(gaps) / NS)
         return SensorIntervals(t, energy, np.zeros(t.size), 0.0, period)
     ch = _first_reads(p)
-    if ch.size < 1:
-        return _empty_intervals()
     period = period_s or _period(np.diff(t[ch]))
     if not np.isfinite(period):
-        period = float((t[-1] - t[0]) / NS)
+        period = float(np.median(np.diff(t)) / NS)
     period_ns = max(int(round(period * NS)), 1)
     updates, sigma = _update_times(t, ch, period)
-    edges = np.concatenate(([updates[0] - period_ns], updates))
-    sigma = np.concatenate(([period_ns / np.sqrt(12)], sigma))
-    edges, power, sigma = _split_windows(edges, p[ch - 1], p[ch], sigma, period_ns)
+    # the value read first held from the first read (or one period before the first change),
+    # the value read last holds to the last read: a series that stays at one value (an estimate
+    # at its ceiling) keeps its energy to the end
+    lead = min(int(t[0]), int(updates[0]) - period_ns) if ch.size else int(t[0])
+    edges = np.concatenate(([lead], updates, [t[-1]]))
+    sigma = np.concatenate(([period_ns / np.sqrt(12)], sigma, [period_ns / np.sqrt(12)]))
+    old = np.concatenate((p[ch - 1], p[-1:]))
+    new = np.concatenate((p[ch], p[-1:]))
+    if edges[-1] <= edges[-2]:  # the last read showed the last change: no held stretch
+        edges, sigma, old, new = edges[:-1], sigma[:-1], old[:-1], new[:-1]
+    if edges.size < 2:
+        return _empty_intervals()
+    edges, power, sigma = _split_windows(edges, old, new, sigma, period_ns)
     return SensorIntervals(edges, np.diff(edges) / NS * power, sigma, 0.0, period)
 
 
@@ -210,7 +224,6 @@ def _split_windows(
     """
     widths = np.diff(edges)
     pieces = np.maximum(np.rint(widths / period_ns), 1).astype(np.int64)
-    pieces[0] = 1
     ends = np.cumsum(pieces)
     within = np.arange(ends[-1]) - np.repeat(ends - pieces, pieces)
     count = np.repeat(pieces, pieces)
@@ -413,9 +426,12 @@ class IntensityFit:
     intensity_W: the fit, floored at INTENSITY_FLOOR × pooled; sigma_W: its 1σ (heteroscedastic
     sandwich covariance of the ridge fit); pooled_W: the common mean Σ energy / Σ busy time;
     busy_s: each group's leaf time; distinct: the group's intensity differs from the pooled one
-    by > 2σ; supported: the data tell the groups apart (Wald test at WALD_P and held-out
-    intervals predicted ≥ CV_MIN_GAIN better than with the pooled intensity); reason: why or why
-    not; rel_residual: the fit's typical relative error per interval; rows: intervals used.
+    by > 2σ; identifiable: the data identify the group's own intensity (`identifiable`), else it
+    gets the pooled intensity of the groups that are not (sigma_W inf); capped: the fit was
+    above ceiling_W (the domain's highest power above idle) and was cut to it; supported: the
+    data tell the groups apart (Wald test at WALD_P and held-out intervals predicted ≥
+    CV_MIN_GAIN better than with the pooled intensity); reason: why or why not; rel_residual:
+    the fit's typical relative error per interval; rows: intervals used.
     """
 
     intensity_W: np.ndarray
@@ -429,6 +445,30 @@ class IntensityFit:
     wald_p: float
     rel_residual: float
     rows: int
+    identifiable: np.ndarray
+    capped: np.ndarray
+    ceiling_W: float
+
+
+def identifiable(
+    leaf: np.ndarray, lengths_s: np.ndarray | None = None
+) -> np.ndarray:
+    """Which groups' own intensity the intervals can identify: busy in ≥ MIN_INTERVALS intervals,
+    for ≥ MIN_BUSY_PERIODS median interval lengths, with a share of the busy time that varies
+    (≥ MIN_MIX_SPREAD) from interval to interval. A call of 4 µs, or an API that always runs
+    in the same proportion to another, cannot be told apart from the rest."""
+    rows = leaf.sum(axis=1)
+    busy_rows = rows > 0
+    if not busy_rows.any():
+        return np.zeros(leaf.shape[1], bool)
+    share = leaf[busy_rows] / rows[busy_rows][:, None]
+    period = float(np.median(lengths_s[busy_rows])) if lengths_s is not None else float(
+        np.median(rows[busy_rows]))
+    return (
+        ((share >= 0.05).sum(axis=0) >= MIN_INTERVALS)
+        & (leaf.sum(axis=0) >= MIN_BUSY_PERIODS * period)
+        & (share.std(axis=0) >= MIN_MIX_SPREAD)
+    )
 
 
 def _ridge_nnls(
@@ -453,16 +493,19 @@ def _ridge_nnls(
 
 
 def fit_intensities(
-    leaf: np.ndarray, above_J: np.ndarray, *, ridge: float = RIDGE, folds: int = CV_FOLDS
+    leaf: np.ndarray, above_J: np.ndarray, *, ridge: float = RIDGE, folds: int = CV_FOLDS,
+    lengths_s: np.ndarray | None = None, ceiling_W: float = np.inf,
 ) -> IntensityFit:
     """Fit per-group intensities from intervals whose mix of groups differs.
 
     above_J[k] ≈ Σ_a intensity_a × leaf[k, a]: non-negative least squares with a ridge pull
     toward the pooled mean, so groups the data cannot separate (always together in the same
-    proportions) stay near the common value. The uncertainty is the heteroscedasticity-robust
-    (HC1 sandwich) covariance. Whether the fit is *supported* is decided by a Wald test of the
-    intensities against the pooled mean and by interleaved k-fold cross-validation of per-interval
-    predictions against the overlap model (one pooled intensity).
+    proportions) stay near the common value. Only `identifiable` groups get a column of their
+    own; the others share one pooled column. No intensity exceeds ceiling_W (the domain's highest
+    power above idle: a call cannot draw more than the whole domain). The uncertainty is the
+    heteroscedasticity-robust (HC1 sandwich) covariance. Whether the fit is *supported* is
+    decided by a Wald test of the intensities against the pooled mean and by interleaved k-fold
+    cross-validation of per-interval predictions against the overlap model (one pooled intensity).
     """
     from scipy import stats  # here, not at the top: it costs the CLI 0.5 s at startup
 
@@ -471,19 +514,30 @@ def fit_intensities(
     ngroups = leaf.shape[1]
     busy = leaf.sum(axis=0)
     pooled = float(y.sum() / m.sum()) if m.sum() > 0 else 0.0
+    pooled = min(pooled, ceiling_W)
     floor = max(pooled, 0.0) * INTENSITY_FLOOR
+    seen = busy > 0
+    own = identifiable(leaf, lengths_s) & seen
     none = IntensityFit(
         np.full(ngroups, max(pooled, floor)), np.full(ngroups, np.inf), pooled, busy,
         np.zeros(ngroups, bool), False, "", 0.0, 1.0, float("nan"), int(m.shape[0]),
+        own, np.zeros(ngroups, bool), float(ceiling_W),
     )
-    seen = busy > 0
     if seen.sum() < 2:
-        return _with_reason(none, "fewer than two APIs to tell apart")
-    if m.shape[0] <= seen.sum() + 2:
-        return _with_reason(none, f"{m.shape[0]} busy intervals: too few for {seen.sum()} APIs")
+        return _with_reason(none, "only one API ran, so there is nothing to tell apart")
     if pooled <= 0:
-        return _with_reason(none, "no energy above idle while calls ran")
-    ms = m[:, seen]
+        return _with_reason(none, "the calls drew no energy above idle")
+    rest = seen & ~own
+    cols = [m[:, g] for g in np.flatnonzero(own)] + ([m[:, rest].sum(axis=1)] if rest.any()
+                                                     else [])
+    if own.sum() == 0 or len(cols) < 2:
+        return _with_reason(none, (
+            "no API ran long enough, in enough sensor intervals and in a varying enough mix "
+            "for its own power to be told apart: every call is charged alike"))
+    ms = np.stack(cols, axis=1)
+    if m.shape[0] <= ms.shape[1] + 2:
+        return _with_reason(none, f"only {m.shape[0]} sensor intervals had calls: too few to "
+                                  f"tell {ms.shape[1]} APIs apart")
     x, inv = _ridge_nnls(ms, y, pooled, ridge)
     resid = y - ms @ x
     n, p = ms.shape
@@ -498,24 +552,36 @@ def fit_intensities(
     rel = float(np.sqrt(np.median((resid[positive] / pred[positive]) ** 2))) if positive.any() \
         else float("nan")
     gain = _cv_gain(ms, y, pooled, ridge, folds)
+    capped_cols = x > ceiling_W
+    x = np.minimum(x, ceiling_W)
     intensity = np.full(ngroups, pooled)
-    intensity[seen] = np.maximum(x, floor)
     sig = np.full(ngroups, np.inf)
-    sig[seen] = sigma
+    capped = np.zeros(ngroups, bool)
+    intensity[own] = np.maximum(x[: own.sum()], floor)
+    sig[own] = sigma[: own.sum()]
+    capped[own] = capped_cols[: own.sum()]
+    if rest.any():
+        intensity[rest] = max(x[-1], floor)
+        capped[rest] = capped_cols[-1]
     distinct = np.zeros(ngroups, bool)
-    distinct[seen] = np.abs(dev) > 2 * sigma
+    distinct[own] = np.abs(dev[: own.sum()]) > 2 * sigma[: own.sum()]
     supported = wald_p < WALD_P and gain >= CV_MIN_GAIN
     if supported:
-        reason = (f"intensities differ (Wald p={wald_p:.2g}) and predict held-out intervals "
-                  f"{gain:.0%} better than one pooled intensity")
+        reason = (f"the APIs' powers differ (p = {wald_p:.2g}) and per-API powers predict "
+                  f"unseen sensor intervals {gain:.0%} better than one power for all calls")
     elif wald_p >= WALD_P:
-        reason = f"intensities cannot be told apart (Wald p={wald_p:.2g} ≥ {WALD_P})"
+        reason = (f"this run cannot tell the APIs' powers apart (p = {wald_p:.2g}), so every "
+                  "call is charged alike")
+    elif gain < 0:
+        reason = ("per-API powers predicted unseen sensor intervals worse than one power for "
+                  "all calls, so every call is charged alike")
     else:
-        reason = (f"intensities predict held-out intervals only {gain:.1%} better "
-                  f"(< {CV_MIN_GAIN:.0%}) than one pooled intensity")
+        reason = (f"per-API powers predicted unseen sensor intervals only {gain:.1%} better "
+                  f"than one power for all calls (at least {CV_MIN_GAIN:.0%} is needed), so "
+                  "every call is charged alike")
     return IntensityFit(
         intensity, sig, pooled, busy, distinct, supported, reason, gain, wald_p, rel,
-        int(m.shape[0]),
+        int(m.shape[0]), own, capped, float(ceiling_W),
     )
 
 
@@ -601,6 +667,7 @@ def attribute(
     rel_spread: float = DEFAULT_REL_SPREAD,
     ngroups: int | None = None,
     nest: tuple[np.ndarray, np.ndarray] | None = None,
+    ceiling_W: float = np.inf,
 ) -> Attribution:
     """Share each sensor interval's above-idle energy among the calls active in it.
 
@@ -609,7 +676,8 @@ def attribute(
     fitted intensity, or `fit` when given) or "auto" (intensity when `fit_intensities` says the
     data support it, else overlap, flagged in `fell_back`). rel_spread: how far the power of the
     activities sharing an interval may differ from what the method assumes (relative, 1σ), for
-    the uncertainty. nest: (parent, depth) from `nesting`, when already known.
+    the uncertainty. nest: (parent, depth) from `nesting`, when already known. ceiling_W: the
+    most any activity can draw above idle (the model's or the sensor's maximum), for the fit.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, not {method!r}")
@@ -629,7 +697,7 @@ def attribute(
     fell_back = False
     if method != "overlap":
         if fit is None:
-            fit = fit_intensities(leaf, above)
+            fit = fit_intensities(leaf, above, lengths_s=lengths, ceiling_W=ceiling_W)
         if method == "intensity" or fit.supported:
             weights = fit.intensity_W / fit.pooled_W if fit.pooled_W > 0 else weights
         else:

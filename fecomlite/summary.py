@@ -27,16 +27,24 @@ def summary_table(analysis: RunAnalysis, top: int = 10) -> Table:
     table.add_column("calls", justify="right")
     table.add_column("time", justify="right")
     for domain in analysis.domains:
-        table.add_column(f"{domain['domain']} above idle\n({_provenance(domain)})", justify="right")
+        what = f"share of {domain['of']}" if domain.get("role") == "share" else "above idle"
+        flag = ", unreliable: busy machine" if not domain.get("reliable", True) else ""
+        table.add_column(f"{domain['domain']} {what}\n({_provenance(domain)}{flag})",
+                         justify="right")
     for row in analysis.apis[:top]:
         cells = [row["api"], str(row["calls"]), scaled(row["total_time_s"], "s")]
         for domain in analysis.domains:
             energy = row["energy"].get(domain["domain"], {})
             cells.append(_energy_cell(energy))
         table.add_row(*cells)
+    caption = []
+    if (analysis.load or {}).get("busy"):
+        caption.append(analysis.load["text"])
     hyperparams = run.get("hyperparams") or {}
     if hyperparams:
-        table.caption = "hyperparameters: " + ", ".join(f"{k}={v}" for k, v in hyperparams.items())
+        caption.append("hyperparameters: " + ", ".join(f"{k}={v}" for k, v in hyperparams.items()))
+    if caption:
+        table.caption = "\n".join(caption)
     return table
 
 

@@ -232,9 +232,16 @@ def test_a_region_is_inclusive_of_the_calls_inside_it(analysed):
 def test_domain_totals_shares_and_repetitions(analysed):
     _, _, result = analysed
     gpu = next(d for d in result.domains if d["domain"] == "gpu:0")
-    assert gpu["in_calls_J"] + gpu["outside_calls_J"] == pytest.approx(gpu["above_idle_J"])
+    # the program's figures add up; the tail and the rest of the recording stand apart
+    assert gpu["in_calls_J"] + gpu["outside_calls_J"] == pytest.approx(gpu["program_J"])
+    assert gpu["program_J"] + gpu["tail_J"] + gpu["other_J"] == pytest.approx(gpu["above_idle_J"])
+    assert gpu["program_J"] == pytest.approx(
+        sum(r["energy"]["gpu:0"]["above_idle_J"] for r in result.per_rep))
+    assert gpu["role"] == "disjoint" and gpu["addable"]
     assert gpu["total_J"] == pytest.approx(gpu["idle_J"] + gpu["above_idle_J"])
-    assert 0.95 < result.share_in_calls["gpu:0"] <= 1.0
+    # calls share the sensor intervals cut by a repetition's start or end: up to that much over
+    assert 0.95 < result.share_in_calls["gpu:0"] <= 1.0 + gpu["resolution_J"] / gpu["program_J"]
+    assert -gpu["outside_calls_J"] <= gpu["outside_calls_noise_J"]
     assert len(result.per_rep) == 2
     for rep in result.per_rep:
         e = rep["energy"]["gpu:0"]
@@ -258,6 +265,9 @@ def test_memory_per_call(analysed):
     assert calls["gpu_mem_peak_B"][long] >= mem.values[inside].max()
     row = api_row(result, "torch.matmul")["memory"]
     assert row["rss_peak_max_B"] == RSS_PEAK
+    # issue 13: each API's own memory, not the process's peak: above the level its call began
+    assert row["rss_peak_above_start_max_B"] == RSS_PEAK - RSS_BASE
+    assert row["rss_transient_mean_B"] <= row["rss_peak_above_start_mean_B"]
 
 
 def test_intensities_are_stored_with_the_run(analysed):

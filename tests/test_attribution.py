@@ -5,12 +5,17 @@ The recorded-trace accuracy targets are in test_attribution_fixtures.py.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fecomlite import attribution as at
+from fecomlite.sensors.replay import load_trace
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 MS = 1_000_000
 
@@ -66,8 +71,36 @@ def test_windowed_power_puts_a_repeated_value_in_the_windows_it_was_repeated_for
     shown = np.searchsorted(window_end, t, "right") - 1  # latest window ended at or before t
     values = np.where(shown >= 0, np.array(true_w)[np.maximum(shown, 0)], 7.0)
     iv = at.power_intervals(t, values, semantics="window", period_s=0.1)  # the sensor's period
-    assert list(iv.edges_ns) == list(np.arange(0, 700, 100) * MS)
-    assert list(iv.power_W) == pytest.approx(true_w)
+    # after the last change the value read last holds to the last read (649 ms)
+    assert list(iv.edges_ns) == [*list(np.arange(0, 700, 100) * MS), 649 * MS]
+    assert list(iv.power_W) == pytest.approx([*true_w, 5])
+
+
+def test_a_power_held_at_its_ceiling_keeps_its_energy_to_the_last_read():
+    # issue 13: an estimate that reaches its ceiling and holds there to the end of the recording
+    # lost everything after its last change (61.9 J reported as 2.9 J)
+    t = np.arange(0, 8000, 250) * MS  # read every 250 ms, one update per read
+    power = np.where(t < 1000 * MS, 3.0 + t / (250 * MS), 10.0)  # 3, 4, 5, 6, then 10 W held
+    iv = at.power_intervals(t, power, semantics="window", period_s=0.25)
+    # window semantics: a value is the mean since the previous read, so 10 W from 750 ms on
+    held = (t[-1] - 750 * MS) / 1e9 * 10.0
+    assert iv.edges_ns[-1] == t[-1]
+    assert iv.total_J == pytest.approx(held + 0.25 * (4 + 5 + 6), rel=1e-9)
+    flat = at.power_intervals(t, np.full(t.size, 10.0), semantics="window", period_s=0.25)
+    assert flat.total_J == pytest.approx((t[-1] - t[0]) / 1e9 * 10.0)  # never changed at all
+
+
+def test_a_recorded_power_series_held_at_its_maximum_keeps_that_energy():
+    trace = load_trace(FIXTURES / "h200-nvml" / "gpu_samples_power.csv", "power_instant_mW")
+    base = at.power_intervals(trace.t_ns, trace.values, semantics="window")
+    # the recording, then the sensor pinned at its maximum for 5 s more, read every 4 ms
+    extra = trace.t_ns[-1] + np.arange(1, 1251) * 4 * MS
+    t = np.concatenate((trace.t_ns, extra))
+    v = np.concatenate((trace.values, np.full(extra.size, trace.values.max())))
+    held = at.power_intervals(t, v, semantics="window")
+    expected = base.total_J + trace.values.max() * (extra[-1] - trace.t_ns[-1]) / 1e9
+    assert held.total_J == pytest.approx(expected, rel=0.01)
+    assert held.edges_ns[-1] == extra[-1]
 
 
 def test_linear_power_integrates_trapezoids():
@@ -279,3 +312,18 @@ def test_auto_falls_back_to_overlap_when_apis_always_come_together():
     res = at.attribute(iv, t0, t1, idle_W=50.0, group=group, method="auto")
     assert res.method == "overlap" and res.fell_back
     assert not res.fit.supported and res.fit.reason
+
+
+def test_a_short_lived_api_is_not_identifiable_and_no_intensity_exceeds_the_ceiling():
+    # issue 13: manual_seed at 1.17 kW from 4 µs of busy time on a CPU modelled at 10 W at most
+    iv, t0, t1, group, _ = synthetic_mix(seed=4, seconds=20.0)
+    blip = np.array([t1[100] + 10_000])  # one 4 µs call of a third API between two calls
+    t0, t1 = np.concatenate((t0, blip)), np.concatenate((t1, blip + 4_000))
+    group = np.concatenate((group, [2]))
+    order = np.argsort(t0, kind="stable")
+    t0, t1, group = t0[order], t1[order], group[order]
+    res = at.attribute(iv, t0, t1, idle_W=50.0, group=group, method="auto", ceiling_W=200.0)
+    fit = res.fit
+    assert list(fit.identifiable) == [True, True, False]
+    assert not np.isfinite(fit.sigma_W[2])  # no own estimate: the pooled figure of the rest
+    assert fit.intensity_W.max() <= 200.0 and fit.capped[0]  # 300 W true, cut to the ceiling

@@ -4,6 +4,7 @@ answer the mouse, user strings stay text. Screenshots go to test-artifacts/."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out: dict[str, Path] = {}
     with Store(folder / "store.sqlite") as store:
         run = build_run(store)
-        write_report(build_report(store, run), folder / "run", ["html"])
+        write_report(build_report(store, run), folder / "run", ["html", "json"])
         out["run"] = folder / "run" / "index.html"
         evil = build_run(store, sites=hostile_sites(), program="<script>alert(1)</script>.py")
         write_report(build_report(store, evil), folder / "evil", ["html"])
@@ -146,7 +147,11 @@ def test_every_chart_draws(opened: Any) -> None:
     assert {"bars", "timeline", "scatter", "tail-0", "tail-1"} <= set(charts)
     assert page.eval_on_selector_all("[data-chart]", "hs => hs.every(h => h.dataset.drawn)")
     bars = _sizes(page, "bars", "rect.fc-bar")
-    assert len(bars) == 4 and all(w > 0 and h > 0 for w, h in bars)  # 2 APIs × 2 domains
+    outside = page.evaluate("JSON.parse(document.getElementById('fecom-data').textContent)"
+                            ".charts.bars.items.filter(i => i.label.startsWith('(program'))"
+                            ".map(i => Object.values(i.values).filter(v => v > 0).length)")
+    # 2 APIs × 2 domains, and the program outside calls in the domains where it drew energy
+    assert len(bars) == 4 + sum(outside) and all(w > 0 and h > 0 for w, h in bars)
     lines = _sizes(page, "timeline", "path.fc-line")
     assert len(lines) == 4 and all(w > 500 for w, _ in lines)  # 2 power + 2 memory series
     spans = _sizes(page, "timeline", "rect.fc-span")
@@ -164,7 +169,7 @@ def _tip(page: Page, chart: str) -> str:
 
 def test_hover_shows_values(opened: Any) -> None:
     page = opened("run").page
-    page.locator("[data-chart='bars'] rect.fc-bar").last.hover()
+    page.locator("[data-chart='bars'] rect.fc-bar").first.hover()
     text = _tip(page, "bars")
     assert "matmul" in text and "GPU 0 (measured): " in text and " kJ" in text
     svg = page.locator("[data-chart='timeline'] svg")
@@ -249,3 +254,47 @@ def test_chart_numbers_read_like_the_tables(opened: Any) -> None:
     shares = [0.523, 1.0, 0.000123, 0.0]
     got = page.evaluate("vs => vs.map(v => FecomCharts.fmt(v, '%'))", shares)
     assert got == [units.percent(v) for v in shares]
+
+
+def test_the_top_apis_chart_reads_like_report_json(opened: Any, pages: dict[str, Path]) -> None:
+    # issue 13: the chart stacked cpu-process on the package (29.9 J where the tables said 14.6)
+    page = opened("run").page
+    data = page.evaluate(
+        "JSON.parse(document.getElementById('fecom-data').textContent).charts.bars")
+    report = json.loads((pages["run"].parent / "report.json").read_text())
+    addable = {d["domain"] for d in report["domains"] if d["addable"]}
+    assert {s["key"] for s in data["series"]} <= addable
+    rows = {r["api"]: r for r in report["apis"]}
+    for item in data["items"]:
+        for key, value in item["values"].items():
+            # the program outside calls: a negative figure is noise, drawn as no bar
+            expected = (rows[item["label"]]["energy"][key]["self_J"] if item["label"] in rows else
+                        max(0.0, next(d["outside_calls_J"] for d in report["domains"]
+                                      if d["domain"] == key)))
+            assert value == pytest.approx(expected)
+    labels = page.locator("[data-chart='bars'] text").all_text_contents()
+    first = data["items"][0]
+    # the bar's total label: the sum of its disjoint domains (estimated when a part is)
+    assert units.scaled(sum(first["values"].values()), "J") + " (estimated)" in labels
+
+
+def test_the_api_table_fits_1280_px_and_the_column_chooser_shows_more(
+    browser: Browser, pages: dict[str, Path],
+) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        page.goto(pages["run"].as_uri())
+        page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+        wrap = page.locator("#apis .table-wrap")
+        assert wrap.evaluate("w => w.scrollWidth <= w.clientWidth + 1")
+        total = page.locator("#apis-table thead th[data-col='gpu:0:total']")
+        assert total.is_hidden()
+        page.locator("#apis details.columns summary").click()
+        page.locator("#apis details.columns input").nth(
+            int(total.get_attribute("data-index") or 0)).check()
+        assert total.is_visible()
+        assert page.locator("#apis-table tbody tr").first.locator(
+            f"td[data-c='{total.get_attribute('data-index')}']").is_visible()
+        assert page.locator("[data-chart='memory']").get_attribute("data-drawn") == "1"
+    finally:
+        page.close()

@@ -64,7 +64,7 @@ def test_table_agrees_with_csv_and_json(written: tuple[Report, Path]) -> None:
         page = html[f"{name}-table"]
         columns: list[tables.Column] = report.context[f"{name[:-1]}_table"]["columns"]
         assert page["columns"] == [c.key for c in columns]
-        assert "gpu_peak" in page["columns"]  # the run has a GPU memory gauge
+        assert "gpu_mem_above" in page["columns"]  # the run has a GPU memory gauge
         rows_csv = {r[key]: r for r in _csv(out / f"{name}.csv")}
         rows_json = {r[key]: r for r in data[name]}
         assert len(page["rows"]) == len(rows_csv) == len(rows_json)

@@ -109,3 +109,35 @@ def test_files_agree(runs: tuple[Path, int, int, int], tmp_path: Path) -> None:
             assert cell["v"] == rows[api][col.csv], col.key
         assert cells[[c.key for c in cols].index("gpu:0:rep_verdict")]["v"] == "higher"
         assert data[api]["energy"]["gpu:0"]["per_rep"]["verdict"] == "higher"
+
+
+def test_two_runs_of_an_unchanged_program_give_no_verdict_beyond_the_noise(
+    tmp_path: Path,
+) -> None:
+    # issue 13: 85 of 114 verdicts said higher/lower for an unchanged script run 2 and 3 times
+    from fecomlite.report.compare import analyse_pair
+
+    with Store(tmp_path / "store.sqlite") as store:
+        three, two, one = (build_run(store, reps=n) for n in (3, 2, 1))
+        a, b, notes = analyse_pair(store, three, two)
+        c, d, _ = analyse_pair(store, two, one)
+    data = compare_runs(a, b, notes).json
+    verdicts = [api["energy"][k]["per_call"]["verdict"] for api in data["apis"]
+                for k in api["energy"]]
+    assert verdicts and not {"higher", "lower"} & set(verdicts)
+    assert "repetitions: 3 in A, 2 in B" in data["differences"]
+    # with one repetition in B there is still a spread from A's; from no repetitions, none
+    single = compare_runs(c, d).json
+    assert not {"higher", "lower"} & {api["energy"][k]["per_call"]["verdict"]
+                                      for api in single["apis"] for k in api["energy"]}
+
+
+def test_domains_attributed_by_different_methods_are_not_compared(
+    runs: tuple[Path, int, int, int],
+) -> None:
+    path, before, _, same = runs
+    with Store(path) as store:
+        a, c = analyse_run(store, before, "overlap"), analyse_run(store, same, "intensity")
+    domains = compare_runs(a, c).json["domains"]
+    differ = [d for d in domains if d["domain"] == "gpu:0"][0]
+    assert not differ["comparable"] and "attributed by overlap in A" in differ["why"]

@@ -26,7 +26,8 @@ from fecomlite.report import units
         (1.5e9, "B", "1.50 GB"),
         (-2.5e6, "B", "-2.50 MB"),
         (0.0, "J", "0 J"),
-        (9.09e-12, "J", "9.09e-12 J"),
+        (9.09e-12, "J", "0 J"),
+        (-7.11e-15, "J", "0 J"),  # rounding residue, never a raw float
     ],
 )
 def test_scaled(value: float, unit: str, text: str) -> None:
@@ -49,3 +50,10 @@ def test_percent_and_watt_hours() -> None:
     assert units.watt_hours(11_052.0) == "3.07 Wh"
     assert units.watt_hours(36.0) == "10.0 mWh"
     assert units.watt_hours(7.2e6) == "2.00 kWh"
+
+
+def test_a_negative_figure_within_its_noise_reads_as_zero_not_negative_energy() -> None:
+    assert units.with_noise(-7.09, 8.1) == "≈ 0 (-7.09 J, noise ± 8.10 J)"
+    assert units.with_noise(1.5, 1.0) == "1.50 J ± 1.00 J"
+    assert units.with_noise(2.0, None) == "2.00 J"
+    assert "below the idle baseline" in units.with_noise(-30.0, 1.0)

@@ -18,7 +18,7 @@ import numpy as np
 from fecomlite.analysis import RunAnalysis, analyse_run, mean_ci95
 from fecomlite.report import tables, units
 from fecomlite.report.model_section import model_section
-from fecomlite.report.palette import SERIES_COLORS, domain_color, domain_name
+from fecomlite.report.palette import SERIES_COLORS, domain_color, domain_name, shade
 from fecomlite.report.timeline import TimelineBuilder
 from fecomlite.sensors.estimate import MODELS
 from fecomlite.store import Store
@@ -56,6 +56,7 @@ def build_report(store: Store, run_id: int, method: str = "auto",
         "bars": _bars_chart(a),
         "timeline": timeline.timeline(),
         "scatter": _scatter_chart(a),
+        "memory": _memory_chart(a),
         **{f"tail-{i}": chart for i, chart in enumerate(tails)},
     }
     levels = _levels(a)
@@ -88,6 +89,8 @@ def build_report(store: Store, run_id: int, method: str = "auto",
         "tails": [{"key": f"tail-{i}", "title": c["title"]} for i, c in enumerate(tails)],
         "notes": a.notes,
         "method": a.method,
+        "load": a.load,
+        "stacked": ", ".join(domain_name(d["domain"]) for d in stacked_domains(a)),
     }
     report_json = {"format": 1, **a.to_json(), "datasize": datasize}
     return Report(run_id, a, context, charts, report_json, a.tables_csv())
@@ -159,20 +162,31 @@ def _machine(m: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _domain_card(a: RunAnalysis, d: dict[str, Any]) -> dict[str, Any]:
+    """One domain's figures as `analysis` defines them: the program's above-idle energy leads,
+    split into calls and outside calls; tail and baseline/gate/pauses stand apart."""
     per_rep = np.array([r["energy"].get(d["domain"], {}).get("above_idle_J", math.nan)
                         for r in a.per_rep], float)
     mean, lo, hi = mean_ci95(per_rep) if per_rep.size else (math.nan, math.nan, math.nan)
     intens = a.intensities.get(d["domain"]) or {}
+    program = units.with_noise(d["program_J"], d.get("noise_J"))
+    share = a.share_in_calls.get(d["domain"])
     return {
         "key": d["domain"], "name": domain_name(d["domain"]), "color": domain_color(d["domain"]),
         "sensor": d["sensor"], "provenance": d["provenance"], "model": d.get("model"),
         "model_text": MODELS.get(d.get("model") or "", ""),
+        "role": d.get("role"), "meaning": d.get("meaning", ""), "of": d.get("of"),
+        "reliable": d.get("reliable", True),
         "total": units.scaled(d["total_J"], "J"), "total_wh": units.watt_hours(d["total_J"]),
-        "above": units.scaled(d["above_idle_J"], "J"),
+        "above": units.with_noise(d["above_idle_J"], None),
+        "program": program,
         "in_calls": units.scaled(d["in_calls_J"], "J"),
-        "share_in_calls": units.percent(a.share_in_calls.get(d["domain"])),
-        "outside": units.scaled(d["outside_calls_J"], "J"),
-        "tail": units.scaled(d["tail_J"], "J"),
+        "share_in_calls": (f"{units.percent(share)} of the program's "
+                           f"{units.scaled(d['program_J'], 'J')}"
+                           if share is not None and math.isfinite(share)
+                           else "no share: the program's energy is within noise"),
+        "outside": units.with_noise(d["outside_calls_J"], d.get("outside_calls_noise_J")),
+        "tail": units.with_noise(d["tail_J"], d.get("tail_noise_J")),
+        "other": units.with_noise(d.get("other_J"), None),
         "idle": units.scaled(d["idle_W"], "W"), "idle_source": d.get("idle_source", ""),
         "period": units.scaled(d.get("period_s"), "s"),
         "per_rep": (units.scaled(mean, "J")
@@ -320,6 +334,7 @@ def _intensities(a: RunAnalysis) -> list[dict[str, Any]]:
             "api": name, "intensity": units.scaled(v["intensity_W"], "W"),
             "sigma": units.scaled(v["sigma_W"], "W") if math.isfinite(v["sigma_W"]) else "–",
             "busy": units.scaled(v["busy_s"], "s"), "distinct": v.get("distinct", False),
+            "identifiable": v.get("identifiable", True), "capped": v.get("capped", False),
         } for name, v in apis[:MAX_INTENSITY_ROWS]]
         out.append({
             "domain": d["domain"], "name": domain_name(d["domain"]),
@@ -328,6 +343,8 @@ def _intensities(a: RunAnalysis) -> list[dict[str, Any]]:
             "fell_back": rec.get("fell_back"), "supported": rec.get("supported"),
             "reason": rec.get("reason", ""),
             "pooled": units.scaled(rec.get("pooled_W"), "W"),
+            "ceiling": units.scaled(rec.get("ceiling_W"), "W")
+            if rec.get("ceiling_W") is not None else "none known",
             "intervals": rec.get("intervals"), "rows": rows,
             "more": max(0, len(apis) - MAX_INTENSITY_ROWS),
         })
@@ -371,20 +388,74 @@ def _finite(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
 
 
+def stacked_domains(a: RunAnalysis) -> list[dict[str, Any]]:
+    """The domains a stacked bar may add: the disjoint ones (`analysis.domain_role`), reliable
+    first; on a busy machine without a reliable one, the program's own share alone."""
+    disjoint = [d for d in a.domains if d.get("addable")]
+    if any(d.get("reliable", True) for d in disjoint) or not disjoint:
+        return disjoint or [d for d in a.domains if d.get("role") == "share"][:1]
+    share = [d for d in a.domains if d.get("role") == "share"]
+    return share[:1] or disjoint
+
+
 def _bars_chart(a: RunAnalysis) -> dict[str, Any]:
-    """APIs by their own (self) energy above idle: a region or a call that wraps others does
-    not count its children again, so the bars add up to the energy in calls."""
+    """APIs by their own (self) energy above idle, stacked over disjoint domains only (a share
+    such as cpu-process is part of cpu-package and is never stacked on it): a call that wraps
+    others does not count its children again, so with the program's time outside calls the
+    bars add up to the program's above-idle energy."""
+    keys = [d["domain"] for d in stacked_domains(a)]
+
     def own(row: dict[str, Any]) -> float:
-        return sum(max(0.0, _finite(e["self_J"]) or 0.0) for e in row["energy"].values())
+        return sum(max(0.0, _finite(row["energy"][k]["self_J"]) or 0.0) for k in keys
+                   if k in row["energy"])
 
     rows = sorted(a.apis, key=own, reverse=True)[:TOP_BARS]
+    items = [{"label": r["api"], "note": f"{r['calls']:,} calls",
+              "values": {k: _finite(r["energy"][k]["self_J"]) or 0.0 for k in keys
+                         if k in r["energy"]}}
+             for r in rows if own(r) > 0]
+    by_name = {d["domain"]: d for d in a.domains}
+    outside = {k: max(0.0, _finite(by_name[k]["outside_calls_J"]) or 0.0) for k in keys}
+    if sum(outside.values()) > 0:
+        items.append({"label": "(program outside calls)", "note": "between wrapped calls",
+                      "values": outside})
     return {
-        "type": "bars", "unit": "J", "series": _domain_series(a),
-        "items": [{"label": r["api"], "note": f"{r['calls']:,} calls",
-                   "values": {d: _finite(e["self_J"]) or 0.0 for d, e in r["energy"].items()}}
-                  for r in rows if own(r) > 0],
-        "empty": "no API has energy above idle",
+        "type": "bars", "unit": "J",
+        "series": [s for s in _domain_series(a) if s["key"] in keys],
+        "items": items, "empty": "no API has energy above idle",
     }
+
+
+def _memory_chart(a: RunAnalysis) -> dict[str, Any]:
+    """APIs by how far their calls took memory above the level they started at (the most over
+    their calls), beside what a call retains on average: each API's own memory, not the whole
+    process's peak that every API shares."""
+    keys = [("rss", "RSS", SERIES_COLORS[4])]
+    if tables.has_gpu_memory(a.apis):
+        keys.append(("gpu_mem", "GPU memory", SERIES_COLORS[5]))
+    series, rank = [], []
+    for key, name, color in keys:
+        series.append({"key": f"{key}:above", "color": color,
+                       "label": f"{name}: peak above the call's start (most over its calls)"})
+        series.append({"key": f"{key}:retained", "color": shade(color, 1, 2),
+                       "label": f"{name}: retained per call (mean)"})
+    for r in a.apis:
+        m = r["memory"]
+        values = {}
+        for key, _, _ in keys:
+            above, kept = _finite(m.get(f"{key}_peak_above_start_max_B")), _finite(
+                m.get(f"{key}_delta_mean_B"))
+            if above is not None and above > 0:
+                values[f"{key}:above"] = above
+            if kept is not None and kept > 0:
+                values[f"{key}:retained"] = kept
+        if values:
+            rank.append((max(values.values()), {"label": r["api"], "values": values,
+                                                "note": f"{r['calls']:,} calls"}))
+    rank.sort(key=lambda x: -x[0])
+    return {"type": "bars", "mode": "grouped", "unit": "B", "series": series,
+            "items": [item for _, item in rank[:TOP_BARS]], "totals": False,
+            "empty": "no API raised memory above its starting level"}
 
 
 def _scatter_chart(a: RunAnalysis) -> dict[str, Any]:

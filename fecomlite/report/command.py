@@ -52,9 +52,8 @@ def report_command(
 ) -> None:
     """Write the HTML report (self-contained, opens offline) with JSON and CSV beside it."""
     # Imported here so that `fecomlite --help` and the other commands do not load scipy.
-    from fecomlite.analysis import analyse_run
     from fecomlite.report.build import build_report
-    from fecomlite.report.compare import compare_runs
+    from fecomlite.report.compare import analyse_pair, compare_runs
     from fecomlite.report.render import FORMATS, write_comparison, write_report
 
     chosen = [f.value for f in formats] if formats else list(FORMATS)
@@ -70,9 +69,9 @@ def report_command(
                 folder = out or Path("reports") / str(runs[0])
                 written = write_report(report, folder, chosen)
             else:
-                a, b = (analyse_run(db, r, method) for r in runs)
+                a, b, notes = analyse_pair(db, runs[0], runs[1], method)
                 folder = out or Path("reports") / f"compare-{runs[0]}-{runs[1]}"
-                written = write_comparison(compare_runs(a, b), folder, chosen)
+                written = write_comparison(compare_runs(a, b, notes), folder, chosen)
     except (StoreError, ValueError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(1) from exc

@@ -6,7 +6,15 @@ half-width of the difference's interval is √(hA² + hB²), so a change counts 
 |B − A| exceeds it. Two figures are compared: the mean energy per call (the cost of one call)
 and the API's energy per repetition (its cost in the program, call counts included). A domain
 measured in one run and estimated in the other, or estimated by different models, is not
-compared: the difference would be the sensors', not the program's.
+compared: the difference would be the sensors', not the program's. Nor is a domain attributed by
+different methods (`analyse_pair` attributes both runs again by overlap when `auto` chose
+differently), nor a machine-level domain on a machine other processes kept busy.
+
+The noise of an API's figure adds, to its CI across calls or repetitions, the attribution's own
+uncertainty (how its energy was shared inside sensor intervals) and the run-to-run spread of the
+domain (the CI of the program's energy per repetition, relative): calls within one run do not
+show how much a second run would differ. Without two repetitions in either run that spread is
+unknown and no verdict is given.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from fecomlite.analysis import RunAnalysis, mean_ci95
+from fecomlite.analysis import RunAnalysis, analyse_run, mean_ci95
 from fecomlite.report import tables, units
 from fecomlite.report.palette import domain_color, domain_name, shade
 
@@ -66,7 +74,60 @@ def _comparable(da: dict[str, Any] | None, db: dict[str, Any] | None) -> tuple[b
         return False, f"{da['provenance']} in A, {db['provenance']} in B"
     if (da.get("model") or "") != (db.get("model") or ""):
         return False, f"models differ: {da.get('model')} / {db.get('model')}"
+    if da.get("method") != db.get("method"):
+        return False, (f"attributed by {da.get('method')} in A and {db.get('method')} in B: "
+                       "the difference would be the methods'")
+    busy = [side for side, d in (("A", da), ("B", db)) if not d.get("reliable", True)]
+    if busy:
+        return False, (f"other processes kept the machine busy in run {' and '.join(busy)}: "
+                       "its machine-level above-idle figures are unreliable")
     return True, da["provenance"]
+
+
+def analyse_pair(
+    store: Any, run_a: int, run_b: int, method: str = "auto"
+) -> tuple[RunAnalysis, RunAnalysis, list[str]]:
+    """Both runs analysed alike: when `auto` chose a different method for a domain in each,
+    both are attributed again by overlap (the method both can use), and a note says why."""
+    a, b = analyse_run(store, run_a, method), analyse_run(store, run_b, method)
+    ma = {d["domain"]: d["method"] for d in a.domains}
+    mb = {d["domain"]: d["method"] for d in b.domains}
+    differ = sorted(k for k in ma.keys() & mb.keys() if ma[k] != mb[k])
+    if method != "auto" or not differ:
+        return a, b, []
+    note = ("Both runs were attributed again by overlap: the automatic choice differed ("
+            + "; ".join(f"{k}: {ma[k]} in A, {mb[k]} in B" for k in differ)
+            + "), and figures attributed differently would differ by method, not by program.")
+    return analyse_run(store, run_a, "overlap"), analyse_run(store, run_b, "overlap"), [note]
+
+
+def run_differences(a: RunAnalysis, b: RunAnalysis) -> list[str]:
+    """What differs between the two runs besides the program's behaviour: program, command,
+    settings, hyperparameters, machine, sensors, instrumented sources, repetitions."""
+    ra, rb = a.run, b.run
+    out = []
+    for key, label in (("program", "program"), ("argv", "command"), ("level", "level")):
+        if ra.get(key) != rb.get(key):
+            out.append(f"{label}: {ra.get(key)!r} in A, {rb.get(key)!r} in B")
+    for key, label in (("settings", "settings"), ("hyperparams", "hyperparameters"),
+                       ("machine", "machine"), ("manifest", "instrumented program")):
+        x, y = ra.get(key) or {}, rb.get(key) or {}
+        keys = sorted(k for k in set(x) | set(y) if x.get(k) != y.get(k))
+        if keys:
+            out.append(f"{label}: {', '.join(map(str, keys[:8]))}"
+                       + (f" and {len(keys) - 8} more" if len(keys) > 8 else "") + " differ")
+    sa = {(s["name"], s.get("model")) for s in a.sensors}
+    sb = {(s["name"], s.get("model")) for s in b.sensors}
+    if sa != sb:
+        out.append("sensors: " + ", ".join(
+            [f"{n} only in A" for n, _ in sorted(sa - sb)]
+            + [f"{n} only in B" for n, _ in sorted(sb - sa)]))
+    if len(a.repetitions) != len(b.repetitions):
+        out.append(f"repetitions: {len(a.repetitions)} in A, {len(b.repetitions)} in B")
+    for side, r in (("A", a), ("B", b)):
+        if (r.load or {}).get("busy"):
+            out.append(f"run {side}: {r.load['text']}")
+    return out
 
 
 def _api_row(api: str, ra: dict[str, Any] | None, rb: dict[str, Any] | None,
@@ -90,25 +151,47 @@ def _api_row(api: str, ra: dict[str, Any] | None, rb: dict[str, Any] | None,
             out["per_call"] = {"verdict": out["verdict"]}
             out["per_rep"] = {"verdict": out["verdict"]}
         else:
+            ca, cb = (ra or {}).get("calls") or 1, (rb or {}).get("calls") or 1
+            na, nb = len(ea.get("per_rep_J") or []) or 1, len(eb.get("per_rep_J") or []) or 1
             out["per_call"] = _measure_pair(ea["per_call"], eb["per_call"],
-                                            "mean", "ci95_low", "ci95_high")
-            out["per_rep"] = _measure_pair(ea, eb, "rep_mean_J", "rep_ci95_low", "rep_ci95_high")
+                                            "mean", "ci95_low", "ci95_high",
+                                            (ea, ca, d["spread"]), (eb, cb, d["spread"]))
+            out["per_rep"] = _measure_pair(ea, eb, "rep_mean_J", "rep_ci95_low", "rep_ci95_high",
+                                           (ea, na, d["spread"]), (eb, nb, d["spread"]))
             out["verdict"] = out["per_call"]["verdict"]
         row["energy"][key] = out
     return row
 
 
 def _measure_pair(
-    a: dict[str, Any], b: dict[str, Any], mean: str, low: str, high: str
+    a: dict[str, Any], b: dict[str, Any], mean: str, low: str, high: str,
+    extra_a: tuple[dict[str, Any], int, float], extra_b: tuple[dict[str, Any], int, float],
 ) -> dict[str, Any]:
-    """One figure of both runs, its CI half-widths, and whether they differ beyond the noise."""
+    """One figure of both runs, its noise (95 % half-widths), and whether they differ beyond it.
+
+    extra_*: (the API's energy row, how many calls or repetitions the figure divides by, the
+    domain's relative run-to-run spread): the attribution's 1σ per unit and the spread × the
+    figure join the CI in quadrature."""
+    va, vb = _num(a.get(mean)), _num(b.get(mean))
     pair = {
-        "a": _num(a.get(mean)), "b": _num(b.get(mean)),
-        "a_ci95": half_width(a.get(low), a.get(high)),
-        "b_ci95": half_width(b.get(low), b.get(high)),
+        "a": va, "b": vb,
+        "a_ci95": _noise(half_width(a.get(low), a.get(high)), va, *extra_a),
+        "b_ci95": _noise(half_width(b.get(low), b.get(high)), vb, *extra_b),
     }
     pair.update(difference(pair["a"], pair["a_ci95"], pair["b"], pair["b_ci95"]))
     return pair
+
+
+def _noise(ci: float, value: float, energy: dict[str, Any], count: int, spread: float) -> float:
+    """A figure's 95 % half-width: its CI (0 when one value), the attribution's uncertainty and
+    the run-to-run spread; NaN when the spread is unknown (one repetition in both runs)."""
+    if not math.isfinite(spread):
+        return math.nan
+    attribution = 1.96 * _num(energy.get("uncertainty_J")) / max(count, 1)
+    parts = [ci if math.isfinite(ci) else 0.0,
+             attribution if math.isfinite(attribution) else 0.0,
+             spread * abs(value) if math.isfinite(value) else 0.0]
+    return math.sqrt(sum(p * p for p in parts))
 
 
 def _num(value: Any) -> float:
@@ -123,7 +206,10 @@ def _domains(a: RunAnalysis, b: RunAnalysis) -> list[dict[str, Any]]:
         x, y = da.get(key), db.get(key)
         ok, why = _comparable(x, y)
         ta, tb = (_rep_total(a, key), _rep_total(b, key))
+        rel = [t[1] / abs(t[0]) for t in (ta, tb)
+               if math.isfinite(t[1]) and math.isfinite(t[0]) and t[0]]
         entry = {
+            "spread": max(rel) if rel else math.nan,
             "domain": key, "name": domain_name(key), "comparable": ok, "why": why,
             "provenance": (x or y)["provenance"] if ok else "mixed",
             "model": (x or y).get("model") if ok else None,
@@ -217,9 +303,11 @@ def csv_text(cols: list[tables.Column], rows: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def compare_runs(a: RunAnalysis, b: RunAnalysis) -> Comparison:
-    """Run A (before) against run B (after), per API and domain."""
+def compare_runs(a: RunAnalysis, b: RunAnalysis, notes: list[str] | None = None) -> Comparison:
+    """Run A (before) against run B (after), per API and domain; notes: how they were analysed
+    (`analyse_pair`)."""
     domains = _domains(a, b)
+    differences = run_differences(a, b)
     apis_a = {r["api"]: r for r in a.apis}
     apis_b = {r["api"]: r for r in b.apis}
     names = sorted(apis_a.keys() | apis_b.keys(),
@@ -251,9 +339,12 @@ def compare_runs(a: RunAnalysis, b: RunAnalysis) -> Comparison:
                      "rel_text": units.percent(d["rel"])} for d in domains],
         "table": table,
         "counts": sorted(counts.items()),
+        "differences": differences,
+        "notes": list(notes or []),
     }
     charts = {"bars": _bars(rows, domains)}
-    data = {"format": 1, "a": runs["a"], "b": runs["b"], "domains": domains, "apis": rows}
+    data = {"format": 1, "a": runs["a"], "b": runs["b"], "domains": domains, "apis": rows,
+            "differences": differences, "notes": list(notes or [])}
     return Comparison(context, charts, data, {"compare": csv_text(cols, rows)})
 
 

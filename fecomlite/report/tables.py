@@ -39,6 +39,8 @@ class Column:
     ci: tuple[tuple[str, ...], tuple[str, ...]] | None = None  # paths of the 95 % CI bounds
     signed: bool = False
     title: str = ""
+    shown: bool = True  # shown at first; the table's column chooser shows the others
+    noise: tuple[str, ...] | None = None  # path of the figure's 1σ: negative within it is ≈ 0
 
     @property
     def numeric(self) -> bool:
@@ -79,16 +81,21 @@ def _energy_columns(domain: dict[str, Any], *, with_total: bool) -> list[Column]
     cols = []
     if with_total:
         cols.append(Column(f"{d}:total", "total", "J", ("energy", d, "total_J"), f"{d} total_J",
-                           g, title="energy in these calls including their share of idle power"))
+                           g, title="energy in these calls including their share of idle power",
+                           shown=False))
     cols += [
         Column(f"{d}:above", "above idle", "J", ("energy", d, "above_idle_J"),
-               f"{d} above_idle_J", g, title="energy above the idle baseline: what the calls cost"),
+               f"{d} above_idle_J", g, noise=("energy", d, "uncertainty_J"),
+               title="energy above the idle baseline: what the calls cost"),
         Column(f"{d}:per_call", "per call ± 95 % CI", "J", ("energy", d, "per_call", "mean"),
                f"{d} per_call_mean_J", g,
                ci=(("energy", d, "per_call", "ci95_low"), ("energy", d, "per_call", "ci95_high")),
+               noise=("energy", d, "per_call", "noise_J"),
                title="mean above-idle energy per call, with the 95 % t-interval of the mean"),
-        Column(f"{d}:share", "share", "%", ("energy", d, "share"), f"{d} share", g,
-               title="share of the run's above-idle energy in this domain"),
+        Column(f"{d}:share", "% of program", "%", ("energy", d, "share"), f"{d} share", g,
+               noise=("energy", d, "share_sigma"),
+               title="of the program's above-idle energy in this domain (the repetitions, start "
+                     "to end); nested calls are counted in their callers too"),
     ]
     return cols
 
@@ -102,20 +109,28 @@ def _common_tail(domains: list[dict[str, Any]], gpu_memory: bool) -> list[Column
         g = Group("all domains", "estimated" if estimated else "measured",
                   sensor=", ".join(d["domain"] for d in additive))
         cols.append(Column("all:above", "above idle", "J", ("all_domains", "above_idle_J"),
-                           "all_domains_above_idle_J", g,
+                           "all_domains_above_idle_J", g, noise=("all_domains", "uncertainty_J"),
                            title="sum over " + ", ".join(d["domain"] for d in additive)))
     mem = Group("memory")
-    cols += [
-        Column("rss_delta", "RSS Δ / call", "B", ("memory", "rss_delta_mean_B"),
-               "rss_delta_mean_B", mem, signed=True,
-               title="mean change of the process's resident memory across a call"),
-        Column("rss_peak", "RSS peak", "B", ("memory", "rss_peak_max_B"), "rss_peak_max_B", mem,
-               title="highest resident memory seen during any of the calls"),
-    ]
-    if gpu_memory:
-        cols.append(Column("gpu_peak", "GPU mem peak", "B", ("memory", "gpu_mem_peak_max_B"),
-                           "gpu_mem_peak_max_B", mem,
-                           title="highest GPU memory seen during any of the calls"))
+    for key, name in (("rss", "RSS"), ("gpu_mem", "GPU mem")):
+        if key == "gpu_mem" and not gpu_memory:
+            continue
+        cols += [
+            Column(f"{key}_delta", f"{name} retained / call", "B",
+                   ("memory", f"{key}_delta_mean_B"), f"{key}_delta_mean_B", mem, signed=True,
+                   title="mean memory a call leaves behind (its level at the end less at start)"),
+            Column(f"{key}_above", f"{name} peak above start", "B",
+                   ("memory", f"{key}_peak_above_start_max_B"), f"{key}_peak_above_start_max_B",
+                   mem, title="the most any call rose above the level it started at, while it ran "
+                              "(not the whole process's peak)"),
+            Column(f"{key}_transient", f"{name} transient / call", "B",
+                   ("memory", f"{key}_transient_mean_B"), f"{key}_transient_mean_B", mem,
+                   shown=False, title="mean peak above both the start and the end level: memory "
+                                      "a call used and released"),
+            Column(f"{key}_peak", f"{name} process peak", "B", ("memory", f"{key}_peak_max_B"),
+                   f"{key}_peak_max_B", mem, shown=False,
+                   title="the whole process's highest level during any of the calls"),
+        ]
     return cols
 
 
@@ -157,10 +172,17 @@ def cell(column: Column, row: dict[str, Any]) -> Cell:
     else:
         text = units.scaled(value, column.unit, signed=column.signed)
     ci = ""
+    spread = 0.0  # 95 %: the CI's half-width, or 2σ of the figure's noise
     if column.ci:
         low, high = lookup(row, column.ci[0]), lookup(row, column.ci[1])
         if low is not None and high is not None:
-            ci = "± " + units.scaled((high - low) / 2, column.unit)
+            spread = (high - low) / 2
+            ci = "± " + units.scaled(spread, column.unit)
+    sigma = lookup(row, column.noise) if column.noise else None
+    if sigma is not None:
+        spread = max(spread, 2 * sigma)
+    if isinstance(value, (int, float)) and value < 0 and -value <= spread:
+        text = "≈ 0"  # below idle only by noise: never shown as negative energy
     return Cell(value, text, ci, data)
 
 

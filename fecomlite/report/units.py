@@ -37,8 +37,8 @@ def scaled(value: float | None, unit: str, *, signed: bool = False) -> str:
     sign = "+" if signed and value > 0 else ""
     if magnitude == 0:
         return f"0 {unit}"
-    if magnitude < scale[0][1] * 1e-3:  # below what the smallest prefix shows: 9.09e-12 J
-        return f"{sign}{value:.3g} {unit}"
+    if magnitude < scale[0][1] * 1e-3:  # below anything measured (rounding residue): 0
+        return f"0 {unit}"
     name, factor = scale[0]
     for candidate, f in scale:
         if magnitude >= f * 0.9995:  # 999.6 mJ rounds to 1.00 J, not "1000 mJ"
@@ -59,6 +59,8 @@ def percent(value: float | None) -> str:
     if value == 0:
         return "0 %"
     pct = value * 100
+    if abs(pct) < 0.01:  # nothing a reader can use, and noise when negative
+        return "≈ 0 %"
     return f"{sig3(pct) if abs(pct) < 100 else f'{pct:.0f}'} %"
 
 
@@ -72,3 +74,19 @@ def watt_hours(joules: float | None) -> str:
     if abs(wh) < 1:
         return f"{sig3(wh * 1000)} mWh"
     return f"{sig3(wh)} Wh"
+
+
+def with_noise(value: float | None, noise: float | None, unit: str = "J") -> str:
+    """A figure that can fall below zero by noise (a tail, energy outside calls): within its
+    noise it reads "≈ 0 (−7.09 J, noise ± 8.1 J)", never as negative energy; a negative figure
+    beyond its noise says it is below the idle baseline."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    text = scaled(value, unit)
+    has_noise = noise is not None and math.isfinite(noise) and noise > 0
+    if has_noise and abs(value) <= 2 * noise:
+        return f"≈ 0 ({text}, noise ± {scaled(noise, unit)})" if value < 0 else (
+            f"{text} ± {scaled(noise, unit)}")
+    if value < 0:
+        return f"{text}: below the idle baseline (the baseline was busier)"
+    return text + (f" ± {scaled(noise, unit)}" if has_noise else "")

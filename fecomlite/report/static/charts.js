@@ -44,6 +44,7 @@
     const sign = signed && v > 0 ? "+" : "";
     if (unit === "%") {
       const pct = v * 100;
+      if (pct !== 0 && Math.abs(pct) < 0.01) return "≈ 0 %";  // as units.percent
       return sign + (Math.abs(pct) < 100 ? sig3(pct) : pct.toFixed(0)) + " %";
     }
     if (unit === "s" && Math.abs(v) >= 120) {
@@ -52,7 +53,7 @@
     const scale = SCALES[unit];
     if (!scale) return sign + sig3(v) + (unit ? " " + unit : "");
     if (v === 0) return "0 " + unit;
-    if (Math.abs(v) < scale[0][1] * 1e-3) return sign + Number(v).toPrecision(3) + " " + unit;
+    if (Math.abs(v) < scale[0][1] * 1e-3) return "0 " + unit;  // rounding residue, as units.scaled
     let name = scale[0][0], factor = scale[0][1];
     for (const [n, f] of scale) {
       if (Math.abs(v) >= f * 0.9995) { name = n; factor = f; }

@@ -60,6 +60,27 @@
     apply();
   }
 
+  // The column chooser: a checkbox per column shows or hides it; a group header spans the
+  // columns of its group still shown.
+  function columnChooser(box) {
+    const table = document.getElementById(box.dataset.colsFor);
+    const update = () => {
+      box.querySelectorAll("input[type=checkbox]").forEach((cb) => {
+        table.querySelectorAll('[data-c="' + cb.value + '"]').forEach((el) => { el.hidden = !cb.checked; });
+      });
+      table.querySelectorAll("tr.group th[data-first]").forEach((th) => {
+        const first = Number(th.dataset.first), span = Number(th.dataset.span);
+        let shown = 0;
+        for (let k = first; k < first + span; k++) {
+          if (!table.querySelector('thead th[data-c="' + k + '"]').hidden) shown++;
+        }
+        th.colSpan = Math.max(shown, 1);
+        th.hidden = shown === 0;
+      });
+    };
+    box.addEventListener("change", update);
+  }
+
   function charts(data) {
     document.querySelectorAll("[data-chart]").forEach((host) => {
       const spec = data.charts && data.charts[host.dataset.chart];
@@ -77,6 +98,7 @@
   function boot() {
     document.querySelectorAll("table.sortable").forEach(sortable);
     document.querySelectorAll("input[data-filter-for]").forEach(filterable);
+    document.querySelectorAll("[data-cols-for]").forEach(columnChooser);
     const node = document.getElementById("fecom-data");
     if (node) charts(JSON.parse(node.textContent));
     document.body.dataset.ready = "1";
