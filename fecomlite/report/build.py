@@ -253,7 +253,8 @@ def _reps(a: RunAnalysis) -> list[dict[str, Any]]:
 
 def _gate(gate: dict[str, Any]) -> dict[str, Any]:
     if not gate:
-        return {"state": "none", "label": "no gate", "waited": "–", "checks": [], "reasons": []}
+        return {"state": "none", "label": "no gate", "waited": "–", "checks": [], "reasons": [],
+                "not_checked": []}
     passed, gated = gate.get("passed"), gate.get("gated", True)
     state = "passed" if passed and gated else ("not gated" if not gated else "failed")
     checks = []
@@ -268,7 +269,8 @@ def _gate(gate: dict[str, Any]) -> dict[str, Any]:
             "provenance": c.get("provenance", ""),
         })
     return {"state": state, "label": state, "waited": units.scaled(gate.get("waited_s"), "s"),
-            "checks": checks, "reasons": gate.get("reasons") or []}
+            "checks": checks, "reasons": gate.get("reasons") or [],
+            "not_checked": gate.get("not_checked") or []}
 
 
 def _items(mapping: dict[str, Any]) -> list[tuple[str, str]]:
