@@ -6,6 +6,7 @@ The script is instrumented (and a syntax error in it reported) before any server
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import sys
@@ -152,11 +153,15 @@ def run_command(
     client = ensure_server(home)
     _say_server(client)
     after = functools.partial(_calibration, top=top) if calibrate else None
-    outcome = _measure(client, program, settings, home, quiet=quiet, after=after)
-    if calibrate and outcome.status == "finished":
-        _print_calibration(client, outcome.run_id)
-    if datasize and outcome.status == "finished":
-        _datasize_runs(client, program, settings, home, outcome.run_id, datasize, fraction_list)
+    with contextlib.redirect_stdout(sys.stdout if output_format is Format.table else sys.stderr):
+        # CSV or JSON own stdout: the program's output shows on stderr meanwhile
+        outcome = _measure(client, program, settings, home, quiet=quiet, after=after)
+        if calibrate and outcome.status == "finished":
+            _print_calibration(client, outcome.run_id)
+        if datasize and outcome.status == "finished":
+            _datasize_runs(
+                client, program, settings, home, outcome.run_id, datasize, fraction_list, quiet
+            )
     _summarise(client, outcome, output_format)
     if outcome.status != "finished":
         raise typer.Exit(outcome.exit_code or 1)
@@ -293,6 +298,7 @@ def _datasize_runs(
     parent: int,
     target: str,
     fractions: list[float],
+    quiet: bool,
 ) -> None:
     from fecomlite import datasize as datasize_analysis
     from fecomlite.datasize import datasize_point
@@ -311,6 +317,7 @@ def _datasize_runs(
             datasize=f"{target}={fraction}",
             extra={"fraction": fraction},
             log_dir=home / "logs" / f"{program.original.stem}-{_stamp()}-ds{fraction:g}",
+            quiet=quiet,
         )
         with Store(client.store_path) as store:
             points += datasize_point(store, outcome.run_id, target, fraction)

@@ -60,6 +60,8 @@ def _energy_cell(energy: dict[str, Any]) -> str:
         return "-"
     spread = energy.get("uncertainty_J")
     text = scaled(value, "J")
+    if value < 0 and spread is not None and -value <= 2 * spread:
+        text = "≈ 0"  # below idle only by noise, as in the report's tables
     if spread and math.isfinite(spread):
         text += f" ± {scaled(spread, 'J')}"
     if _below_resolution(energy):

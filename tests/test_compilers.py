@@ -8,11 +8,13 @@ copy, each in its own process with the real probe (no server: events go to a spo
 
 from __future__ import annotations
 
+import importlib
 import linecache
 import subprocess
 import sys
 from pathlib import Path
 from textwrap import dedent
+from typing import Any
 
 import pytest
 
@@ -305,3 +307,30 @@ def test_no_original_is_kept_where_lines_moved(tmp_path: Path) -> None:
     assert (copy / "main.py").read_text().count("\n") == 4  # the probe import took a line
     assert not (copy / ORIGINALS / "main.py").exists()
     assert probe_source.original_of(str(copy / "main.py")) is None
+
+
+def test_every_probe_entry_point_compiles_to_the_plain_calls_graph() -> None:
+    """The C path, the pure-Python fallback and the GPU-synchronising path alike: one graph,
+    no break under fullgraph=True, nothing of the probe in it."""
+    from fecomlite import probe
+
+    torch = importlib.import_module("torch")
+    dynamo = importlib.import_module("torch._dynamo")  # registered by the probe's import hook
+    graphs: list[str] = []
+
+    def keep(gm: Any, inputs: list[Any]) -> Any:
+        graphs.append(gm.code)
+        return gm.forward
+
+    x = torch.ones(3)
+    for entry in dict.fromkeys((probe.call, probe._python_call, probe._call_with_gpu_sync)):
+        dynamo.reset()
+        graphs.clear()
+
+        def twice(x: Any, entry: Any = entry) -> Any:
+            return entry("t.py:1:0", torch.sin, x) + entry("t.py:2:0", torch.cos, x=x)
+
+        compiled = torch.compile(twice, backend=keep, fullgraph=True)
+        assert torch.equal(compiled(x), torch.sin(x) + torch.cos(x))
+        assert len(graphs) == 1, entry
+        assert "torch.sin(" in graphs[0] and "torch.cos(" in graphs[0] and "call" not in graphs[0]

@@ -4,6 +4,7 @@ program's output shown live and logged."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -171,3 +172,33 @@ def test_quiet_keeps_the_output_in_the_log_only(home, tmp_path):
     assert "<program>" in result.stdout
     log = next((home / "logs").glob("hush-*/rep-1.log")).read_text()
     assert "only in the log" in log
+
+
+def test_json_owns_stdout_and_the_programs_output_goes_to_stderr(home, tmp_path):
+    script = write(tmp_path, "chatty.py", "print('program says hello')\n")
+    result = run_cli(
+        tmp_path,
+        "run",
+        "--home",
+        str(home),
+        str(script),
+        "--level",
+        "project",
+        "--quick",
+        "--format",
+        "json",
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["status"] == "finished" and summary["repetitions"] == 1
+    assert [row["api"] for row in summary["apis"]] == ["<program>"]
+    assert "program says hello" in result.stderr
+
+
+def test_a_standalone_spool_follows_fecomlite_home(tmp_path, monkeypatch):
+    from fecomlite.probe_sender import spool_path
+
+    monkeypatch.setenv("FECOMLITE_HOME", str(tmp_path / "home"))
+    assert spool_path("") == tmp_path / "home" / "spool" / f"{os.getpid()}.spool"
+    assert spool_path(str(tmp_path / "given.spool")) == tmp_path / "given.spool"

@@ -123,7 +123,23 @@ def test_stable_power_passes_without_waiting():
     result = wait_for_stable(lambda: steady, GateThresholds(), clock=clock, sleep=clock.sleep)
     assert result["passed"] and result["gated"]
     assert result["waited_s"] == 0
-    assert {c["check"] for c in result["checked"]} == {"power_cv", "utilisation_std"}
+    assert {c["check"] for c in result["checked"]} == {"power_cv", "utilisation_std",
+                                                       "utilisation_quiet"}
+
+
+def test_a_stable_but_busy_machine_is_not_quiet_and_the_gate_says_so():
+    # issue 13: the idle baseline read 6.2–10 W on a 10 W model and the gate passed because
+    # utilisation was *stable*; other processes kept 56 % of the CPUs busy
+    clock = FakeClock()
+    busy = [Series("util:cpu", "utilisation", "%", "gauge", "measured", None,
+                   np.arange(20, dtype=np.int64) * 10**8, np.full(20, 56.0), "machine")]
+    result = wait_for_stable(lambda: busy, GateThresholds(max_wait_s=3.0), clock=clock,
+                             sleep=clock.sleep)
+    assert not result["passed"]
+    quiet = next(c for c in result["checked"] if c["check"] == "utilisation_quiet")
+    assert quiet["value"] == 56.0 and not quiet["passed"]
+    assert any("not quiet: 56 % of all CPUs" in r for r in result["reasons"])
+    assert "temperature: no sensor" in result["not_checked"]
 
 
 def test_the_gate_waits_until_values_arrive():
@@ -196,5 +212,5 @@ def test_estimated_power_is_gated_through_the_utilisation_it_comes_from():
     verdict = wait_for_stable(lambda: [estimate, machine_util], GateThresholds(), clock,
                               clock.sleep)
     assert verdict["passed"] and clock.now < 1.0
-    assert [c["sensor"] for c in verdict["checked"]] == ["util:cpu"]
+    assert {c["sensor"] for c in verdict["checked"]} == {"util:cpu"}
     assert "no temperature sensor: gated on utilisation alone" in verdict["reasons"]

@@ -193,7 +193,18 @@ def _domain_card(a: RunAnalysis, d: dict[str, Any]) -> dict[str, Any]:
                     + (f" ± {units.scaled((hi - lo) / 2, 'J')}" if math.isfinite(lo) else "")),
         "method": d.get("method"), "fell_back": d.get("fell_back"),
         "method_reason": intens.get("reason", ""),
+        "method_sentence": _method_sentence(d, intens),
     }
+
+
+def _method_sentence(d: dict[str, Any], intens: dict[str, Any]) -> str:
+    """Why the energy of a sensor interval was shared the way it was, in one sentence."""
+    reason = intens.get("reason", "")
+    if d.get("method") == "intensity":
+        how = "Each API's calls are charged by their own fitted power"
+    else:
+        how = "Every call active in a sensor interval is charged alike (by its time)"
+    return f"{how}: {reason}." if reason else f"{how}."
 
 
 def _sensors(a: RunAnalysis) -> list[dict[str, Any]]:
@@ -253,7 +264,8 @@ def _reps(a: RunAnalysis) -> list[dict[str, Any]]:
 
 def _gate(gate: dict[str, Any]) -> dict[str, Any]:
     if not gate:
-        return {"state": "none", "label": "no gate", "waited": "–", "checks": [], "reasons": []}
+        return {"state": "none", "label": "no gate", "waited": "–", "checks": [], "reasons": [],
+                "not_checked": []}
     passed, gated = gate.get("passed"), gate.get("gated", True)
     state = "passed" if passed and gated else ("not gated" if not gated else "failed")
     checks = []
@@ -268,7 +280,8 @@ def _gate(gate: dict[str, Any]) -> dict[str, Any]:
             "provenance": c.get("provenance", ""),
         })
     return {"state": state, "label": state, "waited": units.scaled(gate.get("waited_s"), "s"),
-            "checks": checks, "reasons": gate.get("reasons") or []}
+            "checks": checks, "reasons": gate.get("reasons") or [],
+            "not_checked": gate.get("not_checked") or []}
 
 
 def _items(mapping: dict[str, Any]) -> list[tuple[str, str]]:

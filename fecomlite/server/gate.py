@@ -3,7 +3,11 @@
 Checks (FECoM's thresholds by default): temperature at or under a limit (CPU 55 °C, GPU 40 °C);
 power σ/mean under a ratio (CPU/DRAM 0.03, GPU 0.01) over the last `window` power values (a
 power sensor's readings, a counter's power over `bin_s` bins: see series.py); utilisation σ
-under `util_std_max_pp` percentage points over the same window. The wait is bounded by
+under `util_std_max_pp` percentage points over the same window, and the machine *quiet*: its
+mean utilisation (other processes: the program is not running yet) at most `util_quiet_max_pct`
+% of all CPUs, since a stable but busy machine makes every machine-level above-idle figure
+wrong. The verdict says what it could not check (no temperature, no machine utilisation, other
+processes on the GPUs). The wait is bounded by
 `max_wait_s`: a gate that cannot be met is reported as failed, never looped on. Only samples
 taken after the gate began count, so the verdict is about now, not about the repetition before;
 or, with `lookback_s`, from that long before (the caller knows the machine was left alone then:
@@ -39,6 +43,7 @@ class GateThresholds:
     cpu_power_cv_max: float = 0.03  # σ/mean, CPU package/core and DRAM
     gpu_power_cv_max: float = 0.01  # σ/mean, GPUs
     util_std_max_pp: float = 5.0  # σ of utilisation, percentage points
+    util_quiet_max_pct: float = 10.0  # mean machine utilisation, % of all CPUs: quiet
     window: int = 20  # the last N power/utilisation values
     bin_s: float = BIN_S  # a counter's power is taken over bins this long
     max_wait_s: float = 120.0
@@ -116,6 +121,10 @@ def evaluate(series: list[Series], th: GateThresholds) -> list[dict[str, Any]]:
                 _check(s, "utilisation_std", std, th.util_std_max_pp, std <= th.util_std_max_pp,
                        u.size, th.window)
             )
+            if not gpu:  # GPU utilisation counts kernels of any process: no quiet level
+                mean = float(np.mean(u))
+                checks.append(_check(s, "utilisation_quiet", mean, th.util_quiet_max_pct,
+                                     mean <= th.util_quiet_max_pct, u.size, th.window))
     return checks
 
 
@@ -158,8 +167,21 @@ def wait_for_stable(
         "waited_s": round(clock() - start, 3),
         "checked": checks,
         "reasons": _reasons(checks, silent, passed),
+        "not_checked": not_checked(series, checks),
         "thresholds": asdict(th),
     }
+
+
+def not_checked(series: list[Series], checks: list[dict[str, Any]]) -> list[str]:
+    """What the gate could not judge on this machine, in words for the report."""
+    out = []
+    if not any(c["check"] == "temperature" for c in checks):
+        out.append("temperature: no sensor")
+    if not any(c["check"] == "utilisation_quiet" for c in checks):
+        out.append("whether other processes use the CPUs: no machine utilisation")
+    if any(is_gpu(s) for s in series):
+        out.append("other processes on the GPUs: not read")
+    return out
 
 
 def _reasons(checks: list[dict[str, Any]], silent: list[str], passed: bool) -> list[str]:
@@ -173,9 +195,13 @@ def _reasons(checks: list[dict[str, Any]], silent: list[str], passed: bool) -> l
     for c in checks:
         if c["pending"]:
             reasons.append(f"{c['sensor']}: only {c['n']} of {c['needed']} values in time")
+        elif not c["passed"] and c["check"] == "utilisation_quiet":
+            reasons.append(f"{c['sensor']}: not quiet: {c['value']:.0f} % of all CPUs busy "
+                           f"before the program started (quiet is ≤ {c['limit']:g} %); "
+                           "machine-level above-idle figures will include other processes' work")
         elif not c["passed"]:
             shown = "n/a" if c["value"] is None else f"{c['value']:.4g}"
             reasons.append(f"{c['sensor']}: {c['check']} {shown} over limit {c['limit']:g}")
     if passed:
-        reasons.append("stable")
+        reasons.append("stable and quiet")
     return reasons

@@ -84,8 +84,26 @@
     return e;
   }
 
+  // Keeps the end of a dotted name, whole components ("…Tensor.backward"): the end says which API
+  // it is, where a kept start would read as another ("torch.nn.functional.nll_loss…"). A
+  // component that does not fit loses its middle ("Sparse…entropy"), never an end.
   function clip(str, max) {
-    return str.length > max ? str.slice(0, Math.max(1, max - 1)) + "…" : str;
+    if (str.length <= max) return str;
+    const parts = str.split(".");
+    let out = parts.pop();
+    while (parts.length && out.length + parts[parts.length - 1].length + 2 <= max) {
+      out = parts.pop() + "." + out;
+    }
+    if (!parts.length || out.length >= max) return clipMiddle(out, max);
+    const room = max - out.length - 2 - (parts.length > 1 ? 1 : 0);
+    if (room >= 5) out = clipMiddle(parts.pop(), room) + "." + out;
+    return (parts.length ? "…" : "") + out;
+  }
+
+  function clipMiddle(str, max) {
+    if (str.length <= max) return str;
+    const keep = Math.max(2, max - 1), head = Math.ceil(keep / 2);
+    return str.slice(0, head) + "…" + str.slice(str.length - (keep - head));
   }
 
   function legend(host, series) {
