@@ -120,6 +120,13 @@ def gpu_present() -> bool:
         return False
 
 
+def carbon_environment(settings: RunSettings) -> dict[str, str]:
+    """The carbon intensity the run was given, for `fecomlite.measure()` in the program."""
+    from fecomlite import carbon
+
+    return carbon.environment(carbon.from_settings(settings.to_json()))
+
+
 def sync_enabled(settings: RunSettings) -> bool:
     if settings.level != "method" or settings.sync == "off":
         return False
@@ -307,7 +314,7 @@ class OpenRun:
             self.sync,
             spool,
             self.datasize,
-            extra_env,
+            {**carbon_environment(self.settings), **(extra_env or {})},
         )
         client.rep_start(run_id, rep, extra=extra or {})
         t0 = time.monotonic_ns()

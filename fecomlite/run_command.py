@@ -63,6 +63,13 @@ def run_command(
         bool, typer.Option(help="Replay the costliest side-effect-free calls alone afterwards.")
     ] = False,
     top: Annotated[int, typer.Option(help="Call sites replayed by --calibrate.")] = 5,
+    carbon_intensity: Annotated[
+        float | None, typer.Option(help="Grid carbon intensity, gCO2e/kWh, for CO2e figures.")
+    ] = None,
+    region: Annotated[
+        str | None, typer.Option(help="Or a country code (e.g. FRA) from the bundled table.")
+    ] = None,
+    pue: Annotated[float | None, typer.Option(help="Data-centre PUE for CO2e (default 1).")] = None,
     home: Annotated[
         Path | None, typer.Option(help="fecomlite's folder: store, server state (./.fecomlite).")
     ] = None,
@@ -87,6 +94,9 @@ def run_command(
                 "gate_max_wait_s": gate_max_wait,
                 "sync": sync,
                 "params": dict(_key_value(p) for p in param) if param else None,
+                "carbon_intensity": carbon_intensity,
+                "region": region,
+                "pue": pue,
             },
         )
         fraction_list = datasize_analysis.parse_fractions(fractions) if datasize else []
