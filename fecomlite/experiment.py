@@ -120,6 +120,13 @@ def gpu_present() -> bool:
         return False
 
 
+def program_command(script: Path) -> list[str]:
+    """How the script runs: a notebook's cells through IPython, anything else as Python."""
+    if script.suffix == ".ipynb":
+        return [sys.executable, "-m", "fecomlite.notebook_run", str(script)]
+    return [sys.executable, str(script)]
+
+
 def carbon_environment(settings: RunSettings) -> dict[str, str]:
     """The carbon intensity the run was given, for `fecomlite.measure()` in the program."""
     from fecomlite import carbon
@@ -321,7 +328,7 @@ class OpenRun:
         with open(self.log_dir / f"rep-{rep}.log", "wb") as log:
             out = None if self.show_output else log
             proc = subprocess.Popen(
-                [sys.executable, str(self.program.script), *self.program.argv],
+                [*program_command(self.program.script), *self.program.argv],
                 cwd=self.program.cwd,
                 env=env,
                 stdout=out,
