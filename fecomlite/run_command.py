@@ -70,6 +70,9 @@ def run_command(
         str | None, typer.Option(help="Or a country code (e.g. FRA) from the bundled table.")
     ] = None,
     pue: Annotated[float | None, typer.Option(help="Data-centre PUE for CO2e (default 1).")] = None,
+    mlflow: Annotated[
+        bool | None, typer.Option("--mlflow/--no-mlflow", help="Log the run to MLflow.")
+    ] = None,
     home: Annotated[
         Path | None, typer.Option(help="fecomlite's folder: store, server state (./.fecomlite).")
     ] = None,
@@ -97,6 +100,7 @@ def run_command(
                 "carbon_intensity": carbon_intensity,
                 "region": region,
                 "pue": pue,
+                "mlflow": mlflow,
             },
         )
         fraction_list = datasize_analysis.parse_fractions(fractions) if datasize else []
@@ -116,6 +120,8 @@ def run_command(
     if datasize and outcome.status == "finished":
         _datasize_runs(client, program, settings, home, outcome.run_id, datasize, fraction_list)
     _summarise(client, outcome)
+    if settings.mlflow and outcome.status == "finished":
+        _log_to_mlflow(client, outcome.run_id)
     if outcome.status != "finished":
         raise typer.Exit(outcome.exit_code or 1)
 
@@ -228,6 +234,18 @@ def _datasize_runs(
         store.put_result(
             parent, "datasize", {"target": target, **datasize_analysis.summarise(points)}
         )
+
+
+def _log_to_mlflow(client: ServerClient, run_id: int) -> None:
+    from fecomlite import mlflow_log
+
+    try:
+        with Store(client.store_path) as store:
+            mlflow_id = mlflow_log.log_run(store, run_id)
+    except ImportError:
+        console.print("MLflow is not installed: `pip install 'fecomlite[mlflow]'`; run kept.")
+        return
+    console.print(f"logged to MLflow ({mlflow_log.tracking_uri()}): run [bold]{mlflow_id}[/]")
 
 
 def _summarise(client: ServerClient, outcome: RunOutcome) -> None:

@@ -40,6 +40,7 @@ class RunSettings:
     carbon_intensity: float | None = None  # grid gCO2e/kWh for CO2e figures (fecomlite/carbon.py)
     region: str | None = None  # or a country code from the bundled table of annual averages
     pue: float | None = None  # the data centre's power usage effectiveness (default 1)
+    mlflow: bool = False  # log the finished run to MLflow (fecomlite/mlflow_log.py)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
