@@ -83,16 +83,18 @@ class Monitor:
         atexit.register(self.stop)
 
     def open(self) -> tuple[int, int]:
-        """Start a window: (its token, its start). The start comes after every sensor has been
-        read once, so the window has samples before it (an idle monitor's first window waits
-        for one pass of reads)."""
+        """Start a window: (its token, its start). An idle monitor reads every sensor once
+        before the start (a few milliseconds), so the window has samples before it; while
+        other windows are open the sensors are being read and nothing waits."""
         with self._cond:
             token = monotonic_ns()
+            idle = not self._open  # else the sensors are being read already: no wait
             self._open.append(token)
             self._cond.notify_all()
-            self._cond.wait_for(
-                lambda: self._read_since(token, 0.0) or self._stopped, timeout=MAX_WAIT_S
-            )
+            if idle:
+                self._cond.wait_for(
+                    lambda: self._read_since(token, 0.0) or self._stopped, timeout=MAX_WAIT_S
+                )
             return token, monotonic_ns()
 
     def close(self, token: int, start: int, end: int) -> PendingWindow:
