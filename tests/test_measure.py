@@ -4,6 +4,7 @@ nested and from threads. Real sensors (CPU and DRAM estimated here, measured whe
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 
@@ -179,3 +180,29 @@ def test_inside_a_run_the_block_is_a_region_and_the_figures_come_back(home, tmp_
         ).fetchall()
     assert len(spans) == 1
     assert (spans[0][1] - spans[0][0]) / 1e9 == pytest.approx(figures["duration_s"], abs=0.01)
+
+
+def test_a_gpu_gives_measured_energy_and_process_gpu_memory():
+    """The H200 trace replayed as NVML (a test fake named so): the GPU's counter, per window."""
+    from fakesys.nvml import ReplayNvmlForTests
+
+    from fecomlite.measure import Measurement
+    from fecomlite.measure_sampler import Monitor
+
+    nvml = ReplayNvmlForTests(energy_read_s=0, processes=((os.getpid(), 3 << 30),))
+    mon = Monitor({"nvml": nvml})
+    try:
+        m = Measurement("gpu")
+        token, m.start_ns = mon.open()
+        trace_start = nvml.player.now()
+        time.sleep(1.0)
+        m.end_ns = time.monotonic_ns()
+        trace_end = nvml.player.now()
+        m._pending = mon.close(token, m.start_ns, m.end_ns)
+        expected_J = nvml.energy.value_at(trace_end) - nvml.energy.value_at(trace_start)
+        assert m.provenance["gpu:0"] == "measured"
+        assert m.energy_J["gpu:0"] == pytest.approx(expected_J, rel=0.1)
+        assert m.total_J >= m.energy_J["gpu:0"]
+        assert m.gpu_memory_peak_B == float(3 << 30) and m.gpu_memory_added_B == 0.0
+    finally:
+        mon.stop()
