@@ -267,6 +267,15 @@ _monitor: Monitor | None = None
 _lock = threading.Lock()
 
 
+def _forget_in_child() -> None:
+    """A forked child has no reading thread: it discovers its own monitor on first use."""
+    global _monitor
+    _monitor = None
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def monitor() -> Monitor:
     """The process's monitor, discovered on first use (sensors are found once)."""
     global _monitor

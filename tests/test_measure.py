@@ -206,3 +206,20 @@ def test_a_gpu_gives_measured_energy_and_process_gpu_memory():
         assert m.gpu_memory_peak_B == float(3 << 30) and m.gpu_memory_added_B == 0.0
     finally:
         mon.stop()
+
+
+def test_a_forked_child_measures_with_its_own_sensors():
+    with fecomlite.measure():  # the parent's monitor is running
+        pass
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a measurement must not wait for the parent's thread
+        start = time.monotonic()
+        with fecomlite.measure() as m:
+            busy(0.2)
+        ok = m.energy_J.get("cpu-package", 0) > 0 and time.monotonic() - start < 4
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"1"
+    os.waitpid(pid, 0)
