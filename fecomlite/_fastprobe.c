@@ -239,6 +239,99 @@ static PyObject *probe_now(PyObject *self, PyObject *unused) {
     return PyLong_FromLongLong(now_ns());
 }
 
+
+/* Region: `with region:` of the user's own code (fecomlite/regions.py subclasses it). Entering
+ * pushes (thread, now) on the object's own stack; leaving pops this thread's latest start and
+ * appends the span like a call, so a region costs about a probe instead of a Python
+ * enter/exit pair and a Python record (~1.3 µs). One object may be entered recursively and from
+ * several threads: each exit takes the latest start of its own thread. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *site;
+    int64_t *start;
+    uint64_t *start_tid;
+    Py_ssize_t depth, cap;
+} Region;
+
+static int region_init(Region *self, PyObject *args, PyObject *kwds) {
+    PyObject *site;
+    if (!PyArg_ParseTuple(args, "U", &site)) return -1;
+    Py_INCREF(site);
+    Py_XSETREF(self->site, site);
+    return 0;
+}
+
+static void region_dealloc(Region *self) {
+    Py_XDECREF(self->site);
+    PyMem_Free(self->start);
+    PyMem_Free(self->start_tid);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *region_enter(Region *self, PyObject *unused) {
+    if (self->depth == self->cap) {
+        Py_ssize_t cap = self->cap ? self->cap * 2 : 8;
+        int64_t *s = PyMem_Realloc(self->start, (size_t)cap * sizeof(int64_t));
+        if (!s) return PyErr_NoMemory();
+        self->start = s;
+        uint64_t *t = PyMem_Realloc(self->start_tid, (size_t)cap * sizeof(uint64_t));
+        if (!t) return PyErr_NoMemory();
+        self->start_tid = t;
+        self->cap = cap;
+    }
+    self->start_tid[self->depth] = PyThread_get_thread_ident();
+    self->start[self->depth++] = now_ns();
+    Py_INCREF(self);
+    return (PyObject *)self;
+}
+
+static PyObject *region_exit(Region *self, PyObject *const *args, Py_ssize_t nargs) {
+    int64_t t1 = now_ns();
+    uint64_t tid = PyThread_get_thread_ident();
+    Py_ssize_t i = self->depth - 1;
+    while (i >= 0 && self->start_tid[i] != tid) i--;
+    if (i < 0 || self->site == NULL) Py_RETURN_NONE; /* never entered on this thread */
+    int64_t t0 = self->start[i];
+    memmove(self->start + i, self->start + i + 1, (size_t)(self->depth - i - 1) * sizeof(int64_t));
+    memmove(self->start_tid + i, self->start_tid + i + 1,
+            (size_t)(self->depth - i - 1) * sizeof(uint64_t));
+    self->depth--;
+    int raised = nargs > 0 && args[0] != Py_None;
+    if (append(self->site, t0, t1, tid, raised, -1, -1) < 0) PyErr_Clear(); /* lose the event */
+    Py_RETURN_NONE;
+}
+
+static PyObject *region_get_site(Region *self, void *closure) {
+    if (!self->site) Py_RETURN_NONE;
+    Py_INCREF(self->site);
+    return self->site;
+}
+
+static PyMethodDef region_methods[] = {
+    {"__enter__", (PyCFunction)region_enter, METH_NOARGS, "Start the span."},
+    {"__exit__", (PyCFunction)(void (*)(void))region_exit, METH_FASTCALL,
+     "End this thread's latest span and record it."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef region_getset[] = {
+    {"site", (getter)region_get_site, NULL, "the site key the span is recorded under", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject RegionType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "fecomlite._fastprobe.Region",
+    .tp_basicsize = sizeof(Region),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "Region(site): a span of user code recorded like a call.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)region_init,
+    .tp_dealloc = (destructor)region_dealloc,
+    .tp_methods = region_methods,
+    .tp_getset = region_getset,
+};
+
 static PyMethodDef methods[] = {
     {"call", (PyCFunction)(void (*)(void))probe_call, METH_FASTCALL | METH_KEYWORDS,
      "call(site, fn, /, *args, **kwargs): call fn and record when it ran."},
@@ -258,4 +351,15 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_fastprobe", "The probe's hot path in C.", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__fastprobe(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__fastprobe(void) {
+    if (PyType_Ready(&RegionType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&RegionType);
+    if (PyModule_AddObject(m, "Region", (PyObject *)&RegionType) < 0) {
+        Py_DECREF(&RegionType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

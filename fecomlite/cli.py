@@ -61,6 +61,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "model_app",
         "Fit and use the energy model: energy from FLOPs, bytes by cache level and time.",
     ),
+    "export": (
+        "fecomlite.export.command",
+        "export_command",
+        "Export a run as a Perfetto/Chrome trace or as OpenMetrics text.",
+    ),
 }
 
 

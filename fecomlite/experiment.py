@@ -132,6 +132,20 @@ def gpu_present() -> bool:
         return False
 
 
+def program_command(script: Path) -> list[str]:
+    """How the script runs: a notebook's cells through IPython, anything else as Python."""
+    if script.suffix == ".ipynb":
+        return [sys.executable, "-m", "fecomlite.notebook_run", str(script)]
+    return [sys.executable, str(script)]
+
+
+def carbon_environment(settings: RunSettings) -> dict[str, str]:
+    """The carbon intensity the run was given, for `fecomlite.measure()` in the program."""
+    from fecomlite import carbon
+
+    return carbon.environment(carbon.from_settings(settings.to_json()))
+
+
 def sync_enabled(settings: RunSettings) -> bool:
     if settings.level != "method" or settings.sync == "off":
         return False
@@ -341,7 +355,7 @@ class OpenRun:
             self.sync,
             spool,
             self.datasize,
-            extra_env,
+            {**carbon_environment(self.settings), **(extra_env or {})},
         )
         if not self.quiet:
             env.setdefault("PYTHONUNBUFFERED", "1")  # as live through the pipe as on a terminal
@@ -349,7 +363,7 @@ class OpenRun:
         t0 = time.monotonic_ns()
         with open(self.log_dir / f"rep-{rep}.log", "wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, str(self.program.script), *self.program.argv],
+                [*program_command(self.program.script), *self.program.argv],
                 cwd=self.program.cwd,
                 env=env,
                 stdout=log if self.quiet else subprocess.PIPE,

@@ -78,6 +78,16 @@ def run_command(
         bool, typer.Option(help="Replay the costliest side-effect-free calls alone afterwards.")
     ] = False,
     top: Annotated[int, typer.Option(help="Call sites replayed by --calibrate.")] = 5,
+    carbon_intensity: Annotated[
+        float | None, typer.Option(help="Grid carbon intensity, gCO2e/kWh, for CO2e figures.")
+    ] = None,
+    region: Annotated[
+        str | None, typer.Option(help="Or a country code (e.g. FRA) from the bundled table.")
+    ] = None,
+    pue: Annotated[float | None, typer.Option(help="Data-centre PUE for CO2e (default 1).")] = None,
+    mlflow: Annotated[
+        bool | None, typer.Option("--mlflow/--no-mlflow", help="Log the run to MLflow.")
+    ] = None,
     home: Annotated[
         Path | None, typer.Option(help="fecomlite's folder: store, server state (./.fecomlite).")
     ] = None,
@@ -128,6 +138,10 @@ def run_command(
                 "gate_max_wait_s": gate_max_wait,
                 "sync": sync,
                 "params": dict(_key_value(p) for p in param) if param else None,
+                "carbon_intensity": carbon_intensity,
+                "region": region,
+                "pue": pue,
+                "mlflow": mlflow,
             },
         )
         fraction_list = _fractions(fractions) if datasize else []
@@ -163,6 +177,8 @@ def run_command(
                 client, program, settings, home, outcome.run_id, datasize, fraction_list, quiet
             )
     _summarise(client, outcome, output_format)
+    if settings.mlflow and outcome.status == "finished":
+        _log_to_mlflow(client, outcome.run_id)
     if outcome.status != "finished":
         raise typer.Exit(outcome.exit_code or 1)
 
@@ -325,6 +341,19 @@ def _datasize_runs(
         store.put_result(
             parent, "datasize", {"target": target, **datasize_analysis.summarise(points)}
         )
+
+
+def _log_to_mlflow(client: ServerClient, run_id: int) -> None:
+    from fecomlite import mlflow_log
+    from fecomlite.store import Store
+
+    try:
+        with Store(client.store_path) as store:
+            mlflow_id = mlflow_log.log_run(store, run_id)
+    except ImportError:
+        console.print("MLflow is not installed: `pip install 'fecomlite[mlflow]'`; run kept.")
+        return
+    console.print(f"logged to MLflow ({mlflow_log.tracking_uri()}): run [bold]{mlflow_id}[/]")
 
 
 def _summarise(client: ServerClient, outcome: RunOutcome, output_format: Format) -> None:

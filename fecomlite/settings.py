@@ -38,6 +38,10 @@ class RunSettings:
     gpu_power_cv_max: float = 0.01
     sync: str = "auto"  # GPU synchronisation at probe boundaries: auto | on | off
     params: dict[str, str] = dataclasses.field(default_factory=dict)  # hyperparameters by hand
+    carbon_intensity: float | None = None  # grid gCO2e/kWh for CO2e figures (fecomlite/carbon.py)
+    region: str | None = None  # or a country code from the bundled table of annual averages
+    pue: float | None = None  # the data centre's power usage effectiveness (default 1)
+    mlflow: bool = False  # log the finished run to MLflow (fecomlite/mlflow_log.py)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -87,7 +91,21 @@ def resolve(config: dict[str, Any], overrides: dict[str, Any]) -> RunSettings:
         raise SettingsError(f"sync must be auto, on or off, not {settings.sync!r}")
     if settings.repeat < 1:
         raise SettingsError("repeat must be at least 1")
+    _check_carbon(settings)
     return settings
+
+
+_OPTIONAL = {"carbon_intensity": float, "region": str, "pue": float}  # default None
+
+
+def _check_carbon(settings: RunSettings) -> None:
+    """A region the table lacks, or an intensity or PUE that cannot be, fails before the run."""
+    from fecomlite.carbon import CarbonError, from_settings
+
+    try:
+        from_settings(dataclasses.asdict(settings))
+    except CarbonError as exc:
+        raise SettingsError(str(exc)) from exc
 
 
 def _coerce(name: str, value: Any, default: Any) -> Any:
@@ -98,6 +116,8 @@ def _coerce(name: str, value: Any, default: Any) -> Any:
         return [value] if isinstance(value, str) else list(value)
     if name == "params":
         return {str(k): str(v) for k, v in dict(value).items()}
+    if name in _OPTIONAL:
+        return _OPTIONAL[name](value)
     if isinstance(default, bool):
         return bool(value)
     try:

@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 
 from fecomlite.analysis import RunAnalysis, analyse_run, mean_ci95
+from fecomlite.carbon import Intensity
 from fecomlite.report import tables, units
+from fecomlite.report.co2e import add_co2e, csv_with_co2e
 from fecomlite.report.model_section import model_section
 from fecomlite.report.palette import SERIES_COLORS, domain_color, domain_name, shade
 from fecomlite.report.timeline import TimelineBuilder
@@ -43,7 +45,7 @@ class Report:
 
 
 def build_report(store: Store, run_id: int, method: str = "auto",
-                 analysis: RunAnalysis | None = None) -> Report:
+                 analysis: RunAnalysis | None = None, intensity: Intensity | None = None) -> Report:
     """Analyse run `run_id` (unless `analysis` is given) and gather everything the report shows."""
     a = analysis or analyse_run(store, run_id, method)
     timeline = TimelineBuilder(store, a)
@@ -51,6 +53,7 @@ def build_report(store: Store, run_id: int, method: str = "auto",
     gpu_mem = tables.has_gpu_memory(a.apis)
     api_cols = tables.api_columns(a.domains, gpu_mem)
     site_cols = tables.site_columns(a.domains, gpu_mem)
+    co2e = add_co2e(a, intensity, [api_cols, site_cols])  # None without an intensity
     tails = timeline.tails()
     charts: dict[str, Any] = {
         "bars": _bars_chart(a),
@@ -91,9 +94,14 @@ def build_report(store: Store, run_id: int, method: str = "auto",
         "method": a.method,
         "load": a.load,
         "stacked": ", ".join(domain_name(d["domain"]) for d in stacked_domains(a)),
+        "co2e": co2e,
     }
-    report_json = {"format": 1, **a.to_json(), "datasize": datasize}
-    return Report(run_id, a, context, charts, report_json, a.tables_csv())
+    report_json = {"format": 1, **a.to_json(), "datasize": datasize, "co2e": co2e}
+    csv_tables = a.tables_csv()
+    if co2e:
+        rows = {"apis": a.apis, "sites": a.sites}
+        csv_tables = {k: csv_with_co2e(v, rows[k], co2e["label"]) for k, v in csv_tables.items()}
+    return Report(run_id, a, context, charts, report_json, csv_tables)
 
 
 # -- header -----------------------------------------------------------------------------------

@@ -49,9 +49,17 @@ def report_command(
         str, typer.Option(help="Attribution inside sensor intervals: overlap, intensity or auto "
                                "(intensity where the data can tell APIs apart).")
     ] = "auto",
+    carbon_intensity: Annotated[
+        float | None, typer.Option(help="Grid gCO2e/kWh for CO2e figures (default: the run's).")
+    ] = None,
+    region: Annotated[
+        str | None, typer.Option(help="Or a country code (e.g. FRA) from the bundled table.")
+    ] = None,
+    pue: Annotated[float | None, typer.Option(help="Data-centre PUE for CO2e (default 1).")] = None,
 ) -> None:
     """Write the HTML report (self-contained, opens offline) with JSON and CSV beside it."""
     # Imported here so that `fecomlite --help` and the other commands do not load scipy.
+    from fecomlite import carbon
     from fecomlite.report.build import build_report
     from fecomlite.report.compare import analyse_pair, compare_runs
     from fecomlite.report.render import FORMATS, write_comparison, write_report
@@ -65,14 +73,15 @@ def report_command(
             if not runs:
                 runs = [db.latest_run_id()]
             if len(runs) == 1:
-                report = build_report(db, runs[0], method)
+                intensity = carbon.resolve(carbon_intensity, region, pue)
+                report = build_report(db, runs[0], method, intensity=intensity)
                 folder = out or Path("reports") / str(runs[0])
                 written = write_report(report, folder, chosen)
             else:
                 a, b, notes = analyse_pair(db, runs[0], runs[1], method)
                 folder = out or Path("reports") / f"compare-{runs[0]}-{runs[1]}"
                 written = write_comparison(compare_runs(a, b, notes), folder, chosen)
-    except (StoreError, ValueError) as exc:
+    except (StoreError, ValueError) as exc:  # carbon.CarbonError is a ValueError
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(1) from exc
     for path in written:
