@@ -24,6 +24,7 @@ import numpy as np
 from fecomlite import attribution as at
 from fecomlite.calibration import KIND as CALIBRATION_KIND
 from fecomlite.calibration import fit_groups
+from fecomlite.distributed.devices import attribute_calls, device_masks, device_owners
 from fecomlite.sensors.estimate import ABOVE_IDLE_MODELS
 from fecomlite.store import Store
 
@@ -297,6 +298,8 @@ def analyse_run(
     rep_energy: dict[str, list[dict[str, float]]] = {}
     results: dict[str, at.Attribution] = {}
     rep_windows = _rep_windows(reps, ev)
+    on_device = device_masks(
+        device_owners(store.processes(run_id), store.result(run_id, "gpu_processes")), ev["pid"])
     host = _with_program_gaps(t0, t1, thread, fit_of, len(fit_names), reps, t0[replay])
     for domain, sensor in sorted(chosen.items()):
         t, v = _samples(store, sensor["id"])
@@ -319,10 +322,10 @@ def analyse_run(
         if domain in HOST_DOMAINS and host is not None:
             res = _calls_only(at.attribute(iv, method=method, idle_W=idle, **host), n)
             activities = [*fit_names, OUTSIDE_CALLS]
-        else:
-            res = at.attribute(
-                iv, t0, t1, idle_W=idle, thread=thread, group=fit_of, method=method,
-                ngroups=max(len(fit_names), 1), nest=(parent, depth),
+        else:  # a GPU's energy to the calls of the processes on it (distributed runs)
+            res = attribute_calls(
+                iv, on_device.get(domain), t0, t1, idle_W=idle, thread=thread, group=fit_of,
+                method=method, ngroups=max(len(fit_names), 1), nest=(parent, depth),
             )
         methods_used.add(res.method)
         results[domain] = res

@@ -39,6 +39,7 @@ class Program:
     manifest_path: Path | None
     manifest: dict[str, Any]
     original: Path  # the user's script
+    launcher: list[str] = dataclasses.field(default_factory=lambda: [sys.executable])
 
 
 @dataclasses.dataclass
@@ -314,7 +315,7 @@ class OpenRun:
         with open(self.log_dir / f"rep-{rep}.log", "wb") as log:
             out = None if self.show_output else log
             proc = subprocess.Popen(
-                [sys.executable, str(self.program.script), *self.program.argv],
+                [*self.program.launcher, str(self.program.script), *self.program.argv],
                 cwd=self.program.cwd,
                 env=env,
                 stdout=out,

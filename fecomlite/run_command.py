@@ -69,8 +69,21 @@ def run_command(
     show_output: Annotated[
         bool, typer.Option(help="Show the program's output instead of logging it.")
     ] = False,
+    nproc_per_node: Annotated[
+        int | None,
+        typer.Option(help="Ranks on this machine, launched by torchrun (docs/distributed.md)."),
+    ] = None,
 ) -> None:
-    """Run SCRIPT under the measurement server and store per-call energy and memory."""
+    """Run SCRIPT under the measurement server and store per-call energy and memory.
+
+    `fecomlite run -- torchrun [OPTIONS] SCRIPT [ARGS]` runs a launcher you name."""
+    from fecomlite.distributed.launch import LaunchError, resolve_launch
+
+    try:
+        launch = resolve_launch(script, list(args or []), nproc_per_node)
+    except LaunchError as exc:
+        raise typer.BadParameter(str(exc), param_hint="SCRIPT") from exc
+    script, args = launch.script, launch.args
     if not script.is_file():
         raise typer.BadParameter(f"{script} is not a file", param_hint="SCRIPT")
     try:
@@ -97,6 +110,7 @@ def run_command(
     if config_path:
         console.print(f"settings from [bold]{config_path}[/]")
     program = prepare_program(script, list(args or []), settings, home / "work")
+    program.launcher = launch.prefix
     client = ensure_server(home)
     console.print(f"measurement server: [bold]{client.url}[/] (live view)")
     after = functools.partial(run_calibration, top=top) if calibrate else None

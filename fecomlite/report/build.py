@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 
 from fecomlite.analysis import RunAnalysis, analyse_run, mean_ci95
+from fecomlite.distributed.ranks import add_rank_figures
+from fecomlite.distributed.report_section import rank_section
 from fecomlite.report import tables, units
 from fecomlite.report.model_section import model_section
 from fecomlite.report.palette import SERIES_COLORS, domain_color, domain_name
@@ -46,6 +48,7 @@ def build_report(store: Store, run_id: int, method: str = "auto",
                  analysis: RunAnalysis | None = None) -> Report:
     """Analyse run `run_id` (unless `analysis` is given) and gather everything the report shows."""
     a = analysis or analyse_run(store, run_id, method)
+    ranks = add_rank_figures(a, store.processes(run_id))  # distributed runs only
     timeline = TimelineBuilder(store, a)
     datasize = store.result(run_id, "datasize")
     gpu_mem = tables.has_gpu_memory(a.apis)
@@ -83,13 +86,14 @@ def build_report(store: Store, run_id: int, method: str = "auto",
         "intensities": _intensities(a),
         "replays": _replays(store, a),
         "levels": levels,
+        "ranks": rank_section(a, ranks),
         "datasize": ds,
         "model": model.context if model else None,
         "tails": [{"key": f"tail-{i}", "title": c["title"]} for i, c in enumerate(tails)],
         "notes": a.notes,
         "method": a.method,
     }
-    report_json = {"format": 1, **a.to_json(), "datasize": datasize}
+    report_json = {"format": 1, **a.to_json(), "ranks": ranks, "datasize": datasize}
     return Report(run_id, a, context, charts, report_json, a.tables_csv())
 
 

@@ -1,0 +1,77 @@
+"""Each GPU's energy to the calls of the processes computing on it.
+
+Without this, the energy of `gpu:1` would be shared among every call that overlaps it in time,
+rank 0's calls on `gpu:0` included. Which processes use which GPU comes from NVML's per-process
+lists (`nvmlDeviceGetComputeRunningProcesses`), where the server recorded them (the run's
+`gpu_processes` result), else from the device each rank's probe names
+(`fecomlite.distributed.identity`). CPU package and DRAM stay shared by all calls by overlap:
+concurrent ranks split each interval of the host's energy, as threads do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from fecomlite import attribution as at
+
+
+def device_owners(
+    processes: list[dict[str, Any]], gpu_processes: dict[str, list[int]] | None
+) -> dict[str, set[int]]:
+    """{"gpu:N": pids computing on it}; empty when no process names a GPU."""
+    owners: dict[str, set[int]] = {}
+    for p in processes:
+        if p["device"].startswith("gpu:"):
+            owners.setdefault(p["device"], set()).add(p["pid"])
+    for domain, pids in (gpu_processes or {}).items():
+        owners[domain] = set(pids)  # NVML's own accounting wins over the probe's convention
+    return owners
+
+
+def device_masks(owners: dict[str, set[int]], pid: np.ndarray) -> dict[str, np.ndarray]:
+    """{"gpu:N": the calls made by its processes} as boolean masks over `pid`."""
+    return {domain: np.isin(pid, list(pids)) for domain, pids in owners.items()}
+
+
+def attribute_calls(
+    intervals: at.SensorIntervals,
+    mask: np.ndarray | None,
+    t_start_ns: np.ndarray,
+    t_end_ns: np.ndarray,
+    *,
+    thread: np.ndarray,
+    group: np.ndarray,
+    nest: tuple[np.ndarray, np.ndarray],
+    **options: Any,
+) -> at.Attribution:
+    """`attribution.attribute` over the calls in `mask` only (all when None); the other calls
+    get no energy of this sensor and are marked not covered."""
+    if mask is None:
+        return at.attribute(
+            intervals, t_start_ns, t_end_ns, thread=thread, group=group, nest=nest, **options
+        )
+    idx = np.flatnonzero(mask)
+    t0, t1, th = t_start_ns[idx], t_end_ns[idx], thread[idx]
+    sub = at.attribute(
+        intervals, t0, t1, thread=th, group=group[idx], nest=at.nesting(t0, t1, th), **options
+    )
+    return _scatter(sub, idx, nest)
+
+
+def _scatter(
+    sub: at.Attribution, idx: np.ndarray, nest: tuple[np.ndarray, np.ndarray]
+) -> at.Attribution:
+    """Per-call arrays of `sub` (over calls `idx`) back onto all calls; run figures unchanged."""
+    parent, depth = nest
+    full: dict[str, np.ndarray] = {"parent": parent, "depth": depth}
+    for f in dataclasses.fields(sub):
+        value = getattr(sub, f.name)
+        if f.name in full or not isinstance(value, np.ndarray) or value.shape != idx.shape:
+            continue
+        out = np.zeros(parent.size, dtype=value.dtype)
+        out[idx] = value
+        full[f.name] = out
+    return dataclasses.replace(sub, **full)
