@@ -298,8 +298,7 @@ def analyse_run(
     rep_energy: dict[str, list[dict[str, float]]] = {}
     results: dict[str, at.Attribution] = {}
     rep_windows = _rep_windows(reps, ev)
-    on_device = device_masks(
-        device_owners(store.processes(run_id), store.result(run_id, "gpu_processes")), ev["pid"])
+    on_device = device_masks(device_owners(store.processes(run_id)), ev["pid"])
     host = _with_program_gaps(t0, t1, thread, fit_of, len(fit_names), reps, t0[replay])
     for domain, sensor in sorted(chosen.items()):
         t, v = _samples(store, sensor["id"])

@@ -1,11 +1,10 @@
 """Each GPU's energy to the calls of the processes computing on it.
 
 Without this, the energy of `gpu:1` would be shared among every call that overlaps it in time,
-rank 0's calls on `gpu:0` included. Which processes use which GPU comes from NVML's per-process
-lists (`nvmlDeviceGetComputeRunningProcesses`), where the server recorded them (the run's
-`gpu_processes` result), else from the device each rank's probe names
-(`fecomlite.distributed.identity`). CPU package and DRAM stay shared by all calls by overlap:
-concurrent ranks split each interval of the host's energy, as threads do.
+rank 0's calls on `gpu:0` included. Which processes use which GPU is the device each rank's
+probe names (`fecomlite.distributed.identity`: torchrun's `cuda:LOCAL_RANK` convention). CPU
+package and DRAM stay shared by all calls by overlap: concurrent ranks split each interval of
+the host's energy, as threads do.
 """
 
 from __future__ import annotations
@@ -18,16 +17,12 @@ import numpy as np
 from fecomlite import attribution as at
 
 
-def device_owners(
-    processes: list[dict[str, Any]], gpu_processes: dict[str, list[int]] | None
-) -> dict[str, set[int]]:
+def device_owners(processes: list[dict[str, Any]]) -> dict[str, set[int]]:
     """{"gpu:N": pids computing on it}; empty when no process names a GPU."""
     owners: dict[str, set[int]] = {}
     for p in processes:
         if p["device"].startswith("gpu:"):
             owners.setdefault(p["device"], set()).add(p["pid"])
-    for domain, pids in (gpu_processes or {}).items():
-        owners[domain] = set(pids)  # NVML's own accounting wins over the probe's convention
     return owners
 
 

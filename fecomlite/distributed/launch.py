@@ -1,9 +1,10 @@
 """How `fecomlite run` starts a distributed program: through PyTorch's own launcher.
 
-`fecomlite run --nproc-per-node N SCRIPT` runs `python -m torch.distributed.run --nproc-per-node N
-SCRIPT`; `fecomlite run -- torchrun [OPTIONS] SCRIPT [ARGS]` keeps the launcher and its options as
-the user wrote them. Either way the launcher starts the *instrumented* script in every rank, and
-the server watches the launcher's process tree (the ranks and their DataLoader workers).
+`fecomlite run --nproc-per-node N SCRIPT` runs `python -m torch.distributed.run --standalone
+--nproc-per-node N SCRIPT` (one node, rendezvous on a free local port); `fecomlite run --
+torchrun [OPTIONS] SCRIPT [ARGS]` keeps the launcher and its options as the user wrote them.
+Either way the launcher starts the *instrumented* script in every rank, and the server watches
+the launcher's process tree (the ranks and their DataLoader workers).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def resolve_launch(first: Path, rest: list[str], nproc_per_node: int | None) -> 
         return Launch([sys.executable], first, rest)
     if nproc_per_node < 1:
         raise LaunchError("--nproc-per-node must be at least 1")
-    prefix = [sys.executable, "-m", TORCH_RUN_MODULE, "--nproc-per-node", str(nproc_per_node)]
+    prefix = [sys.executable, "-m", TORCH_RUN_MODULE, "--standalone"]  # a free local port
+    prefix += ["--nproc-per-node", str(nproc_per_node)]
     return Launch(prefix, first, rest)
 
 
