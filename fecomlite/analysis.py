@@ -24,7 +24,12 @@ import numpy as np
 from fecomlite import attribution as at
 from fecomlite.calibration import KIND as CALIBRATION_KIND
 from fecomlite.calibration import fit_groups
-from fecomlite.distributed.devices import attribute_calls, device_masks, device_owners
+from fecomlite.distributed.devices import (
+    attribute_calls,
+    device_masks,
+    device_owners,
+    domain_calls,
+)
 from fecomlite.sensors.estimate import ABOVE_IDLE_MODELS
 from fecomlite.store import Store
 
@@ -321,10 +326,10 @@ def analyse_run(
         if domain in HOST_DOMAINS and host is not None:
             res = _calls_only(at.attribute(iv, method=method, idle_W=idle, **host), n)
             activities = [*fit_names, OUTSIDE_CALLS]
-        else:  # a GPU's energy to the calls of the processes on it (distributed runs)
+        else:  # a GPU's (a merged node's) energy to its processes' calls: distributed runs
             res = attribute_calls(
-                iv, on_device.get(domain), t0, t1, idle_W=idle, thread=thread, group=fit_of,
-                method=method, ngroups=max(len(fit_names), 1), nest=(parent, depth),
+                iv, domain_calls(on_device, domain), t0, t1, idle_W=idle, thread=thread,
+                group=fit_of, method=method, ngroups=max(len(fit_names), 1), nest=(parent, depth),
             )
         methods_used.add(res.method)
         results[domain] = res
@@ -553,7 +558,7 @@ def _aggregate(
 def _cross_domain(energy: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The sum over additive domains (package, DRAM, GPUs), `estimated` if any part is."""
     parts = {d: e for d, e in energy.items()
-             if d in ADDITIVE_DOMAINS or d.startswith("gpu:")}
+             if d.partition("@")[0] in ADDITIVE_DOMAINS or d.startswith("gpu:")}
     if not parts:
         return {"above_idle_J": math.nan, "total_J": math.nan, "provenance": None, "domains": []}
     estimated = any(e["provenance"] != "measured" for e in parts.values())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from fecomlite.attribute_command import attribute_command
+from fecomlite.distributed.merge_command import merge_command  # typer only: the rest on use
 from fecomlite.ingest_command import ingest_command
 from fecomlite.instrument.command import instrument_command
 from fecomlite.model.command import model_app, sweep_command
@@ -29,6 +30,7 @@ app.command("ingest")(ingest_command)
 app.command("watch")(watch_command)
 app.command("sweep")(sweep_command)
 app.add_typer(model_app, name="model")
+app.command("merge")(merge_command)
 
 
 if __name__ == "__main__":

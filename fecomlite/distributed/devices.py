@@ -18,17 +18,28 @@ from fecomlite import attribution as at
 
 
 def device_owners(processes: list[dict[str, Any]]) -> dict[str, set[int]]:
-    """{"gpu:N": pids computing on it}; empty when no process names a GPU."""
+    """{"gpu:N": pids computing on it, "@nodeK": pids of node K}; no GPU key when no process
+    names a GPU. A merged store's domains carry their node (`gpu:0@node1`, `dram@node1`)."""
     owners: dict[str, set[int]] = {}
     for p in processes:
         if p["device"].startswith("gpu:"):
             owners.setdefault(p["device"], set()).add(p["pid"])
+        owners.setdefault(f"@node{p['node']}", set()).add(p["pid"])
     return owners
 
 
 def device_masks(owners: dict[str, set[int]], pid: np.ndarray) -> dict[str, np.ndarray]:
-    """{"gpu:N": the calls made by its processes} as boolean masks over `pid`."""
-    return {domain: np.isin(pid, list(pids)) for domain, pids in owners.items()}
+    """The same groups as boolean masks over the calls' `pid`."""
+    return {key: np.isin(pid, list(pids)) for key, pids in owners.items()}
+
+
+def domain_calls(masks: dict[str, np.ndarray], domain: str) -> np.ndarray | None:
+    """The calls that may draw on `domain`: its GPU's processes, a merged node's processes for
+    its host domains; None (all calls) otherwise."""
+    if domain in masks:
+        return masks[domain]
+    node = domain.partition("@")[2]
+    return masks.get(f"@{node}") if node else None
 
 
 def attribute_calls(
