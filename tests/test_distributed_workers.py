@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
+from test_probe import run_script
 
 from fecomlite import batch_codec
 
@@ -28,18 +25,7 @@ PROGRAM = """
 
 
 def test_a_forked_worker_flushes_at_exit_and_carries_its_rank(tmp_path):
-    script = tmp_path / "prog.py"
-    script.write_text(textwrap.dedent(PROGRAM))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
-    env.update(FECOMLITE_SPOOL=str(tmp_path / "events.spool"), RANK="1", LOCAL_RANK="1")
-    result = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_script(tmp_path, PROGRAM, RANK="1", LOCAL_RANK="1")
     assert result.returncode == 0, result.stderr
     child_pid, code = map(int, result.stdout.split())
     assert code == 0
