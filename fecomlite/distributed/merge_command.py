@@ -9,7 +9,9 @@ import typer
 
 
 def merge_command(
-    stores: Annotated[list[Path], typer.Argument(help="Each node's store.sqlite.")],
+    stores: Annotated[
+        list[Path], typer.Argument(help="Each node's store.sqlite.", metavar="STORE")
+    ],
     out: Annotated[
         Path | None,
         typer.Option(
