@@ -24,6 +24,12 @@ import numpy as np
 from fecomlite import attribution as at
 from fecomlite.calibration import KIND as CALIBRATION_KIND
 from fecomlite.calibration import fit_groups
+from fecomlite.distributed.devices import (
+    attribute_calls,
+    device_masks,
+    device_owners,
+    domain_calls,
+)
 from fecomlite.sensors.estimate import ABOVE_IDLE_MODELS
 from fecomlite.store import Store
 
@@ -350,6 +356,7 @@ def analyse_run(
     rep_energy: dict[str, list[dict[str, float]]] = {}
     results: dict[str, at.Attribution] = {}
     rep_windows = _rep_windows(reps, ev)
+    on_device = device_masks(device_owners(store.processes(run_id)), ev["pid"])
     host = _with_program_gaps(t0, t1, thread, fit_of, len(fit_names), reps, t0[replay])
     for domain, sensor in sorted(chosen.items()):
         t, v = _samples(store, sensor["id"])
@@ -374,10 +381,11 @@ def analyse_run(
             res = _calls_only(at.attribute(iv, method=method, idle_W=idle, ceiling_W=ceiling,
                                            **host), n)
             activities = [*fit_names, OUTSIDE_CALLS]
-        else:
-            res = at.attribute(
-                iv, t0, t1, idle_W=idle, thread=thread, group=fit_of, method=method,
-                ngroups=max(len(fit_names), 1), nest=(parent, depth), ceiling_W=ceiling,
+        else:  # a GPU's (a merged node's) energy to its processes' calls: distributed runs
+            res = attribute_calls(
+                iv, domain_calls(on_device, domain), t0, t1, idle_W=idle, thread=thread,
+                group=fit_of, method=method, ngroups=max(len(fit_names), 1), nest=(parent, depth),
+                ceiling_W=ceiling,
             )
         methods_used.add(res.method)
         results[domain] = res
@@ -741,7 +749,7 @@ def _aggregate(
 
 def _cross_domain(energy: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The sum over additive domains (package, DRAM, GPUs), `estimated` if any part is."""
-    parts = {d: e for d, e in energy.items() if _addable(d)}
+    parts = {d: e for d, e in energy.items() if _addable(d.partition("@")[0])}
     if not parts:
         return {"above_idle_J": math.nan, "uncertainty_J": math.nan, "total_J": math.nan,
                 "provenance": None, "domains": []}

@@ -48,6 +48,7 @@ class Program:
     original: Path  # the user's script
     copy_reused: bool = False  # the instrumented copy of an earlier run, unchanged
     skipped: list[str] = dataclasses.field(default_factory=list)  # files left uninstrumented
+    launcher: list[str] = dataclasses.field(default_factory=lambda: [sys.executable])
 
 
 @dataclasses.dataclass
@@ -132,11 +133,12 @@ def gpu_present() -> bool:
         return False
 
 
-def program_command(script: Path) -> list[str]:
-    """How the script runs: a notebook's cells through IPython, anything else as Python."""
+def program_command(script: Path, launcher: list[str]) -> list[str]:
+    """How the script runs: a notebook's cells through IPython, anything else by `launcher`
+    (Python, or torchrun's command for a distributed job)."""
     if script.suffix == ".ipynb":
-        return [sys.executable, "-m", "fecomlite.notebook_run", str(script)]
-    return [sys.executable, str(script)]
+        return [*launcher, "-m", "fecomlite.notebook_run", str(script)]
+    return [*launcher, str(script)]
 
 
 def carbon_environment(settings: RunSettings) -> dict[str, str]:
@@ -363,7 +365,7 @@ class OpenRun:
         t0 = time.monotonic_ns()
         with open(self.log_dir / f"rep-{rep}.log", "wb") as log:
             proc = subprocess.Popen(
-                [*program_command(self.program.script), *self.program.argv],
+                program_command(self.program.script, self.program.launcher),
                 cwd=self.program.cwd,
                 env=env,
                 stdout=log if self.quiet else subprocess.PIPE,

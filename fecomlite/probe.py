@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import os
 import signal
+import sys
 import threading
 from array import array
 from threading import get_ident as _thread_id
@@ -222,6 +223,26 @@ def _after_fork_in_child() -> None:
     _start_flusher()
 
 
+class _WorkerExit:
+    """Flushes a multiprocessing child (a DataLoader worker): it ends in `os._exit`, past atexit,
+    after running multiprocessing's finalizers. Its after-fork hooks run once the child has
+    cleared the finalizers it inherited, so the finalizer is registered from there."""
+
+    registered = False
+
+    def before_fork(self) -> None:
+        util = sys.modules.get("multiprocessing.util")
+        if util is not None and not self.registered:
+            util.register_after_fork(self, _WorkerExit.in_child)
+            self.registered = True
+
+    def in_child(self) -> None:
+        sys.modules["multiprocessing.util"].Finalize(None, flush, exitpriority=0)
+
+
+_worker_exit = _WorkerExit()
+
+
 def _on_signal(signum: int, frame: Any) -> None:
     flush()
     signal.signal(signum, signal.SIG_DFL)
@@ -272,5 +293,5 @@ _compilers.register_with_dynamo((call, _python_call, _call_with_gpu_sync))
 _source.serve_original_sources()
 _start_flusher()
 atexit.register(flush)
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(before=_worker_exit.before_fork, after_in_child=_after_fork_in_child)
 _install_signal_handlers()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from fecomlite import batch_codec
+from fecomlite.distributed.identity import rank_fields
 
 if TYPE_CHECKING:
     import http.client
@@ -86,7 +87,7 @@ class Sender:
             callees = self._take_names()
             if not names and not self.hyperparams and not shapes and not callees:
                 return
-            meta: dict[str, Any] = {"rep": self.config.rep, "pid": os.getpid()}
+            meta: dict[str, Any] = {"rep": self.config.rep, "pid": os.getpid(), **rank_fields()}
             if self.hyperparams:
                 meta["hyperparams"] = self.hyperparams
                 self.hyperparams = {}

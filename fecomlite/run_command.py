@@ -97,6 +97,10 @@ def run_command(
             "--quiet", "-q", help="Only log the program's output (rep-N.log), do not also show it."
         ),
     ] = False,
+    nproc_per_node: Annotated[
+        int | None,
+        typer.Option(help="Ranks on this machine, launched by torchrun (docs/distributed.md)."),
+    ] = None,
     quick: Annotated[
         bool,
         typer.Option(
@@ -113,13 +117,21 @@ def run_command(
         ),
     ] = Format.table,
 ) -> None:
-    """Run SCRIPT under the measurement server and store per-call energy and memory."""
+    """Run SCRIPT under the measurement server and store per-call energy and memory.
+
+    `fecomlite run -- torchrun [OPTIONS] SCRIPT [ARGS]` runs a launcher you name."""
+    from fecomlite.distributed.launch import LaunchError, resolve_launch
     from fecomlite.experiment import prepare_program
     from fecomlite.server.client import ensure_server
     from fecomlite.settings import SettingsError, find_project_config, resolve
     from fecomlite.store import default_home
     from fecomlite.workcopy import ScriptError
 
+    try:
+        launch = resolve_launch(script, list(args or []), nproc_per_node)
+    except LaunchError as exc:
+        raise typer.BadParameter(str(exc), param_hint="SCRIPT") from exc
+    script, args = launch.script, launch.args
     global console
     console = _console(stderr=output_format is not Format.table)
     if not script.is_file():
@@ -162,6 +174,7 @@ def run_command(
         console.print(f"[red]cannot run {script}[/]: a syntax error")
         console.print(str(exc), markup=False, highlight=False)
         raise typer.Exit(2) from exc
+    program.launcher = launch.prefix
     for note in program.skipped:
         console.print(f"note: {note}", markup=False, highlight=False)
     client = ensure_server(home)

@@ -95,6 +95,17 @@ CREATE TABLE IF NOT EXISTS events (
     out_bytes INTEGER
 );
 CREATE INDEX IF NOT EXISTS events_by_run ON events (run_id, rep, t_start_ns);
+CREATE TABLE IF NOT EXISTS processes (  -- ranks of a distributed job (fecomlite/distributed)
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    pid INTEGER NOT NULL,                -- as in events
+    rank INTEGER NOT NULL,
+    local_rank INTEGER NOT NULL,
+    node INTEGER NOT NULL DEFAULT 0,
+    device TEXT NOT NULL DEFAULT 'cpu',  -- gpu:N (NVML index) or cpu
+    job TEXT NOT NULL DEFAULT '',        -- the launcher's run id (TORCHELASTIC_RUN_ID)
+    clock_offset_ns INTEGER NOT NULL DEFAULT 0,  -- wall clock - CLOCK_MONOTONIC on its node
+    PRIMARY KEY (run_id, pid)
+);
 CREATE TABLE IF NOT EXISTS results (
     run_id INTEGER NOT NULL REFERENCES runs(id),
     name TEXT NOT NULL,
@@ -103,6 +114,14 @@ CREATE TABLE IF NOT EXISTS results (
 );
 """
 
+PROCESS_FIELDS = {  # a batch header's rank fields, and their types
+    "rank": int,
+    "local_rank": int,
+    "node": int,
+    "device": str,
+    "job": str,
+    "clock_offset_ns": int,
+}
 JSON_COLUMNS = ("argv", "settings", "hyperparams", "machine", "idle", "manifest", "gate", "extra")
 
 
@@ -327,6 +346,8 @@ class Store:
             )
             if header.get("hyperparams"):
                 self._merge_hyperparams(run_id, header["hyperparams"])
+            if "rank" in header:
+                self.put_process(run_id, pid, header)
             if isinstance(header.get("shapes"), dict) and header["shapes"]:
                 self._merge_shapes(run_id, header["shapes"])
             if isinstance(header.get("names"), dict) and header["names"]:
@@ -345,6 +366,22 @@ class Store:
             self.db.execute(
                 "UPDATE sites SET api=?, written=? WHERE id=?", (api, written, ids[key])
             )
+    def put_process(self, run_id: int, pid: int, fields: dict[str, Any]) -> None:
+        """The rank of process `pid` (`fecomlite.distributed.identity.rank_fields`); a device
+        named later (CUDA initialised after the first batch) replaces "cpu"."""
+        row = {k: PROCESS_FIELDS[k](fields[k]) for k in PROCESS_FIELDS if k in fields}
+        self.db.execute(
+            f"INSERT INTO processes (run_id, pid, {', '.join(row)}) "
+            f"VALUES (?, ?{', ?' * len(row)}) ON CONFLICT (run_id, pid) DO UPDATE SET "
+            "device = CASE WHEN excluded.device = 'cpu' THEN device ELSE excluded.device END",
+            (run_id, pid, *row.values()),
+        )
+
+    def processes(self, run_id: int) -> list[dict[str, Any]]:
+        rows = self.db.execute(
+            "SELECT * FROM processes WHERE run_id=? ORDER BY rank, pid", (run_id,)
+        )
+        return [dict(r) for r in rows]
 
     def _merge_shapes(self, run_id: int, shapes: dict[str, Any]) -> None:
         """Result "shapes": {site: [distinct shape records, first seen first]}; a site whose

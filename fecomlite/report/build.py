@@ -17,6 +17,8 @@ import numpy as np
 
 from fecomlite.analysis import RunAnalysis, analyse_run, mean_ci95
 from fecomlite.carbon import Intensity
+from fecomlite.distributed.ranks import add_rank_figures
+from fecomlite.distributed.report_section import rank_section
 from fecomlite.report import tables, units
 from fecomlite.report.co2e import add_co2e, csv_with_co2e
 from fecomlite.report.model_section import model_section
@@ -48,6 +50,7 @@ def build_report(store: Store, run_id: int, method: str = "auto",
                  analysis: RunAnalysis | None = None, intensity: Intensity | None = None) -> Report:
     """Analyse run `run_id` (unless `analysis` is given) and gather everything the report shows."""
     a = analysis or analyse_run(store, run_id, method)
+    ranks = add_rank_figures(a, store.processes(run_id))  # distributed runs only
     timeline = TimelineBuilder(store, a)
     datasize = store.result(run_id, "datasize")
     gpu_mem = tables.has_gpu_memory(a.apis)
@@ -87,6 +90,7 @@ def build_report(store: Store, run_id: int, method: str = "auto",
         "intensities": _intensities(a),
         "replays": _replays(store, a),
         "levels": levels,
+        "ranks": rank_section(a, ranks),
         "datasize": ds,
         "model": model.context if model else None,
         "tails": [{"key": f"tail-{i}", "title": c["title"]} for i, c in enumerate(tails)],
@@ -96,7 +100,8 @@ def build_report(store: Store, run_id: int, method: str = "auto",
         "stacked": ", ".join(domain_name(d["domain"]) for d in stacked_domains(a)),
         "co2e": co2e,
     }
-    report_json = {"format": 1, **a.to_json(), "datasize": datasize, "co2e": co2e}
+    report_json = {"format": 1, **a.to_json(), "ranks": ranks, "datasize": datasize,
+                   "co2e": co2e}
     csv_tables = a.tables_csv()
     if co2e:
         rows = {"apis": a.apis, "sites": a.sites}

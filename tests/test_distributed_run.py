@@ -1,0 +1,111 @@
+"""`fecomlite run --nproc-per-node 2`: a real 2-rank DDP program (gloo, CPU) under torchrun."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+from fecomlite.distributed.identity import cuda_device, rank_fields
+from fecomlite.distributed.launch import LaunchError, resolve_launch
+
+DDP_PROGRAM = """
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    model = DDP(torch.nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        model(torch.ones(4, 8)).sum().backward()
+        opt.step()
+    for _ in range(rank + 2):  # outside collectives, calls may differ by rank
+        torch.zeros(3)
+    total = torch.tensor([float(rank + 1)])
+    dist.all_reduce(total)
+    print(f"rank {rank} of {dist.get_world_size()}: sum {total.item():g}", flush=True)
+    dist.destroy_process_group()
+"""
+
+
+def test_two_ranks_under_nproc_per_node_print_as_torchrun_and_report_both_ranks(home, tmp_path):
+    script = tmp_path / "ddp" / "train.py"
+    script.parent.mkdir()
+    script.write_text(textwrap.dedent(DDP_PROGRAM))
+    fast = ["--repeat", "1", "--idle", "0", "--tail", "0.2", "--no-gate", "--show-output"]
+    result = run_cli(
+        tmp_path, "run", "--home", str(home), "--nproc-per-node", "2", *fast, str(script)
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    # the program's own output, as torchrun shows it: each rank's line, all-reduced 1 + 2
+    assert "rank 0 of 2: sum 3" in result.stdout
+    assert "rank 1 of 2: sum 3" in result.stdout
+
+    out = tmp_path / "report"
+    report = run_cli(tmp_path, "report", "--store", str(home / "store.sqlite"), "--out", str(out))
+    assert report.returncode == 0, report.stdout + report.stderr
+    data = json.loads((out / "report.json").read_text())
+    ranks = {r["rank"]: r for r in data["ranks"]}
+    assert sorted(ranks) == [0, 1]
+    assert ranks[0]["pid"] != ranks[1]["pid"]
+    assert [ranks[r]["local_rank"] for r in (0, 1)] == [0, 1]
+    assert {r["device"] for r in ranks.values()} == {"cpu"}
+    apis = {a["api"]: a for a in data["apis"]}
+    for row in apis.values():
+        assert sum(row["calls_by_rank"].values()) == row["calls"], row["api"]
+    assert sum(r["calls"] for r in ranks.values()) == sum(a["calls"] for a in apis.values())
+    assert apis["torch.distributed.all_reduce"]["calls_by_rank"] == {"0": 1, "1": 1}
+    assert apis["torch.zeros"]["calls_by_rank"] == {"0": 2, "1": 3}
+    step = apis["torch.optim.SGD.step"]
+    assert step["calls_by_rank"] == {"0": 2, "1": 2}
+    assert step["rank_time"]["sum"] == pytest.approx(sum(step["time_by_rank"].values()))
+    html = (out / "index.html").read_text()
+    assert 'id="ranks"' in html and 'data-rank="1"' in html
+
+
+def test_a_launcher_named_by_the_user_keeps_its_options_and_runs_the_script_given():
+    launch = resolve_launch(
+        Path("torchrun"),
+        ["--nnodes=2", "--nproc-per-node", "4", "--rdzv-backend=c10d", "train.py", "--lr", "1"],
+        None,
+    )
+    assert launch.prefix == [
+        "torchrun",
+        "--nnodes=2",
+        "--nproc-per-node",
+        "4",
+        "--rdzv-backend=c10d",
+    ]
+    assert launch.script == Path("train.py")
+    assert launch.args == ["--lr", "1"]
+    module = resolve_launch(Path(sys.executable), ["-m", "torch.distributed.run", "t.py"], None)
+    assert module.prefix == [sys.executable, "-m", "torch.distributed.run"]
+    assert module.script == Path("t.py")
+    plain = resolve_launch(Path("t.py"), ["--x"], None)
+    assert (plain.prefix, plain.script, plain.args) == ([sys.executable], Path("t.py"), ["--x"])
+    with pytest.raises(LaunchError):
+        resolve_launch(Path("torchrun"), ["-m", "pkg.train"], None)
+    with pytest.raises(LaunchError):
+        resolve_launch(Path("torchrun"), ["t.py"], 2)
+
+
+def test_rank_fields_come_from_the_launchers_environment():
+    env = {"RANK": "5", "LOCAL_RANK": "1", "GROUP_RANK": "2", "TORCHELASTIC_RUN_ID": "job7"}
+    fields = rank_fields(env)
+    assert (fields["rank"], fields["local_rank"], fields["node"], fields["job"]) == (
+        5,
+        1,
+        2,
+        "job7",
+    )
+    assert rank_fields({}) == {}
+    assert cuda_device(1, {"CUDA_VISIBLE_DEVICES": "4,6"}) == "gpu:6"
+    assert cuda_device(1, {"CUDA_VISIBLE_DEVICES": "3"}) == "gpu:3"  # one GPU per task
+    assert cuda_device(2, {}) == "gpu:2"
