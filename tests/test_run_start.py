@@ -202,3 +202,42 @@ def test_a_standalone_spool_follows_fecomlite_home(tmp_path, monkeypatch):
     monkeypatch.setenv("FECOMLITE_HOME", str(tmp_path / "home"))
     assert spool_path("") == tmp_path / "home" / "spool" / f"{os.getpid()}.spool"
     assert spool_path(str(tmp_path / "given.spool")) == tmp_path / "given.spool"
+
+
+def test_a_piped_table_keeps_whole_names(home, tmp_path):
+    script = write(
+        tmp_path,
+        "windows.py",
+        """
+        import numpy as np
+        from numpy.lib.stride_tricks import sliding_window_view
+
+        for _ in range(3):
+            sliding_window_view(np.arange(1000.0), 10).sum()
+    """,
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
+    env.pop("COLUMNS", None)  # a pipe, as `fecomlite run ... | tee` gives it
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fecomlite.cli",
+            "run",
+            "--home",
+            str(home),
+            str(script),
+            "--api",
+            "numpy",
+            "--quick",
+            "--quiet",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "numpy.lib.stride_tricks.sliding_window_view" in result.stdout
+    assert "* : most of this energy" in result.stdout or " * " not in result.stdout
