@@ -389,13 +389,17 @@ def tee_output(proc: subprocess.Popen[bytes], log: BinaryIO) -> list[threading.T
 
     def pump(source: BinaryIO, terminal: TextIO) -> None:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        show = True
         with contextlib.suppress(OSError, ValueError), source:  # ValueError: log closed
             while chunk := os.read(source.fileno(), 65536):
                 with lock:
                     log.write(chunk)
-                terminal.write(decoder.decode(chunk))
-                terminal.flush()
-            terminal.write(decoder.decode(b"", final=True))
+                if show:
+                    try:
+                        terminal.write(decoder.decode(chunk))
+                        terminal.flush()
+                    except OSError:  # our output closed (`| head`): keep draining into the log
+                        show = False
 
     assert proc.stdout is not None and proc.stderr is not None
     pumps = [

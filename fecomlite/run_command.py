@@ -108,7 +108,7 @@ def run_command(
     from fecomlite.server.client import ensure_server
     from fecomlite.settings import SettingsError, find_project_config, resolve
     from fecomlite.store import default_home
-    from fecomlite.workcopy import ScriptError
+    from fecomlite.workcopy import CopyError, ScriptError
 
     global console
     console = _console(stderr=output_format is not Format.table)
@@ -147,6 +147,9 @@ def run_command(
     except ScriptError as exc:
         console.print(f"[red]cannot run {script}[/]: a syntax error")
         console.print(str(exc), markup=False, highlight=False)
+        raise typer.Exit(2) from exc
+    except CopyError as exc:
+        console.print(f"[red]cannot instrument {script.parent}[/]: {exc}", highlight=False)
         raise typer.Exit(2) from exc
     for note in program.skipped:
         console.print(f"note: {note}", markup=False, highlight=False)
