@@ -271,3 +271,13 @@ def test_a_folder_the_instrumenter_refuses_is_a_copy_error(project, tmp_path):
     (project / ".fecomlite" / "manifest.json").write_text("{}")
     with pytest.raises(CopyError, match="already an instrumented copy"):
         work_copy(project / "train.py", tmp_path / "work", [])
+
+
+def test_a_traceback_names_the_users_file_not_the_copy(home, tmp_path):
+    script = write(tmp_path, "fails.py", "import math\n\nmath.sqrt(-1)\n")
+    result = run_cli(tmp_path, "run", "--home", str(home), str(script), "--quick", timeout=300)
+    assert result.returncode == 1
+    assert f'File "{script}", line 3' in result.stderr
+    assert "-instrumented" not in result.stderr
+    log = next((home / "logs").glob("fails-*/rep-1.log")).read_text()
+    assert f'File "{script}", line 3' in log
