@@ -90,10 +90,21 @@ def load_command(name: str) -> Any:
 
 
 def _plain_help(command: Any) -> None:
-    """Help as plain text (rich's panels cost a fifth of a second to import)."""
+    """Help as plain text (rich's panels cost a fifth of a second to import); a group's own
+    `--help`, when absent, read as False (see `LazyGroup.get_help_option`)."""
     command.rich_markup_mode = None
-    for sub in getattr(command, "commands", {}).values():
+    subcommands = getattr(command, "commands", {})
+    if subcommands:
+        original = command.get_help_option
+        command.get_help_option = lambda ctx: _false_when_absent(original(ctx))
+    for sub in subcommands.values():
         _plain_help(sub)
+
+
+def _false_when_absent(option: Any) -> Any:
+    if option is not None:
+        option.default = False
+    return option
 
 
 class LazyGroup(TyperGroup):
@@ -104,6 +115,11 @@ class LazyGroup(TyperGroup):
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         return load_command(cmd_name) if cmd_name in COMMANDS else None
+
+    def get_help_option(self, ctx: Any) -> Any:
+        """`--help` absent reads False, not None: typer then coerces nothing (its coercion
+        imports pydantic, a quarter of the start-up)."""
+        return _false_when_absent(super().get_help_option(ctx))
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         with formatter.section("Commands"):

@@ -371,7 +371,7 @@ class OpenRun:
                 stdout=log if self.quiet else subprocess.PIPE,
                 stderr=subprocess.STDOUT if self.quiet else subprocess.PIPE,
             )
-            pumps = [] if self.quiet else tee_output(proc, log)
+            pumps = [] if self.quiet else tee_output(proc, log, self._copy_to_original())
             client.watch(run_id, proc.pid)
             try:
                 code = proc.wait()
@@ -390,6 +390,14 @@ class OpenRun:
         self._end_program(rep, proc.pid, t0, code)
         return RepetitionResult(rep, code, (time.monotonic_ns() - t0) / 1e9, gate)
 
+    def _copy_to_original(self) -> tuple[bytes, bytes] | None:
+        """The instrumented copy's folder and the user's, as paths print: a traceback then
+        names the user's files (the copy keeps every line number)."""
+        copy, original = self.program.script.parent, self.program.original.parent
+        if copy == original:
+            return None
+        return os.fsencode(f"{copy}{os.sep}"), os.fsencode(f"{original}{os.sep}")
+
     def _end_program(self, rep: int, pid: int, t0: int, code: int) -> None:
         t1 = time.monotonic_ns()
         self.client.rep_end(self.run_id, rep, code)
@@ -398,20 +406,28 @@ class OpenRun:
             self.client.post_batch(self.run_id, self.token, batch)
 
 
-def tee_output(proc: subprocess.Popen[bytes], log: BinaryIO) -> list[threading.Thread]:
+def tee_output(
+    proc: subprocess.Popen[bytes], log: BinaryIO, rename: tuple[bytes, bytes] | None = None
+) -> list[threading.Thread]:
     """Copy the program's stdout and stderr, as they come, to ours and to `log` (both streams
-    in the order they arrived)."""
+    in the order they arrived); `rename` (old, new) rewrites a path prefix on the way."""
     lock = threading.Lock()
 
     def pump(source: BinaryIO, terminal: TextIO) -> None:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        show = True
         with contextlib.suppress(OSError, ValueError), source:  # ValueError: log closed
             while chunk := os.read(source.fileno(), 65536):
+                if rename is not None:
+                    chunk = chunk.replace(*rename)
                 with lock:
                     log.write(chunk)
-                terminal.write(decoder.decode(chunk))
-                terminal.flush()
-            terminal.write(decoder.decode(b"", final=True))
+                if show:
+                    try:
+                        terminal.write(decoder.decode(chunk))
+                        terminal.flush()
+                    except OSError:  # our output closed (`| head`): keep draining into the log
+                        show = False
 
     assert proc.stdout is not None and proc.stderr is not None
     pumps = [

@@ -125,7 +125,7 @@ def run_command(
     from fecomlite.server.client import ensure_server
     from fecomlite.settings import SettingsError, find_project_config, resolve
     from fecomlite.store import default_home
-    from fecomlite.workcopy import ScriptError
+    from fecomlite.workcopy import CopyError, ScriptError
 
     try:
         launch = resolve_launch(script, list(args or []), nproc_per_node)
@@ -173,6 +173,9 @@ def run_command(
     except ScriptError as exc:
         console.print(f"[red]cannot run {script}[/]: a syntax error")
         console.print(str(exc), markup=False, highlight=False)
+        raise typer.Exit(2) from exc
+    except CopyError as exc:
+        console.print(f"[red]cannot instrument {script.parent}[/]: {exc}", highlight=False)
         raise typer.Exit(2) from exc
     program.launcher = launch.prefix
     for note in program.skipped:

@@ -22,6 +22,10 @@ STAMP = Path(".fecomlite") / "source-state.json"  # what the copy was made from
 _INSTRUMENTER = Path(__file__).resolve().parent / "instrument"
 
 
+class CopyError(Exception):
+    """The instrumenter refused the script's folder (e.g. it is itself an instrumented copy)."""
+
+
 class ScriptError(Exception):
     """The script cannot be instrumented (it would not run either): `file:line:col: message`."""
 
@@ -35,9 +39,21 @@ class WorkCopy:
 
 
 def work_copy(script: Path, work_dir: Path, api: list[str]) -> WorkCopy:
-    """The instrumented copy of `script`'s folder, made or reused; raises `ScriptError`.
-    (`check_syntax` first answers faster: it needs no libcst.)"""
+    """The instrumented copy of `script`'s folder, made or reused; raises `ScriptError` or
+    `CopyError`. (`check_syntax` first answers faster: it needs no libcst.)"""
+    from fecomlite.instrument.project import InstrumentError
+
     script = script.resolve()
+    project = script.parent
+    digest = hashlib.sha1(str(project).encode()).hexdigest()[:8]
+    out = work_dir / f"{project.name}-{digest}-instrumented"
+    try:
+        return _make_or_reuse(script, project, out, api)
+    except InstrumentError as exc:
+        raise CopyError(str(exc)) from exc
+
+
+def _make_or_reuse(script: Path, project: Path, out: Path, api: list[str]) -> WorkCopy:
     from fecomlite.instrument.project import (
         MANIFEST,
         configured_roots,
@@ -45,9 +61,6 @@ def work_copy(script: Path, work_dir: Path, api: list[str]) -> WorkCopy:
         source_state,
     )
 
-    project = script.parent
-    digest = hashlib.sha1(str(project).encode()).hexdigest()[:8]
-    out = work_dir / f"{project.name}-{digest}-instrumented"
     copied = out / script.relative_to(project)
     key = json.dumps(
         {

@@ -108,14 +108,21 @@ def test_power_back_at_the_baseline_ends_the_tail(tmp_path: Path):
 
 def test_the_gate_counts_quiet_time_before_it_began(tmp_path: Path):
     sensor = FakeSensorForTests(
-        "fake:util", domain="utilisation", unit="%", kind="gauge", value=lambda t: 3.0
+        "fake:util",
+        domain="utilisation",
+        unit="%",
+        kind="gauge",
+        value=lambda t: 3.0,
+        period_s=0.2,  # 20 readings take 4 s: more than a slow flush could ever add
     )
     with served(tmp_path, [sensor]) as client:
         run, _ = client.create_run("a.py", [], "method", {})
-        client.idle(run, 3.0)  # ~30 utilisation readings, the machine left alone
+        client.idle(run, 5.0)  # ~25 utilisation readings, the machine left alone
         no_wait = {"max_wait_s": 0.0, "window": 20}
-        at_once = client.gate(run, rep=1, lookback_s=3.0, **no_wait)
-        assert at_once["passed"] and not any(c["pending"] for c in at_once["checked"])
+        at_once = client.gate(run, rep=1, lookback_s=5.0, **no_wait)
+        [check] = at_once["checked"]
+        assert at_once["passed"] and at_once["gated"]  # judged on readings from before it
+        assert check["sensor"] == "fake:util" and check["n"] == 20 and not check["pending"]
         blind = client.gate(run, rep=2, **no_wait)  # only what comes after it began
-        assert not blind["passed"] and blind["checked"][0]["pending"]
+        assert all(c["pending"] for c in blind["checked"])  # too few readings, or none yet
         client.finish_run(run, "finished", 0)

@@ -13,7 +13,7 @@ import pytest
 
 from fecomlite.cli import COMMANDS, load_command
 
-HEAVY = ("libcst", "scipy", "numpy", "torch", "tensorflow", "fecomlite.server.service")
+HEAVY = ("libcst", "scipy", "numpy", "torch", "tensorflow", "pydantic", "fecomlite.server.service")
 
 
 def modules_after(*argv: str) -> set[str]:

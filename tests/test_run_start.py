@@ -4,6 +4,7 @@ program's output shown live and logged."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -14,9 +15,9 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
-from fecomlite.experiment import PROBE_IMPORT
+from fecomlite.experiment import PROBE_IMPORT, tee_output
 from fecomlite.server.client import live_client
-from fecomlite.workcopy import ScriptError, check_syntax, work_copy
+from fecomlite.workcopy import CopyError, ScriptError, check_syntax, work_copy
 
 
 def write(folder: Path, name: str, text: str) -> Path:
@@ -202,3 +203,81 @@ def test_a_standalone_spool_follows_fecomlite_home(tmp_path, monkeypatch):
     monkeypatch.setenv("FECOMLITE_HOME", str(tmp_path / "home"))
     assert spool_path("") == tmp_path / "home" / "spool" / f"{os.getpid()}.spool"
     assert spool_path(str(tmp_path / "given.spool")) == tmp_path / "given.spool"
+
+
+def test_a_piped_table_keeps_whole_names(home, tmp_path):
+    script = write(
+        tmp_path,
+        "windows.py",
+        """
+        import numpy as np
+        from numpy.lib.stride_tricks import sliding_window_view
+
+        for _ in range(3):
+            sliding_window_view(np.arange(1000.0), 10).sum()
+    """,
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
+    env.pop("COLUMNS", None)  # a pipe, as `fecomlite run ... | tee` gives it
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fecomlite.cli",
+            "run",
+            "--home",
+            str(home),
+            str(script),
+            "--api",
+            "numpy",
+            "--quick",
+            "--quiet",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "numpy.lib.stride_tricks.sliding_window_view" in result.stdout
+    assert "* : most of this energy" in result.stdout or " * " not in result.stdout
+
+
+class ClosedTerminalForTests(io.StringIO):
+    """Our stdout after `fecomlite run ... | head` has exited: every write fails."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_closed_terminal_neither_blocks_the_program_nor_loses_its_log(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "stdout", ClosedTerminalForTests())
+    code = "import sys; sys.stdout.write('x' * 1_000_000); print('end', file=sys.stderr)"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    with open(tmp_path / "rep-1.log", "wb") as log:
+        pumps = tee_output(proc, log)
+        assert proc.wait(timeout=120) == 0  # a pipe nobody drained would block at 64 kB
+        for pump in pumps:
+            pump.join(timeout=30)
+    logged = (tmp_path / "rep-1.log").read_bytes()
+    assert logged.count(b"x") == 1_000_000 and b"end" in logged
+
+
+def test_a_folder_the_instrumenter_refuses_is_a_copy_error(project, tmp_path):
+    (project / ".fecomlite").mkdir()
+    (project / ".fecomlite" / "manifest.json").write_text("{}")
+    with pytest.raises(CopyError, match="already an instrumented copy"):
+        work_copy(project / "train.py", tmp_path / "work", [])
+
+
+def test_a_traceback_names_the_users_file_not_the_copy(home, tmp_path):
+    script = write(tmp_path, "fails.py", "import math\n\nmath.sqrt(-1)\n")
+    result = run_cli(tmp_path, "run", "--home", str(home), str(script), "--quick", timeout=300)
+    assert result.returncode == 1
+    assert f'File "{script}", line 3' in result.stderr
+    assert "-instrumented" not in result.stderr
+    log = next((home / "logs").glob("fails-*/rep-1.log")).read_text()
+    assert f'File "{script}", line 3' in log

@@ -127,7 +127,8 @@ def serve(
         threading.Thread(target=metrics.serve_forever, name="metrics-listener",
                          daemon=True).start()
     write_state(home, server.state(pid))
-    register(pid, home)
+    with contextlib.suppress(OSError):  # unlisted by `server status`, but serving all the same
+        register(pid, home)
     if ready:
         ready(server.url)
     if idle_exit_s > 0 and isinstance(server, TrackedServer):
