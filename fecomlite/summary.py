@@ -30,7 +30,8 @@ def summary_table(analysis: RunAnalysis, top: int = 10) -> Table:
             energy = row["energy"].get(domain["domain"], {})
             cells.append(_energy_cell(energy))
         table.add_row(*cells)
-    hyperparams = run.get("hyperparams") or {}
+    # where each was read ("sources") is in the report; the terminal gets the values
+    hyperparams = {k: v for k, v in (run.get("hyperparams") or {}).items() if k != "sources"}
     if hyperparams:
         table.caption = "hyperparameters: " + ", ".join(f"{k}={v}" for k, v in hyperparams.items())
     return table
