@@ -87,12 +87,11 @@ class TrainingStepReader(Handler):
         self.epochs = str(site.get("epochs", ""))
         self.hyperparams = hyperparams
         self.where = where
-        self.done = False
 
     def after(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
-        if self.done:
+        if self.finished:
             return
-        self.done = True
+        self.finished = True  # read at the first call that returns: the site may then go fast
         frame = _user_frame()
         facts: dict[str, Any] = {}
         sources: dict[str, str] = {}

@@ -15,7 +15,7 @@ import pytest
 
 from fecomlite import batch_codec
 from fecomlite.instrument import instrument_path
-from fecomlite.probe_hyperparams import Hyperparams
+from fecomlite.probe_hyperparams import Hyperparams, TrainingStepReader
 from fecomlite.store import Store
 from tests.test_probe_names import resolves
 
@@ -313,3 +313,29 @@ def test_the_manifest_names_what_the_loop_around_a_training_step_iterates(tmp_pa
     assert loops["model(x).sum().backward"] == (["loaders.train", "epochs"], "epochs")
     assert loops["opt.step"] == (["loaders.train", "epochs"], "epochs")  # innermost first
     assert loops["torch.save"] == (None, None)
+
+
+def test_a_training_step_is_read_at_its_first_call_and_then_takes_the_fast_path() -> None:
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import fecomlite.probe as probe
+
+    sink, site = FakeSink(), "t.py:9:0"
+    reader = TrainingStepReader(
+        {"written": "opt.step", "loop": ["loader"]}, Hyperparams(sink), site
+    )
+    net = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.5)
+    loader = DataLoader(TensorDataset(torch.ones(8, 2)), batch_size=4)
+    probe._special[site] = reader
+    try:
+        for _ in range(3):
+            for (x,) in loader:
+                net(x).sum().backward()
+                probe.call(site, opt.step)
+    finally:
+        probe._special.pop(site, None)
+    assert site in probe._fast  # no longer slowed down by the reader
+    values = {"optimizer": "SGD", "learning_rate": 0.5, "parameters": 3, "batch_size": 4}
+    assert [{k: v for k, v in sent.items() if k != "sources"} for sent in sink.sent] == [values]
