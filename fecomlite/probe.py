@@ -142,6 +142,8 @@ def _sized_call(site: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any
         _capture.record_shapes(_sender, site, fn, args, kwargs, result)
     if handler is not None:
         _capture.safely(handler.after, fn, args, kwargs, result)
+        if handler.finished:  # it read what it reads once: the site may take the fast path
+            _special.pop(site, None)
     _count_slow(site)
     return result
 

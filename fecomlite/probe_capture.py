@@ -178,7 +178,10 @@ def _find_gpu_sync() -> list[Callable[[], Any]]:
 
 
 class Handler:
-    """Slow-path hooks for one site: adjust the arguments before, look at the result after."""
+    """Slow-path hooks for one site: adjust the arguments before, look at the result after;
+    `finished` once it needs no more calls (the site then leaves the always-slow sites)."""
+
+    finished = False
 
     def before(
         self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -226,6 +229,10 @@ class KeepCallHandler(Handler):
 class ChainedHandler(Handler):
     def __init__(self, handlers: list[Handler]) -> None:
         self.handlers = handlers
+
+    @property
+    def finished(self) -> bool:  # type: ignore[override]
+        return all(handler.finished for handler in self.handlers)
 
     def before(
         self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -13,8 +13,9 @@ where training uses it, and where it was read goes with it (the "sources" hyperp
   they are read in the caller's frame, never evaluated).
 
 A higher rank wins over a lower one; two different values at one rank (two optimizers stepped)
-leave the key out: unsure, nothing rather than a guess. Epochs of a PyTorch loop are not
-reported: nothing in the loop says how many passes it will make.
+leave the key out: unsure, nothing rather than a guess. Epochs of a PyTorch loop are reported only
+where the loop around the DataLoader's is `for epoch in range(EPOCHS)` in the same function (the
+manifest's "epochs" names `EPOCHS`); an epoch loop elsewhere says nothing here, so none is given.
 """
 
 from __future__ import annotations
@@ -83,14 +84,14 @@ class TrainingStepReader(Handler):
     def __init__(self, site: dict[str, Any], hyperparams: Hyperparams, where: str) -> None:
         self.written = str(site.get("written", ""))
         self.loop = [n for n in site.get("loop", []) if isinstance(n, str)]
+        self.epochs = str(site.get("epochs", ""))
         self.hyperparams = hyperparams
         self.where = where
-        self.done = False
 
     def after(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
-        if self.done:
+        if self.finished:
             return
-        self.done = True
+        self.finished = True  # read at the first call that returns: the site may then go fast
         frame = _user_frame()
         facts: dict[str, Any] = {}
         sources: dict[str, str] = {}
@@ -110,6 +111,10 @@ class TrainingStepReader(Handler):
         if loader is not None:
             facts["batch_size"], name = loader
             sources["batch_size"] = f"DataLoader {name}, iterated around {self.where}"
+            epochs = _read(frame, self.epochs)
+            if isinstance(epochs, int) and not isinstance(epochs, bool) and epochs > 0:
+                facts["epochs"] = epochs
+                sources["epochs"] = f"range({self.epochs}) around the loop over {name}"
         self.hyperparams.offer(facts, sources, LOOP_RANK)
 
 

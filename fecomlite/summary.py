@@ -40,7 +40,8 @@ def summary_table(analysis: RunAnalysis, top: int = 10) -> Table:
     caption = []
     if (analysis.load or {}).get("busy"):
         caption.append(analysis.load["text"])
-    hyperparams = run.get("hyperparams") or {}
+    # where each was read ("sources") is in the report; the terminal gets the values
+    hyperparams = {k: v for k, v in (run.get("hyperparams") or {}).items() if k != "sources"}
     if hyperparams:
         caption.append("hyperparameters: " + ", ".join(f"{k}={v}" for k, v in hyperparams.items()))
     if caption:

@@ -15,7 +15,7 @@ import pytest
 
 from fecomlite import batch_codec
 from fecomlite.instrument import instrument_path
-from fecomlite.probe_hyperparams import Hyperparams
+from fecomlite.probe_hyperparams import Hyperparams, TrainingStepReader
 from fecomlite.store import Store
 from tests.test_probe_names import resolves
 
@@ -81,6 +81,27 @@ def main():
 
 
 main()
+"""
+
+FLAT_TORCH_PROGRAM = """\
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+EPOCHS = 3
+data = TensorDataset(torch.randn(96, 6), torch.randint(0, 2, (96,)))
+train_dl = DataLoader(data, batch_size=16, shuffle=True)
+eval_dl = DataLoader(data, batch_size=48)
+net = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 2))
+opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+criterion = nn.CrossEntropyLoss()
+for epoch in range(EPOCHS):
+    for xb, yb in train_dl:
+        opt.zero_grad()
+        criterion(net(xb), yb).backward()
+        opt.step()
+    with torch.no_grad():
+        hits = sum((net(xb).argmax(1) == yb).sum().item() for xb, yb in eval_dl)
 """
 
 KERAS_PROGRAM = """\
@@ -201,6 +222,21 @@ def test_an_mnist_style_torch_program(tmp_path: Path) -> None:
     assert sources["optimizer"].startswith("optimizer.step (train.py:")
 
 
+def test_a_flat_torch_loop_reports_its_epochs(tmp_path: Path) -> None:
+    sites, hyperparams, manifest = run_instrumented(tmp_path, FLAT_TORCH_PROGRAM)
+    assert_names_exist(sites, manifest)
+    assert_named(sites, {"net": "torch.nn.Sequential.__call__", "opt.step": "torch.optim.SGD.step"})
+    sources = hyperparams.pop("sources")
+    assert hyperparams == {
+        "batch_size": 16,  # not the evaluation loader's 48
+        "epochs": 3,
+        "optimizer": "SGD",
+        "learning_rate": 0.1,
+        "parameters": 6 * 8 + 8 + 8 * 2 + 2,
+    }
+    assert sources["epochs"] == "range(EPOCHS) around the loop over train_dl"
+
+
 def test_keras_fit_of_every_model_kind_then_a_custom_loop(tmp_path: Path) -> None:
     pytest.importorskip("keras")
     sites, hyperparams, manifest = run_instrumented(tmp_path, KERAS_PROGRAM)
@@ -273,7 +309,33 @@ def test_the_manifest_names_what_the_loop_around_a_training_step_iterates(tmp_pa
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "t.py").write_text(source)
     result = instrument_path(tmp_path / "p", tmp_path / "out")
-    loops = {s["written"]: s.get("loop") for s in result.sites.values()}
-    assert loops["model(x).sum().backward"] == ["loaders.train", "epochs"]  # innermost first
-    assert loops["opt.step"] == ["loaders.train", "epochs"]
-    assert loops["torch.save"] is None
+    loops = {s["written"]: (s.get("loop"), s.get("epochs")) for s in result.sites.values()}
+    assert loops["model(x).sum().backward"] == (["loaders.train", "epochs"], "epochs")
+    assert loops["opt.step"] == (["loaders.train", "epochs"], "epochs")  # innermost first
+    assert loops["torch.save"] == (None, None)
+
+
+def test_a_training_step_is_read_at_its_first_call_and_then_takes_the_fast_path() -> None:
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import fecomlite.probe as probe
+
+    sink, site = FakeSink(), "t.py:9:0"
+    reader = TrainingStepReader(
+        {"written": "opt.step", "loop": ["loader"]}, Hyperparams(sink), site
+    )
+    net = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.5)
+    loader = DataLoader(TensorDataset(torch.ones(8, 2)), batch_size=4)
+    probe._special[site] = reader
+    try:
+        for _ in range(3):
+            for (x,) in loader:
+                net(x).sum().backward()
+                probe.call(site, opt.step)
+    finally:
+        probe._special.pop(site, None)
+    assert site in probe._fast  # no longer slowed down by the reader
+    values = {"optimizer": "SGD", "learning_rate": 0.5, "parameters": 3, "batch_size": 4}
+    assert [{k: v for k, v in sent.items() if k != "sources"} for sent in sink.sent] == [values]

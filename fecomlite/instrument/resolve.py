@@ -385,6 +385,35 @@ def iterated_names(iterables: Iterable[cst.BaseExpression]) -> list[str]:
     return found
 
 
+def epochs_name(loops: tuple[cst.BaseExpression, ...]) -> str | None:
+    """``EPOCHS`` when the loop around the innermost one iterates ``range(EPOCHS)`` (or
+    ``range(0, EPOCHS)``, ``range(1, EPOCHS + 1)``): the passes it makes over that loop."""
+    if len(loops) < 2 or not isinstance(loops[1], cst.Call):
+        return None
+    outer = loops[1]
+    keyworded = any(a.keyword or a.star for a in outer.args)
+    if keyworded or get_full_name_for_node(outer.func) != "range":
+        return None
+    args = [a.value for a in outer.args]
+    if len(args) == 2 and _integer(args[0]) == 0:
+        args = args[1:]
+    elif (
+        len(args) == 2
+        and _integer(args[0]) == 1
+        and isinstance(args[1], cst.BinaryOperation)
+        and isinstance(args[1].operator, cst.Add)
+        and _integer(args[1].right) == 1
+    ):
+        args = [args[1].left]
+    if len(args) != 1 or not isinstance(args[0], (cst.Name, cst.Attribute)):
+        return None
+    return get_full_name_for_node(args[0])
+
+
+def _integer(node: cst.BaseExpression) -> int | None:
+    return int(node.value) if isinstance(node, cst.Integer) and node.value.isdigit() else None
+
+
 def collect(module: cst.Module) -> Collected:
     """Pass 1: every call (in source order), binding, function and class of ``module``."""
     collector = _Collector()

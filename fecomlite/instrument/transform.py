@@ -23,7 +23,13 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from fecomlite.instrument.exports import ProjectView
 from fecomlite.instrument.names import Roots
-from fecomlite.instrument.resolve import CallRecord, Site, find_sites, iterated_names
+from fecomlite.instrument.resolve import (
+    CallRecord,
+    Site,
+    epochs_name,
+    find_sites,
+    iterated_names,
+)
 from fecomlite.instrument.scopes import resolve_scopes
 from fecomlite.probe_hyperparams import TRAINING_STEPS
 
@@ -304,9 +310,12 @@ def _splice(
         }
         if segment.cell is not None:
             entry["cell"] = segment.cell
-        loop = iterated_names(record.loops) if callee.rpartition(".")[2] in TRAINING_STEPS else []
-        if loop:
-            entry["loop"] = loop  # where the probe reads the training's batch size
+        if callee.rpartition(".")[2] in TRAINING_STEPS:  # where the probe reads batch, epochs
+            loop, epochs = iterated_names(record.loops), epochs_name(record.loops)
+            if loop:
+                entry["loop"] = loop
+            if epochs:
+                entry["epochs"] = epochs
         result.sites.append(entry)
     if not result.sites:
         return result

@@ -94,10 +94,11 @@
     while (parts.length && out.length + parts[parts.length - 1].length + 2 <= max) {
       out = parts.pop() + "." + out;
     }
-    if (!parts.length || out.length >= max) return clipMiddle(out, max);
-    const room = max - out.length - 2 - (parts.length > 1 ? 1 : 0);
-    if (room >= 5) out = clipMiddle(parts.pop(), room) + "." + out;
-    return (parts.length ? "…" : "") + out;
+    if (!parts.length) return clipMiddle(out, max);
+    if (out.length >= max) return "…" + clipMiddle(out, max - 1);
+    const room = max - out.length - 3;  // "…" + owner + "." + out
+    if (!out.includes(".") && room >= 5) out = clipMiddle(parts.pop(), room) + "." + out;
+    return "…" + out;
   }
 
   function clipMiddle(str, max) {
