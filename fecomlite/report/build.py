@@ -342,7 +342,10 @@ def _intensities(a: RunAnalysis) -> list[dict[str, Any]]:
         rec = a.intensities.get(d["domain"])
         if not rec:
             continue
-        apis = sorted((rec.get("apis") or {}).items(), key=lambda kv: -kv[1]["intensity_W"])
+        every = rec.get("apis") or {}
+        apis = sorted(((k, v) for k, v in every.items() if v.get("identifiable", True)),
+                      key=lambda kv: -kv[1]["intensity_W"])
+        pooled = sorted(k for k, v in every.items() if not v.get("identifiable", True))
         rows = [{
             "api": name, "intensity": units.scaled(v["intensity_W"], "W"),
             "sigma": units.scaled(v["sigma_W"], "W") if math.isfinite(v["sigma_W"]) else "–",
@@ -360,6 +363,8 @@ def _intensities(a: RunAnalysis) -> list[dict[str, Any]]:
             if rec.get("ceiling_W") is not None else "none known",
             "intervals": rec.get("intervals"), "rows": rows,
             "more": max(0, len(apis) - MAX_INTENSITY_ROWS),
+            "not_identifiable": pooled,
+            "rest": units.scaled(every[pooled[0]]["intensity_W"], "W") if pooled else "",
         })
     return out
 
