@@ -407,6 +407,7 @@ def analyse_run(
             "in_calls_J": res.in_calls_J, "in_calls_total_J": res.in_calls_total_J,
             "above_idle_in_reps_J": in_reps, "method": res.method, "fell_back": res.fell_back,
             **_program_figures(rep_energy[domain], res, reps),
+            "recording_s": float(iv.lengths_s.sum()),
         })
         intensities[domain] = _intensity_record(res, activities, method)
     if intensities:
@@ -420,6 +421,9 @@ def analyse_run(
         # intervals cut by each repetition's start and end go to calls or not by their overlap
         d["noise_J"] = d["idle_sigma_W"] * d["program_s"]
         d["tail_noise_J"] = d["idle_sigma_W"] * d["tail_s"]
+        d["other_noise_J"] = d["idle_sigma_W"] * max(
+            d["recording_s"] - d["program_s"] - d["tail_s"], 0.0)
+        d["above_noise_J"] = d["idle_sigma_W"] * d["recording_s"]
         rate = abs(d["program_J"]) / d["program_s"] if d["program_s"] > 0 else 0.0
         d["resolution_J"] = 2 * max(len(reps), 1) * _finite_or_0(d["period_s"]) * rate
         d["outside_calls_noise_J"] = math.hypot(_finite_or_0(d["noise_J"]), d["resolution_J"])

@@ -44,5 +44,8 @@ def test_project_runs_instrumented_and_reports(project: Path, home: Path, tmp_pa
         for name in names:
             if name.endswith((".backward", ".step")):
                 energy = apis[name]["energy"]["cpu-package"]
-                assert energy["provenance"] == "estimated" and energy["above_idle_J"] >= 0
+                # above idle, or below it only within its noise (a busy shared machine's
+                # baseline can sit above the run's level: the report shows that as ≈ 0)
+                assert energy["provenance"] == "estimated"
+                assert energy["above_idle_J"] >= -2 * energy["uncertainty_J"]
                 assert apis[name]["memory"]["rss_peak_max_B"] > 0

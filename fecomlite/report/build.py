@@ -190,20 +190,20 @@ def _domain_card(a: RunAnalysis, d: dict[str, Any]) -> dict[str, Any]:
         "role": d.get("role"), "meaning": d.get("meaning", ""), "of": d.get("of"),
         "reliable": d.get("reliable", True),
         "total": units.scaled(d["total_J"], "J"), "total_wh": units.watt_hours(d["total_J"]),
-        "above": units.with_noise(d["above_idle_J"], None),
+        "above": units.with_noise(d["above_idle_J"], d.get("above_noise_J")),
         "program": program,
-        "in_calls": units.scaled(d["in_calls_J"], "J"),
+        "in_calls": units.with_noise(d["in_calls_J"], d.get("outside_calls_noise_J")),
         "share_in_calls": (f"{units.percent(share)} of the program's "
                            f"{units.scaled(d['program_J'], 'J')}"
                            if share is not None and math.isfinite(share)
                            else "no share: the program's energy is within noise"),
         "outside": units.with_noise(d["outside_calls_J"], d.get("outside_calls_noise_J")),
         "tail": units.with_noise(d["tail_J"], d.get("tail_noise_J")),
-        "other": units.with_noise(d.get("other_J"), None),
+        "other": units.with_noise(d.get("other_J"), d.get("other_noise_J")),
         "idle": units.scaled(d["idle_W"], "W"), "idle_source": d.get("idle_source", ""),
         "period": units.scaled(d.get("period_s"), "s"),
-        "per_rep": (units.scaled(mean, "J")
-                    + (f" ± {units.scaled((hi - lo) / 2, 'J')}" if math.isfinite(lo) else "")),
+        "per_rep": units.with_noise(mean, (hi - lo) / 2 if math.isfinite(lo) else
+                                    d.get("noise_J", math.nan) / max(len(a.per_rep), 1)),
         "method": d.get("method"), "fell_back": d.get("fell_back"),
         "method_reason": intens.get("reason", ""),
         "method_sentence": _method_sentence(d, intens),
@@ -257,15 +257,19 @@ def _reps(a: RunAnalysis) -> list[dict[str, Any]]:
     for p in a.per_rep:
         r = by_rep.get(p["rep"], {})
         gate = r.get("gate") or {}
-        energy = []
-        for d in a.domains:
-            e = p["energy"].get(d["domain"], {})
-            energy.append({"above": units.scaled(e.get("above_idle_J"), "J"),
-                           "in_calls": units.scaled(e.get("in_calls_J"), "J"),
-                           "tail": units.scaled(e.get("tail_J"), "J")})
         tail_s = None
         if r.get("tail_end_ns") is not None and r.get("t_end_ns") is not None:
             tail_s = (r["tail_end_ns"] - r["t_end_ns"]) / 1e9
+        energy = []
+        for d in a.domains:
+            e = p["energy"].get(d["domain"], {})
+            sigma = d.get("idle_sigma_W", math.nan)
+            noise = sigma * p["duration_s"] if math.isfinite(p.get("duration_s", math.nan)) \
+                else math.nan
+            energy.append({
+                "above": units.with_noise(e.get("above_idle_J"), noise, short=True),
+                "in_calls": units.with_noise(e.get("in_calls_J"), noise, short=True),
+                "tail": units.with_noise(e.get("tail_J"), sigma * (tail_s or 0.0), short=True)})
         rows.append({
             "rep": p["rep"], "duration": units.scaled(p.get("duration_s"), "s"),
             "exit_code": p.get("exit_code"), "calls": p.get("calls", 0),
@@ -320,7 +324,7 @@ def _site_extra(row: dict[str, Any]) -> dict[str, Any]:
     loc = f"{row['file']}:{row.get('line', '')}" if row.get("file") else row["key"]
     text = " ".join(str(row.get(k) or "") for k in ("key", "api", "written", "function", "source"))
     return {"location": loc, "function": row.get("function") or "", "written": row.get("written"),
-            "search": text.lower()}
+            "source": row.get("source") or "", "search": text.lower()}
 
 
 def _table(name: str, columns: list[tables.Column], rows: list[dict[str, Any]],
@@ -355,7 +359,10 @@ def _intensities(a: RunAnalysis) -> list[dict[str, Any]]:
         rec = a.intensities.get(d["domain"])
         if not rec:
             continue
-        apis = sorted((rec.get("apis") or {}).items(), key=lambda kv: -kv[1]["intensity_W"])
+        every = rec.get("apis") or {}
+        apis = sorted(((k, v) for k, v in every.items() if v.get("identifiable", True)),
+                      key=lambda kv: -kv[1]["intensity_W"])
+        pooled = sorted(k for k, v in every.items() if not v.get("identifiable", True))
         rows = [{
             "api": name, "intensity": units.scaled(v["intensity_W"], "W"),
             "sigma": units.scaled(v["sigma_W"], "W") if math.isfinite(v["sigma_W"]) else "–",
@@ -373,6 +380,8 @@ def _intensities(a: RunAnalysis) -> list[dict[str, Any]]:
             if rec.get("ceiling_W") is not None else "none known",
             "intervals": rec.get("intervals"), "rows": rows,
             "more": max(0, len(apis) - MAX_INTENSITY_ROWS),
+            "not_identifiable": pooled,
+            "rest": units.scaled(every[pooled[0]]["intensity_W"], "W") if pooled else "",
         })
     return out
 

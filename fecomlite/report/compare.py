@@ -20,6 +20,7 @@ unknown and no verdict is given.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 import time
@@ -276,7 +277,9 @@ def columns(domains: list[dict[str, Any]]) -> list[tables.Column]:
             tables.Column(f"{k}:rep_verdict", "per rep.", "text",
                           ("energy", k, "per_rep", "verdict"), f"{k} per_rep_verdict", g),
         ]
-    return cols
+    # a domain that is not compared shows its verdict alone (its figures are in the chooser)
+    return [c if c.group is None or c.group.sensor is None or c.key.endswith(":verdict")
+            else dataclasses.replace(c, shown=False) for c in cols]
 
 
 def _cells(cols: list[tables.Column], row: dict[str, Any]) -> list[tables.Cell]:
@@ -356,7 +359,7 @@ def _api_energy(row: dict[str, Any] | None) -> float:
 
 
 def _pm(value: float, half: float) -> str:
-    text = units.scaled(value, "J")
+    text = units.with_noise(value, half / 2 if math.isfinite(half) else None, short=True)
     return text + (f" ± {units.scaled(half, 'J')}" if math.isfinite(half) else "")
 
 

@@ -148,7 +148,8 @@ def api_columns(domains: list[dict[str, Any]], gpu_memory: bool) -> list[Column]
 def site_columns(domains: list[dict[str, Any]], gpu_memory: bool) -> list[Column]:
     cols = [
         Column("site", "site", "text", ("key",), "key", title="file:line:column of the call"),
-        Column("source", "source line", "text", ("source",), "source"),
+        Column("source", "source line", "text", ("source",), "source", shown=False,
+               title="the call as written (also in the site's tooltip)"),
         Column("api", "API", "text", ("api",), "api"),
         Column("calls", "calls", "", ("calls",), "calls"),
         Column("time", "total time", "s", ("total_time_s",), "total_time_s"),

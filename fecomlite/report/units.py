@@ -76,17 +76,21 @@ def watt_hours(joules: float | None) -> str:
     return f"{sig3(wh)} Wh"
 
 
-def with_noise(value: float | None, noise: float | None, unit: str = "J") -> str:
+def with_noise(
+    value: float | None, noise: float | None, unit: str = "J", *, short: bool = False
+) -> str:
     """A figure that can fall below zero by noise (a tail, energy outside calls): within its
     noise it reads "≈ 0 (−7.09 J, noise ± 8.1 J)", never as negative energy; a negative figure
-    beyond its noise says it is below the idle baseline."""
+    beyond its noise says it is below the idle baseline. short: "≈ 0" and the figure alone, for
+    table cells."""
     if value is None or not math.isfinite(value):
         return "–"
     text = scaled(value, unit)
     has_noise = noise is not None and math.isfinite(noise) and noise > 0
-    if has_noise and abs(value) <= 2 * noise:
-        return f"≈ 0 ({text}, noise ± {scaled(noise, unit)})" if value < 0 else (
-            f"{text} ± {scaled(noise, unit)}")
+    if has_noise and value < 0 and -value <= 2 * noise:
+        return "≈ 0" if short else f"≈ 0 ({text}, noise ± {scaled(noise, unit)})"
+    if short:
+        return text + (" (below idle)" if value < 0 else "")
     if value < 0:
         return f"{text}: below the idle baseline (the baseline was busier)"
     return text + (f" ± {scaled(noise, unit)}" if has_noise else "")
