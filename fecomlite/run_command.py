@@ -12,10 +12,17 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fecomlite import datasize as datasize_analysis
 from fecomlite.calibration import run_calibration
-from fecomlite.experiment import Program, RunOutcome, prepare_program, run_experiment
+from fecomlite.experiment import (
+    Program,
+    RunOutcome,
+    prepare_program,
+    run_experiment,
+    unique_dir,
+)
 from fecomlite.server.client import ServerClient, ServerError, ensure_server
 from fecomlite.settings import RunSettings, SettingsError, find_project_config, resolve
-from fecomlite.store import Store, default_home
+from fecomlite.store import Store, StoreError, default_home
+from fecomlite.terminal import plain, without_control
 
 console = Console()
 
@@ -91,14 +98,18 @@ def run_command(
         )
         fraction_list = datasize_analysis.parse_fractions(fractions) if datasize else []
     except (SettingsError, ValueError) as exc:
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {plain(exc)}")
         raise typer.Exit(2) from exc
     home = (home or default_home()).resolve()
     if config_path:
-        console.print(f"settings from [bold]{config_path}[/]")
-    program = prepare_program(script, list(args or []), settings, home / "work")
-    client = ensure_server(home)
-    console.print(f"measurement server: [bold]{client.url}[/] (live view)")
+        console.print(f"settings from [bold]{plain(config_path)}[/]")
+    try:
+        program = prepare_program(script, list(args or []), settings, home / "work")
+        client = ensure_server(home)
+    except (ServerError, StoreError, OSError) as exc:  # e.g. a read-only or full home
+        console.print(f"[red]error:[/] {plain(exc)}")
+        raise typer.Exit(1) from None
+    console.print(f"measurement server: [bold]{client.view_url}[/] (live view)")
     after = functools.partial(run_calibration, top=top) if calibrate else None
     outcome = _measure(client, program, settings, home, show_output=show_output, after=after)
     if calibrate and outcome.status == "finished":
@@ -137,7 +148,7 @@ def _measure(
                 task, completed=max(rep - 1, 0), description=f"rep {rep}: {stages[stage]}"
             )
 
-        log_dir = home / "logs" / f"{program.original.stem}-{_stamp()}"
+        log_dir = unique_dir(home / "logs" / f"{program.original.stem}-{_stamp()}")
         try:
             outcome = run_experiment(
                 client,
@@ -148,21 +159,33 @@ def _measure(
                 **options,
             )
         except ServerError as exc:
+            spools = sorted(log_dir.glob("*.spool"))
             console.print(
-                f"[red]the measurement server stopped answering[/] ({exc}). What it stored is "
-                f"kept in {client.store_path}; the program's events since are in "
-                f"{log_dir}/*.spool: `fecomlite ingest {log_dir}/*.spool` adds them."
+                f"[red]the measurement server stopped answering[/] ({plain(exc)}). What it "
+                f"stored is kept in {client.store_path}"
+                + (
+                    f"; the program's events since are in {log_dir}/*.spool: "
+                    f"`fecomlite ingest {log_dir}/*.spool` adds them."
+                    if spools
+                    else "."
+                ),
+                highlight=False,
             )
             raise typer.Exit(3) from exc
         progress.update(task, completed=len(outcome.repetitions), description="repetitions")
     if outcome.status == "failed":
         console.print(
             f"[red]the program exited with status {outcome.exit_code}[/]; "
-            f"measurements up to the failure are kept. Log: {outcome.logs[-1]}"
+            f"measurements up to the failure are kept. Log: {plain(outcome.logs[-1])}"
         )
         _print_log_tail(outcome.logs[-1])
     elif outcome.status == "interrupted":
         console.print("[yellow]interrupted[/]: measurements so far are kept.")
+    elif outcome.status == "incomplete":
+        console.print(
+            f"[red]incomplete[/]: {outcome.lost_events} events could be neither sent nor "
+            "spooled (see the program's log: a full disk?); the figures miss them."
+        )
     return outcome
 
 
@@ -170,10 +193,14 @@ def _print_calibration(client: ServerClient, run_id: int) -> None:
     with Store(client.store_path) as store:
         result = store.result(run_id, "calibration") or {}
     for item in result.get("replayed", []):
-        console.print(f"calibration: replayed [bold]{item.get('api')}[/] ({item.get('site')})")
+        console.print(
+            f"calibration: replayed [bold]{plain(item.get('api'))}[/] ({plain(item.get('site'))})"
+        )
     for item in result.get("skipped", []):
-        console.print(f"calibration: skipped {item.get('api')} ({item.get('site')}): "
-                      f"{item.get('reason')}", markup=False)
+        console.print(
+            f"calibration: skipped {item.get('api')} ({item.get('site')}): {item.get('reason')}",
+            markup=False,
+        )
 
 
 def _stamp() -> str:
@@ -185,7 +212,7 @@ def _stamp() -> str:
 def _print_log_tail(log: Path, lines: int = 15) -> None:
     if log.is_file():
         text = log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
-        console.print("\n".join(text), markup=False, highlight=False)
+        console.print(without_control("\n".join(text)), markup=False, highlight=False)
 
 
 def _datasize_runs(
@@ -201,7 +228,7 @@ def _datasize_runs(
 
     points = []
     for fraction in fractions:
-        console.print(f"data size: [bold]{target}[/] at {fraction:g}")
+        console.print(f"data size: [bold]{plain(target)}[/] at {fraction:g}")
         outcome = run_experiment(
             client,
             program,
@@ -210,7 +237,9 @@ def _datasize_runs(
             parent_id=parent,
             datasize=f"{target}={fraction}",
             extra={"fraction": fraction},
-            log_dir=home / "logs" / f"{program.original.stem}-{_stamp()}-ds{fraction:g}",
+            log_dir=unique_dir(
+                home / "logs" / f"{program.original.stem}-{_stamp()}-ds{fraction:g}"
+            ),
         )
         with Store(client.store_path) as store:
             points += datasize_point(store, outcome.run_id, target, fraction)

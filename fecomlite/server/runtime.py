@@ -125,6 +125,10 @@ def run_foreground(
     server = open_server(home, port, host, metrics_addr=metrics_addr)
 
     def stop(signum: int, frame: object) -> None:
+        """The first SIGTERM stops serving; later ones are ignored, so that a second signal
+        cannot cut the clean-up short (runs left open, the state file left behind)."""
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, stop)
