@@ -45,7 +45,7 @@ MAX_DEPTH = 8  # nesting of hyperparameters and shapes
 MAX_ITEMS = 10_000  # entries of one hyperparameter/shape object or list
 MAX_NS = 2**62  # monotonic clock stamps: ~146 years
 PROC_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_INT_RANGES = {"rep": 10**6, "pid": 2**32, "seq": 2**62, "lost": 2**62}
+_INT_RANGES = {"rep": 10**6, "pid": 2**32, "seq": 2**62, "total": 2**62}
 
 
 class BatchError(ValueError):
@@ -134,6 +134,8 @@ def check_header(header: dict[str, Any], *, require_id: bool = False) -> None:
         raise BatchError("proc must be 1-64 letters, digits, '_' or '-'")
     if require_id and ("proc" not in header or "seq" not in header):
         raise BatchError("a batch must carry its id (proc and seq)")
+    if "total" in header and header["total"] < n:
+        raise BatchError("total (events produced so far) is less than this batch's n")
     for key in ("hyperparams", "shapes"):
         if key in header:
             if not isinstance(header[key], dict):

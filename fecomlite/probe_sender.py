@@ -8,8 +8,9 @@ Every batch carries its id: this process's random `proc` and a sequence number. 
 an id once, so a batch posted, timed out, spooled, and stored by a server that was only slow is
 still stored once; a kept-alive connection the server closed is retried once for the same reason.
 A spool record names its run and its store (never the run's token) and is written whole or not
-at all (0600). Events that could be neither posted nor spooled (a full disk) are counted, and
-the count goes out with every later batch: the run then ends "incomplete", saying how many.
+at all (0600). Each batch also says how many events this process has produced so far
+(`total`), so the store knows exactly how many never arrived (neither posted nor spooled, e.g. on
+a full disk, or spooled and never ingested): the run then ends "incomplete", saying how many.
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ class Sender:
         self.proc = os.urandom(8).hex()  # a new Sender (and id) in each forked child too
         self.store = os.environ.get(STORE_ENV, "")
         self._seq = 0
+        self._total = 0  # events put in batches so far
         self.lost = 0  # events neither posted nor spooled, so far
-        self._lost_sent = 0
+        self._lost_told = 0  # `lost` when a batch last reached the server
         url = urlsplit(config.url) if config.url else None
         self._host = url.hostname if url else None
         self._port = url.port if url else None
@@ -77,8 +79,10 @@ class Sender:
         with self._lock:
             names, *columns = drain()
             shapes = self._take_shapes()
-            if not names and not self.hyperparams and not shapes and self.lost == self._lost_sent:
-                return
+            if not names and not self.hyperparams and not shapes and self.lost == self._lost_told:
+                return  # (after losses, even an empty batch goes: its `total` tells them)
+            n = len(columns[0]) // 4
+            self._total += n
             meta: dict[str, Any] = {
                 "rep": self.config.rep,
                 "pid": os.getpid(),
@@ -86,15 +90,14 @@ class Sender:
                 "seq": self._seq,
             }
             self._seq += 1
-            if self.lost:
-                meta["lost"] = self.lost
+            meta["total"] = self._total
             if self.hyperparams:
                 meta["hyperparams"] = self.hyperparams
                 self.hyperparams = {}
             if shapes:
                 meta["shapes"] = shapes
             if self._host and self._post(batch_codec.encode(meta, names, tuple(columns))):
-                self._lost_sent = self.lost
+                self._lost_told = self.lost
                 return
             if self.config.run:
                 meta["run"] = self.config.run
@@ -107,7 +110,7 @@ class Sender:
                         f"fecomlite probe: {failure}; events from now on may be lost "
                         "(counted, and the run is marked incomplete)"
                     )
-                self.lost += len(columns[0]) // 4
+                self.lost += n
 
     def _post(self, body: bytes) -> bool:
         if time.monotonic() < self._down_until:

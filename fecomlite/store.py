@@ -105,7 +105,7 @@ CREATE TABLE IF NOT EXISTS batches (
     seq INTEGER NOT NULL,                -- its batch number
     run_id INTEGER NOT NULL REFERENCES runs(id),
     events INTEGER NOT NULL,
-    lost INTEGER NOT NULL DEFAULT 0,     -- events the process had lost by then (cumulative)
+    total INTEGER,                       -- events the process had produced, this batch's too
     PRIMARY KEY (proc, seq)
 );
 CREATE TABLE IF NOT EXISTS results (
@@ -379,12 +379,15 @@ class Store:
         return row is not None
 
     def lost_events(self, run_id: int) -> int:
-        """Events the run's processes said they could neither send nor spool."""
+        """Events the run's processes produced that never arrived: for each process, the events
+        it had produced by its latest stored batch (`total`) less those stored."""
         row = self.db.execute(
-            "SELECT sum(m) FROM (SELECT max(lost) AS m FROM batches WHERE run_id=? GROUP BY proc)",
+            "SELECT sum(produced - stored) FROM (SELECT max(total) AS produced, "
+            "sum(events) AS stored FROM batches WHERE run_id=? AND total IS NOT NULL "
+            "GROUP BY proc)",
             (run_id,),
         ).fetchone()
-        return int(row[0] or 0)
+        return max(int(row[0] or 0), 0)
 
     def add_batch(
         self,
@@ -398,14 +401,14 @@ class Store:
         with self.transaction():
             if "proc" in header:
                 claimed = self.db.execute(
-                    "INSERT OR IGNORE INTO batches (proc, seq, run_id, events, lost) "
+                    "INSERT OR IGNORE INTO batches (proc, seq, run_id, events, total) "
                     "VALUES (?, ?, ?, ?, ?)",
                     (
                         header["proc"],
                         header.get("seq", 0),
                         run_id,
                         header["n"],
-                        header.get("lost", 0),
+                        header.get("total"),
                     ),
                 )
                 if claimed.rowcount == 0:

@@ -8,9 +8,8 @@ marks the runs an earlier server left open `interrupted` when it starts. A run w
 process died (`owner_pid`) is marked `interrupted` too, by the watchdog thread.
 
 Each run follows its own process tree (`watch`): its process sensors record into it alone, so two
-runs at once never share memory or CPU figures. A batch the store could not take (a full disk)
-is remembered by id; if it never arrives afterwards (spooled and ingested), its events count as
-lost and the run ends `incomplete`, as it does when a probe reports events it lost itself.
+runs at once never share memory or CPU figures. Events a probe produced that never arrived (its
+batches say how many it had produced: `Store.lost_events`) make the run end `incomplete`.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +59,6 @@ class _Run:
     token: str
     sites: dict[str, Any]  # the manifest's site table, for naming events' sites
     owner_pid: int | None = None  # the client that runs it; its death interrupts the run
-    refused: dict[tuple[str, int], int] = field(default_factory=dict)  # batch id -> events
     ended: bool = False
 
 
@@ -206,12 +204,9 @@ class MeasurementService:
         self.sampler.set_group(_process_group(run_id), [], owner=run_id)
         self.sampler.stop_recording(run_id)
         store = self._db()
-        refused = sum(n for (proc, seq), n in run.refused.items()
-                      if not store.has_batch({"proc": proc, "seq": seq}))
-        lost = store.lost_events(run_id) + refused
+        lost = store.lost_events(run_id)
         if lost:
-            store.put_result(run_id, "lost_events", {"events": lost,
-                                                     "refused_by_store": refused})
+            store.put_result(run_id, "lost_events", {"events": lost})
             status = "incomplete" if status == "finished" else status
         store.update_run(run_id, status=status, exit_code=exit_code, t_end_ns=time.monotonic_ns())
         run.ended = True
@@ -341,8 +336,6 @@ class MeasurementService:
         except sqlite3.OperationalError as exc:
             if "locked" in str(exc):
                 raise
-            with self._lock:
-                run.refused[(header["proc"], header["seq"])] = header["n"]
             raise StoreFailure(f"the store could not take the batch: {exc}") from exc
 
     def ingest(self, path: Path, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
