@@ -145,7 +145,7 @@ def _announce(server: MeasurementServer, url: str, home: Path) -> None:
               f"{s['sample_interval_s'] * 1000:g} ms", flush=True)
     for note in status["notes"]:
         print(f"  note: {note}", flush=True)
-    print(f"  live view {url}/", flush=True)
+    print(f"  live view {url}/?token={server.view_token}", flush=True)
     if server.metrics is not None:
         print(f"  metrics (read-only) {server.metrics.url}", flush=True)
     print(f"  state file {home / 'server.json'}; stop with Ctrl-C", file=sys.stderr, flush=True)
