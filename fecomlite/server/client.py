@@ -181,9 +181,11 @@ def ensure_server(home: Path | None = None, timeout_s: float = START_TIMEOUT_S) 
     try:
         private_dir(home)
         lock = _private_file(home / "server.lock")
-    except (StoreError, OSError) as exc:
+    except StoreError as exc:
+        raise ServerError(str(exc)) from None
+    except OSError as exc:  # e.g. a read-only or full home
         raise ServerError(f"fecomlite cannot write to its folder {home}: "
-                          f"{getattr(exc, 'strerror', None) or exc}") from None
+                          f"{exc.strerror or exc}") from None
     with _locked(lock):
         client = live_client(home)
         if client is not None:
