@@ -21,7 +21,7 @@ from fecomlite.experiment import (
 )
 from fecomlite.server.client import ServerClient, ServerError, ensure_server
 from fecomlite.settings import RunSettings, SettingsError, find_project_config, resolve
-from fecomlite.store import Store, StoreError, default_home
+from fecomlite.store import Store, StoreError, default_home, private_home
 from fecomlite.terminal import plain, without_control
 
 console = Console()
@@ -104,6 +104,7 @@ def run_command(
     if config_path:
         console.print(f"settings from [bold]{plain(config_path)}[/]")
     try:
+        private_home(home)  # before the instrumented copy is written into it
         program = prepare_program(script, list(args or []), settings, home / "work")
         client = ensure_server(home)
     except (ServerError, StoreError, OSError) as exc:  # e.g. a read-only or full home

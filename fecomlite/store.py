@@ -134,12 +134,25 @@ class StoreError(RuntimeError):
 
 
 def private_dir(path: Path) -> Path:
-    """Create `path` (and parents) as 0700; an existing folder is left as it is."""
+    """Create `path` and its missing parents as 0700; an existing folder is left as it is."""
+    missing = [p for p in [path, *path.parents] if not p.exists()]
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for folder in reversed(missing):
+            folder.mkdir(mode=0o700, exist_ok=True)
     except OSError as exc:
         raise StoreError(f"cannot create {path}: {exc.strerror or exc}") from exc
     return path
+
+
+def private_home(home: Path) -> Path:
+    """fecomlite's folder, its owner's alone (0700), made so if an older version left it open."""
+    private_dir(home)
+    try:
+        if home.stat().st_mode & 0o077:
+            home.chmod(0o700)
+    except OSError as exc:
+        raise StoreError(f"cannot use {home}: {exc.strerror or exc}") from exc
+    return home
 
 
 class Store:

@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from fecomlite import batch_codec
-from fecomlite.store import APPLICATION_ID, SCHEMA_VERSION, Store, StoreError
+from fecomlite.store import APPLICATION_ID, SCHEMA_VERSION, Store, StoreError, private_home
 
 
 def make_batch(sites: list[str], rows: list[tuple[int, int, int, int]], **meta) -> bytes:
@@ -146,3 +146,11 @@ def test_an_unwritable_home_is_named(tmp_path):
     blocker.write_text("")
     with pytest.raises(StoreError, match=f"cannot create {blocker}"):
         Store(blocker / "home" / "s.sqlite")
+
+
+def test_fecomlites_folders_are_created_private_at_every_level(tmp_path):
+    home = private_home(tmp_path / "a" / "b" / ".fecomlite")
+    for folder in (home, home.parent, home.parent.parent):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+    home.chmod(0o755)  # left open by an older fecomlite
+    assert stat.S_IMODE(private_home(home).stat().st_mode) == 0o700

@@ -21,7 +21,7 @@ from typing import Any
 
 from fecomlite import batch_codec
 from fecomlite.server.state import ServerState, pid_alive, read_state
-from fecomlite.store import StoreError, default_home, private_dir
+from fecomlite.store import StoreError, default_home, private_home
 
 START_TIMEOUT_S = 60.0  # sensor discovery measures update periods for about a second
 SLACK_S = 30.0  # on top of a blocking request's own duration
@@ -179,7 +179,7 @@ def ensure_server(home: Path | None = None, timeout_s: float = START_TIMEOUT_S) 
     """A client of the server serving `home`, starting one in the background if none answers."""
     home = (home or default_home()).resolve()
     try:
-        private_dir(home)
+        private_home(home)
         lock = _private_file(home / "server.lock")
     except StoreError as exc:
         raise ServerError(str(exc)) from None
