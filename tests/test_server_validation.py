@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import threading
 import time
 from pathlib import Path
 
@@ -143,3 +144,29 @@ def test_a_silent_connection_is_dropped_and_many_do_not_hold_the_server(
         assert client.status()["recording"] == [run]  # served once the idle ones time out
         for s in [stalled, *idle]:
             s.close()
+
+
+def test_bodies_held_at_once_stay_within_the_budget():
+    """Large bodies read at once are bounded in total: a reader whose body does not fit waits
+    for another to be done (the 16 MB bodies of ten clients never sit in memory together)."""
+    budget = server_app._Budget(3 * 16)
+    entered, release = [], threading.Event()
+
+    def reader(size: int) -> None:
+        with budget.hold(size):
+            entered.append(size)
+            release.wait(10)
+
+    threads = [threading.Thread(target=reader, args=(16,)) for _ in range(5)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 10
+    while len(entered) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert budget.used == 48 and len(entered) == 3  # the other two wait their turn
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert len(entered) == 5 and budget.used == 0
+    with budget.hold(10**9):  # a body over the whole budget still goes through, alone
+        assert budget.used == budget.limit
