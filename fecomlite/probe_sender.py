@@ -104,13 +104,15 @@ class Sender:
             if self.store:
                 meta["store"] = self.store
             failure = self._spool(batch_codec.encode(meta, names, tuple(columns)))
-            if failure:
-                if not self.lost:
-                    _tell(
-                        f"fecomlite probe: {failure}; events from now on may be lost "
-                        "(counted, and the run is marked incomplete)"
-                    )
-                self.lost += n
+            if failure is None:
+                self._lost_told = self.lost  # the spooled record's `total` tells it
+                return
+            if not self.lost:
+                _tell(
+                    f"fecomlite probe: {failure}; events from now on may be lost "
+                    "(counted, and the run is marked incomplete)"
+                )
+            self.lost += n
 
     def _post(self, body: bytes) -> bool:
         if time.monotonic() < self._down_until:
