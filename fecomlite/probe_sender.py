@@ -115,8 +115,8 @@ class Sender:
             self.lost += n
 
     def _post(self, body: bytes) -> bool:
-        if time.monotonic() < self._down_until:
-            return False
+        if time.monotonic() < self._down_until and self.lost == self._lost_told:
+            return False  # (after a loss, every batch tries: it may be the last one to tell)
         import http.client  # on the flusher thread: it costs the user's program ~20 ms at import
 
         for fresh in (self._conn is None, True):  # a kept-alive connection may have been closed

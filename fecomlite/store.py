@@ -391,16 +391,19 @@ class Store:
         ).fetchone()
         return row is not None
 
-    def lost_events(self, run_id: int) -> int:
+    def lost_events(self, run_id: int, totals: dict[str, int] | None = None) -> int:
         """Events the run's processes produced that never arrived: for each process, the events
-        it had produced by its latest stored batch (`total`) less those stored."""
-        row = self.db.execute(
-            "SELECT sum(produced - stored) FROM (SELECT max(total) AS produced, "
-            "sum(events) AS stored FROM batches WHERE run_id=? AND total IS NOT NULL "
-            "GROUP BY proc)",
+        it had produced by its latest batch (`total`; `totals` adds what the server heard of but
+        could not store) less those stored."""
+        produced = dict(totals or {})
+        stored: dict[str, int] = {}
+        for proc, total, events in self.db.execute(
+            "SELECT proc, max(total), sum(events) FROM batches WHERE run_id=? GROUP BY proc",
             (run_id,),
-        ).fetchone()
-        return max(int(row[0] or 0), 0)
+        ):
+            produced[proc] = max(produced.get(proc, 0), total or 0)
+            stored[proc] = events
+        return sum(max(n - stored.get(proc, 0), 0) for proc, n in produced.items())
 
     def add_batch(
         self,

@@ -15,9 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from fecomlite.probe_sender import POST_TIMEOUT_S
-from fecomlite.server.client import ServerClient, ensure_server
+from fecomlite.server.client import ServerClient, ensure_server, live_client
 from fecomlite.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -194,3 +195,44 @@ def test_another_user_reads_nothing_and_cannot_post(tmp_path: Path):
         assert stream.stdout.strip() == "401"
     finally:
         client.shutdown()
+
+
+CALLS = textwrap.dedent("""
+    import numpy as np
+    a = np.ones(4)
+    for i in range(60_000):
+        np.add(a, i)
+""")
+
+
+def _mount_tmpfs(folder: Path, size: str) -> bool:
+    folder.mkdir()
+    if shutil.which("mount") is None or os.geteuid() != 0:
+        return False
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                          capture_output=True).returncode == 0
+
+
+def test_a_run_on_a_full_disk_says_how_many_events_it_lost(tmp_path: Path):
+    """The issue's case: fecomlite's home on a 3 MB tmpfs. The store fills up, then the spool
+    cannot be written: the run ends incomplete, and stored + lost is every call made."""
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "3m"):
+        pytest.skip("cannot mount a tmpfs here (needs root); the ENOSPC test covers the probe")
+    try:
+        (tmp_path / "calls.py").write_text(CALLS)
+        result = run_cli(tmp_path, "run", "--home", str(disk / "home"), "--api", "numpy",
+                         "--repeat", "1", "--idle", "0", "--tail", "0", "--no-gate", "calls.py")
+        client = live_client(disk / "home")
+        if client is not None:
+            client.shutdown()
+        assert result.returncode == 1, result.stdout + result.stderr
+        with Store(disk / "home" / "store.sqlite", create=False) as store:
+            run = store.run(1)
+            stored = store.db.execute("SELECT count(*) FROM events").fetchone()[0]
+        assert run["status"] == "incomplete" and run["lost_events"] > 0
+        assert stored + run["lost_events"] == 60_001  # np.ones once, np.add 60,000 times
+        assert f"incomplete: {run['lost_events']} events could be neither sent nor spooled" in \
+            " ".join(result.stdout.split())
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,7 @@ class _Run:
     sites: dict[str, Any]  # the manifest's site table, for naming events' sites
     owner_pid: int | None = None  # the client that runs it; its death interrupts the run
     ended: bool = False
+    totals: dict[str, int] = field(default_factory=dict)  # proc -> events it said it made
 
 
 class MeasurementService:
@@ -197,20 +198,29 @@ class MeasurementService:
 
     def finish_run(self, run_id: int, status: str, exit_code: int | None) -> dict[str, Any]:
         """Stop recording (after writing every sample read so far) and close the run; a run
-        that lost events (`lost_events`) ends `incomplete` rather than `finished`."""
+        that lost events (`lost_events`) ends `incomplete` rather than `finished`. A store that
+        cannot record the end (a full disk) still gets the verdict said in the reply."""
         run = self._run(run_id)
         if status not in FINISHED_STATUSES:
             raise ValueError(f"status must be one of {FINISHED_STATUSES}")
         self.sampler.set_group(_process_group(run_id), [], owner=run_id)
         self.sampler.stop_recording(run_id)
         store = self._db()
-        lost = store.lost_events(run_id)
+        with self._lock:
+            totals = dict(run.totals)
+        lost = store.lost_events(run_id, totals)
         if lost:
-            store.put_result(run_id, "lost_events", {"events": lost})
             status = "incomplete" if status == "finished" else status
-        store.update_run(run_id, status=status, exit_code=exit_code, t_end_ns=time.monotonic_ns())
+        reply: dict[str, Any] = {"ok": True, "status": status, "lost_events": lost}
+        try:
+            if lost:
+                store.put_result(run_id, "lost_events", {"events": lost})
+            store.update_run(run_id, status=status, exit_code=exit_code,
+                             t_end_ns=time.monotonic_ns())
+        except sqlite3.OperationalError as exc:
+            reply.update(ok=False, error=f"the store could not record the run's end: {exc}")
         run.ended = True
-        return {"ok": True, "status": status, "lost_events": lost}
+        return reply
 
     def _watchdog(self) -> None:
         """Mark `interrupted` the runs whose client process has died (SIGKILL, a crash)."""
@@ -331,6 +341,10 @@ class MeasurementService:
         checked the token."""
         run = self._run(run_id)
         header, columns = batch_codec.decode(body, require_id=True)
+        if "total" in header:  # kept even if the store cannot take the batch (a full disk)
+            with self._lock:
+                proc = header["proc"]
+                run.totals[proc] = max(run.totals.get(proc, 0), header["total"])
         try:
             return self._db().add_batch(run_id, header, columns, run.sites)
         except sqlite3.OperationalError as exc:
