@@ -153,7 +153,8 @@ class Sender:
         """Append one record whole (a failed write is cut back off); why it failed, or None."""
         path = spool_path(self.config.spool)
         try:
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            for folder in reversed([p for p in [path.parent, *path.parents] if not p.exists()]):
+                folder.mkdir(mode=0o700, exist_ok=True)  # each level private, not just the last
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         except OSError as exc:
             return f"cannot spool to {path}: {exc}"

@@ -28,7 +28,7 @@ PROGRAM = textwrap.dedent("""
 
 
 def test_a_cut_short_spool_write_leaves_whole_records_and_counts_the_rest(tmp_path: Path):
-    spool = tmp_path / "logs" / "rep-1.spool"
+    spool = tmp_path / "home" / "logs" / "rep-1.spool"
     env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
     env.update(FECOMLITE_RUN="7", FECOMLITE_TOKEN="secret-token", FECOMLITE_SPOOL=str(spool),
                FECOMLITE_STORE="storeid", PYTHONPATH=str(REPO))
@@ -39,7 +39,8 @@ def test_a_cut_short_spool_write_leaves_whole_records_and_counts_the_rest(tmp_pa
     assert lost > 0  # the batches that did not fit
     assert "events from now on may be lost" in done.stderr
     assert stat.S_IMODE(spool.stat().st_mode) == 0o600
-    assert stat.S_IMODE(spool.parent.stat().st_mode) == 0o700
+    for folder in (spool.parent, spool.parent.parent):  # every level it made is private
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert b"secret-token" not in spool.read_bytes()
     with open(spool, "rb") as f:
         headers = [batch_codec.decode(r, require_id=True)[0] for r in batch_codec.read_records(f)]
