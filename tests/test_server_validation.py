@@ -171,3 +171,18 @@ def test_bodies_held_at_once_stay_within_the_budget():
     assert len(entered) == 5 and budget.used == 0
     with budget.hold(10**9):  # a body over the whole budget still goes through, alone
         assert budget.used == budget.limit
+
+
+def test_idle_connections_wait_without_threads_and_the_server_still_answers(tmp_path: Path):
+    """Hundreds of connections that send nothing take no thread each (the issue saw 3,000
+    idle sockets make 3,006 threads) and do not keep a real client waiting."""
+    with served(tmp_path, [FakeSensorForTests("p")]) as client:
+        before = threading.active_count()
+        port = int(client.url.rsplit(":", 1)[1])
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(300)]
+        try:
+            assert client.status()["recording"] == []  # served at once
+            assert threading.active_count() <= before + 2  # the status request's worker
+        finally:
+            for s in idle:
+                s.close()

@@ -9,9 +9,10 @@ fecomlite") also wants the view token, as Jupyter does: the URL `fecomlite run` 
 header naming loopback, so a web page cannot reach them through a DNS name rebound to 127.0.0.1;
 the page's static assets hold no data and want the Host check alone.
 
-Each connection is served by a thread from a bounded pool (the rest wait in the listen backlog),
-is dropped when it sends nothing for REQUEST_TIMEOUT_S, and bodies read at once are bounded in
-total (BODY_BUDGET_BYTES), so concurrent large batches cannot take the machine's memory.
+A connection waits without a thread until it sends something (`waiting.py`; closed after
+REQUEST_TIMEOUT_S of silence), then is served by a thread from a bounded pool; a request that
+stalls is dropped after REQUEST_TIMEOUT_S; bodies read at once are bounded in total
+(BODY_BUDGET_BYTES), so concurrent large batches cannot take the machine's memory.
 
 The route table is data (`ROUTES`): `MetricsServer`, the listener `--metrics-addr` asks for, is
 another `ThreadingHTTPServer` over the same `MeasurementService` whose table holds GET /metrics
@@ -44,6 +45,7 @@ from fecomlite.server import live, metrics
 from fecomlite.server.replies import Reply, Stream
 from fecomlite.server.service import MeasurementService, RunNotFound, StoreFailure
 from fecomlite.server.state import ServerState
+from fecomlite.server.waiting import WaitingRoom
 from fecomlite.store import StoreError
 
 MAX_BODY_BYTES = 16 * 1024 * 1024  # a probe batch every 200 ms stays far below this
@@ -312,15 +314,24 @@ class _Listener(ThreadingHTTPServer):
         self.bodies = _Budget(BODY_BUDGET_BYTES)
         super().__init__(address, handler)
         self.service = service
+        self.waiting = WaitingRoom(self._start_worker, self.shutdown_request, REQUEST_TIMEOUT_S)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        """Wait for a free worker before taking the next connection (the backlog holds it)."""
+        """A new connection waits, without a thread, until it sends something."""
+        self.waiting.add(request, client_address)
+
+    def _start_worker(self, request: Any, client_address: Any) -> None:
+        """A connection that sent something: served by a worker once one is free."""
         self.workers.acquire()
         try:
             super().process_request(request, client_address)
         except BaseException:
             self.workers.release()
-            raise
+            self.shutdown_request(request)
+
+    def server_close(self) -> None:
+        self.waiting.close()
+        super().server_close()
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
