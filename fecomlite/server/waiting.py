@@ -23,8 +23,12 @@ class WaitingRoom:
     """Holds connections until they are readable (`ready(conn, address)`) or silent for
     `idle_s` (`drop(conn)`)."""
 
-    def __init__(self, ready: Callable[[socket.socket, Any], None],
-                 drop: Callable[[socket.socket], None], idle_s: float) -> None:
+    def __init__(
+        self,
+        ready: Callable[[socket.socket, Any], None],
+        drop: Callable[[socket.socket], None],
+        idle_s: float,
+    ) -> None:
         self._ready, self._drop, self.idle_s = ready, drop, idle_s
         self._selector = selectors.DefaultSelector()
         self._incoming: deque[tuple[socket.socket, Any]] = deque()
