@@ -10,6 +10,9 @@ CALLS.csv   columns `t_start_ns`, `t_end_ns` (CLOCK_MONOTONIC ns, the samples' c
 SAMPLES.csv a `t_ns` column and value columns whose names end in their unit: `energy_mJ`
             (`_uJ`, `_J`: a cumulative counter) or `power_instant_mW` (`_uW`, `_W`: power).
 
+A malformed file is refused with its file, row (counting the header as row 1), column and what
+was expected; a call that ends before it starts is refused the same way.
+
 The output CSV has one row per call: its input columns, then duration_s, energy_J (above idle,
 inclusive of nested calls), self_energy_J, energy_total_J (with its idle share), uncertainty_J
 (1σ), below_resolution, covered, parent (row index of the enclosing call, −1) and depth.
@@ -29,28 +32,73 @@ from rich.table import Table
 
 from fecomlite import attribution as at
 from fecomlite.sensors.replay import load_trace, unit_of
+from fecomlite.terminal import plain
 
 OUTPUT_COLUMNS = ("duration_s", "energy_J", "self_energy_J", "energy_total_J", "uncertainty_J",
                   "below_resolution", "covered", "parent", "depth")
 
 
-def _read_calls(path: Path) -> tuple[list[str], list[dict[str, str]]]:
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        rows = list(reader)
-        header = list(reader.fieldnames or [])
+def _read_csv(path: Path, hint: str) -> tuple[list[str], list[dict[str, str]]]:
+    """Header and rows of a CSV; an unreadable file or a row of the wrong width is named."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            header = list(reader.fieldnames or [])
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise typer.BadParameter(f"{path}: cannot be read as CSV: {exc}", param_hint=hint) from None
+    for number, row in enumerate(rows, 2):
+        if None in row or None in row.values():
+            raise typer.BadParameter(f"{path} row {number}: expected {len(header)} fields",
+                                     param_hint=hint)
+    return header, rows
+
+
+def _number(path: Path, number: int, column: str, text: str, kind: type, hint: str) -> Any:
+    """One cell as an integer (ns) or a finite number, else an error naming where."""
+    try:
+        value = kind(text)
+        if kind is float and not math.isfinite(value):
+            raise ValueError(text)
+        return value
+    except ValueError:
+        expected = "an integer (ns)" if kind is int else "a finite number"
+        raise typer.BadParameter(f"{path} row {number}, column {column!r}: expected {expected}, "
+                                 f"got {text!r}", param_hint=hint) from None
+
+
+def _read_calls(path: Path) -> tuple[list[str], list[dict[str, str]], np.ndarray, np.ndarray]:
+    """The calls' header, rows and start/end stamps; a call ending before it starts is refused."""
+    header, rows = _read_csv(path, "--calls")
     missing = {"t_start_ns", "t_end_ns"} - set(header)
     if missing:
         raise typer.BadParameter(f"{path} lacks column(s) {', '.join(sorted(missing))}",
                                  param_hint="--calls")
-    return header, rows
+    t0 = [_number(path, i, "t_start_ns", r["t_start_ns"], int, "--calls")
+          for i, r in enumerate(rows, 2)]
+    t1 = [_number(path, i, "t_end_ns", r["t_end_ns"], int, "--calls")
+          for i, r in enumerate(rows, 2)]
+    for i, (start, end) in enumerate(zip(t0, t1, strict=True), 2):
+        if end < start or not 0 <= start < 2**63 or end >= 2**63:
+            raise typer.BadParameter(f"{path} row {i}: expected 0 <= t_start_ns <= t_end_ns "
+                                     f"< 2**63, got {start}..{end}", param_hint="--calls")
+    return header, rows, np.array(t0, dtype=np.int64), np.array(t1, dtype=np.int64)
+
+
+def _check_samples(path: Path, column: str) -> None:
+    """Every sample's time an integer and its value a finite number, else where it is not."""
+    header, rows = _read_csv(path, "--samples")
+    if "t_ns" not in header:
+        raise typer.BadParameter(f"{path} lacks the column t_ns", param_hint="--samples")
+    for number, row in enumerate(rows, 2):
+        _number(path, number, "t_ns", row["t_ns"], int, "--samples")
+        _number(path, number, column, row[column], float, "--samples")
 
 
 def _pick_column(path: Path, kind: str | None, column: str | None) -> str:
     """The value column: as given, else the first counter (J) or power (W) column, preferring an
     instant-power column over a moving average."""
-    with open(path, newline="") as f:
-        header = next(csv.reader(f), [])
+    header, _ = _read_csv(path, "--samples")
     if column:
         if column not in header:
             raise typer.BadParameter(f"{path} has no column {column!r}", param_hint="--column")
@@ -111,8 +159,9 @@ def attribute_command(
     if semantics not in at.SEMANTICS:
         raise typer.BadParameter(f"must be one of {', '.join(at.SEMANTICS)}",
                                  param_hint="--semantics")
-    header, rows = _read_calls(calls)
+    header, rows, t0, t1 = _read_calls(calls)
     name = _pick_column(samples, kind, column)
+    _check_samples(samples, name)
     trace = load_trace(samples, name)
     kind = kind or trace.kind
     if kind not in ("counter", "power"):
@@ -122,8 +171,6 @@ def attribute_command(
     if iv.count == 0:
         raise typer.BadParameter(f"{samples}: column {name!r} changes too rarely to attribute",
                                  param_hint="--samples")
-    t0 = np.array([int(r["t_start_ns"]) for r in rows], dtype=np.int64)
-    t1 = np.array([int(r["t_end_ns"]) for r in rows], dtype=np.int64)
     api_names, group = np.unique([r.get("api") or "" for r in rows], return_inverse=True)
     thread = np.unique([r.get("thread") or "" for r in rows], return_inverse=True)[1]
     idle_source = "given"
@@ -167,12 +214,13 @@ def _print(
     duration: np.ndarray, out: Path | None,
 ) -> None:
     console.print(
-        f"[bold]{column}[/] ({kind}): {iv.count} intervals, update period {iv.period_s * 1e3:.1f}"
-        f" ms; idle {idle:.2f} W ({idle_source}); method [bold]{res.method}[/]"
+        f"[bold]{plain(column)}[/] ({kind}): {iv.count} intervals, update period "
+        f"{iv.period_s * 1e3:.1f} ms; idle {idle:.2f} W ({idle_source}); "
+        f"method [bold]{res.method}[/]"
         + (" (fell back: intensities not supported by the data)" if res.fell_back else "")
     )
     if res.fit is not None:
-        console.print(f"  intensity fit: {res.fit.reason}")
+        console.print(f"  intensity fit: {plain(res.fit.reason)}")
     summary = Table("energy", "J", title="Totals (the sensor's own, over its intervals)")
     for label, value in (("total", res.total_J), ("idle", res.idle_J),
                          ("above idle", res.above_idle_J), ("  in calls", res.in_calls_J),
@@ -193,8 +241,9 @@ def _print(
         fit = res.fit
         intensity = (f"{fit.intensity_W[g]:.1f} ± {fit.sigma_W[g]:.1f}"
                      if fit is not None and math.isfinite(fit.sigma_W[g]) else "")
-        per_api.add_row(name or "(none)", str(int(mine.sum())), f"{duration[mine].sum():.3f}",
-                        f"{res.energy_J[mine].sum():.2f}", f"{unc:.2f}", intensity)
+        per_api.add_row(plain(name) if name else "(none)", str(int(mine.sum())),
+                        f"{duration[mine].sum():.3f}", f"{res.energy_J[mine].sum():.2f}",
+                        f"{unc:.2f}", intensity)
     console.print(per_api)
     if out is not None:
-        console.print(f"per-call rows written to {out}")
+        console.print(f"per-call rows written to {plain(out)}")

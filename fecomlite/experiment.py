@@ -62,10 +62,11 @@ class RepetitionResult:
 @dataclasses.dataclass
 class RunOutcome:
     run_id: int
-    status: str  # finished | failed | interrupted
+    status: str  # finished | failed | interrupted | incomplete (events lost: `lost_events`)
     exit_code: int
     repetitions: list[RepetitionResult]
     logs: list[Path]
+    lost_events: int = 0
 
 
 def is_instrumented(script: Path) -> bool:
@@ -173,6 +174,7 @@ def program_env(
         FECOMLITE_TOKEN=token,
         FECOMLITE_SPOOL=str(spool),
         FECOMLITE_SYNC="1" if sync else "0",
+        FECOMLITE_STORE=client.store_id,
     )
     if program.manifest_path is not None:
         env["FECOMLITE_MANIFEST"] = str(program.manifest_path)
@@ -195,7 +197,8 @@ def project_level_batch(program: Program, rep: int, pid: int, t0: int, t1: int, 
         array("q", [-1]).tobytes(),
         array("q", [-1]).tobytes(),
     )
-    return batch_codec.encode({"rep": rep, "pid": pid}, [PROJECT_SITE], columns)
+    meta = {"rep": rep, "pid": pid, "proc": os.urandom(8).hex(), "seq": 0}  # its id, once
+    return batch_codec.encode(meta, [PROJECT_SITE], columns)
 
 
 def run_experiment(
@@ -236,7 +239,7 @@ def run_experiment(
         parent_id=parent_id,
         manifest=manifest,
     )
-    log_dir.mkdir(parents=True, exist_ok=True)
+    log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     outcome = RunOutcome(run_id, "finished", 0, [], [])
     run = OpenRun(
         client,
@@ -268,10 +271,26 @@ def run_experiment(
         for spool in log_dir.glob("*.spool"):  # events the probe could not post
             client.ingest(spool)
             spool.unlink()
-        client.finish_run(run_id, outcome.status, outcome.exit_code)
+        finished = client.finish_run(run_id, outcome.status, outcome.exit_code)
+        outcome.status = str(finished.get("status", outcome.status))
+        outcome.lost_events = int(finished.get("lost_events", 0))
         if settings.params:
             client.hyperparams(run_id, settings.params)
     return outcome
+
+
+def unique_dir(path: Path) -> Path:
+    """A new folder (0700) at `path`, or `path-2`, `path-3`...: two runs started in the same
+    second never share one (nor overwrite each other's logs)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for n in range(1, 10_000):
+        candidate = path if n == 1 else path.with_name(f"{path.name}-{n}")
+        try:
+            candidate.mkdir(mode=0o700)
+            return candidate
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free folder name like {path}")
 
 
 @dataclasses.dataclass
@@ -363,7 +382,10 @@ class OpenRun:
             env.setdefault("PYTHONUNBUFFERED", "1")  # as live through the pipe as on a terminal
         client.rep_start(run_id, rep, extra=extra or {})
         t0 = time.monotonic_ns()
-        with open(self.log_dir / f"rep-{rep}.log", "wb") as log:
+        log_fd = os.open(
+            self.log_dir / f"rep-{rep}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600
+        )  # argv, output: private
+        with open(log_fd, "wb") as log:
             proc = subprocess.Popen(
                 [*program_command(self.program.script, self.program.launcher), *self.program.argv],
                 cwd=self.program.cwd,

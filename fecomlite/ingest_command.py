@@ -10,6 +10,7 @@ from rich.console import Console
 
 from fecomlite.server.client import ServerError, ensure_server
 from fecomlite.store import default_home
+from fecomlite.terminal import plain
 
 console = Console()
 
@@ -20,17 +21,30 @@ def ingest_command(
         Path | None, typer.Option(help="fecomlite's folder: store, server state (./.fecomlite).")
     ] = None,
 ) -> None:
-    """Store the events of spool files in the run they name (or a new run), then delete them."""
-    client = ensure_server((home or default_home()).resolve())
+    """Store the events of spool files in the run they name (or a new run), then delete them.
+
+    Each batch is stored once: a spool ingested again, or holding batches the server had
+    already stored, adds nothing twice. A spool of another store (another home) is refused."""
+    try:
+        client = ensure_server((home or default_home()).resolve())
+    except ServerError as exc:
+        console.print(f"[red]error:[/] {plain(exc)}")
+        raise typer.Exit(1) from None
     failed = False
     for spool in spools:
         try:
-            events = client.ingest(spool.resolve())
+            report = client.ingest_report(spool.resolve())
         except ServerError as exc:
-            console.print(f"[red]{spool}[/]: {exc}")
+            console.print(f"[red]{plain(spool)}[/]: {plain(exc)}")
             failed = True
             continue
         spool.unlink()
-        console.print(f"{spool}: {events} events stored in {client.store_path}")
+        console.print(
+            f"{plain(spool)}: {report['events']} events stored in {plain(client.store_path)}"
+            + (f"; {report['duplicate_batches']} batches were stored already"
+               if report.get("duplicate_batches") else "")
+        )
+        for reason in report.get("bad_reasons", []):
+            console.print(f"  [yellow]skipped[/] {plain(reason)}")
     if failed:
         raise typer.Exit(1)

@@ -3,11 +3,21 @@
 Runs on the probe's flusher thread (and at exit), never on the user's call path. A server that
 stops answering is not retried on every batch: after a failure the sender spools for a while,
 then tries again, so a dead server costs the program nothing and loses nothing.
+
+Every batch carries its id: this process's random `proc` and a sequence number. The store keeps
+an id once, so a batch posted, timed out, spooled, and stored by a server that was only slow is
+still stored once; a kept-alive connection the server closed is retried once for the same reason.
+A spool record names its run and its store (never the run's token) and is written whole or not
+at all (0600). Each batch also says how many events this process has produced so far
+(`total`), so the store knows exactly how many never arrived (neither posted nor spooled, e.g. on
+a full disk, or spooled and never ingested): the run then ends "incomplete", saying how many.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +33,7 @@ if TYPE_CHECKING:
 
 RETRY_AFTER_FAILURE_S = 2.0
 POST_TIMEOUT_S = 2.0
+STORE_ENV = "FECOMLITE_STORE"  # the run's store identity, which spool records name
 
 
 class Sender:
@@ -39,6 +50,12 @@ class Sender:
         self._shapes_lock = threading.Lock()  # held for a dict update only: on the user's thread
         self._conn: http.client.HTTPConnection | None = None
         self._down_until = 0.0
+        self.proc = os.urandom(8).hex()  # a new Sender (and id) in each forked child too
+        self.store = os.environ.get(STORE_ENV, "")
+        self._seq = 0
+        self._total = 0  # events put in batches so far
+        self.lost = 0  # events neither posted nor spooled, so far
+        self._lost_told = 0  # `lost` when a batch last reached the server
         url = urlsplit(config.url) if config.url else None
         self._host = url.hostname if url else None
         self._port = url.port if url else None
@@ -85,9 +102,20 @@ class Sender:
             names, *columns = drain()
             shapes = self._take_shapes()
             callees = self._take_names()
-            if not names and not self.hyperparams and not shapes and not callees:
-                return
-            meta: dict[str, Any] = {"rep": self.config.rep, "pid": os.getpid(), **rank_fields()}
+            if (not names and not self.hyperparams and not shapes and not callees
+                    and self.lost == self._lost_told):
+                return  # (after losses, even an empty batch goes: its `total` tells them)
+            n = len(columns[0]) // 4
+            self._total += n
+            meta: dict[str, Any] = {
+                "rep": self.config.rep,
+                "pid": os.getpid(),
+                **rank_fields(),
+                "proc": self.proc,
+                "seq": self._seq,
+            }
+            self._seq += 1
+            meta["total"] = self._total
             if self.hyperparams:
                 meta["hyperparams"] = self.hyperparams
                 self.hyperparams = {}
@@ -96,45 +124,85 @@ class Sender:
             if callees:
                 meta["names"] = callees
             if self._host and self._post(batch_codec.encode(meta, names, tuple(columns))):
+                self._lost_told = self.lost
                 return
             if self.config.run:
-                meta.update(run=self.config.run, token=self.config.token)
-            self._spool(batch_codec.encode(meta, names, tuple(columns)))
+                meta["run"] = self.config.run
+            if self.store:
+                meta["store"] = self.store
+            failure = self._spool(batch_codec.encode(meta, names, tuple(columns)))
+            if failure is None:
+                self._lost_told = self.lost  # the spooled record's `total` tells it
+                return
+            if not self.lost:
+                _tell(
+                    f"fecomlite probe: {failure}; events from now on may be lost "
+                    "(counted, and the run is marked incomplete)"
+                )
+            self.lost += n
 
     def _post(self, body: bytes) -> bool:
-        if time.monotonic() < self._down_until:
-            return False
+        if time.monotonic() < self._down_until and self.lost == self._lost_told:
+            return False  # (after a loss, every batch tries: it may be the last one to tell)
         import http.client  # on the flusher thread: it costs the user's program ~20 ms at import
 
-        try:
-            if self._conn is None:
-                self._conn = http.client.HTTPConnection(
-                    self._host, self._port, timeout=POST_TIMEOUT_S
+        for fresh in (self._conn is None, True):  # a kept-alive connection may have been closed
+            try:
+                if self._conn is None:
+                    self._conn = http.client.HTTPConnection(
+                        self._host, self._port, timeout=POST_TIMEOUT_S
+                    )
+                self._conn.request(
+                    "POST",
+                    f"/api/runs/{self.config.run}/events",
+                    body=body,
+                    headers={
+                        "Content-Type": batch_codec.CONTENT_TYPE,
+                        "X-Fecomlite-Token": self.config.token,
+                    },
                 )
-            self._conn.request(
-                "POST",
-                f"/api/runs/{self.config.run}/events",
-                body=body,
-                headers={
-                    "Content-Type": batch_codec.CONTENT_TYPE,
-                    "X-Fecomlite-Token": self.config.token,
-                },
-            )
-            response = self._conn.getresponse()
-            response.read()
-            if response.status == 200:
-                return True
-        except (OSError, http.client.HTTPException):
-            pass
+                response = self._conn.getresponse()
+                response.read()
+                if response.status == 200:
+                    return True
+                break
+            except (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected):
+                self._conn = None
+                if fresh:
+                    break
+            except (OSError, http.client.HTTPException):
+                break
         self._conn = None
         self._down_until = time.monotonic() + RETRY_AFTER_FAILURE_S
         return False
 
-    def _spool(self, batch: bytes) -> None:
+    def _spool(self, batch: bytes) -> str | None:
+        """Append one record whole (a failed write is cut back off); why it failed, or None."""
         path = spool_path(self.config.spool)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "ab") as spool:
-            batch_codec.write_record(spool, batch)
+        try:
+            for folder in reversed([p for p in [path.parent, *path.parents] if not p.exists()]):
+                folder.mkdir(mode=0o700, exist_ok=True)  # each level private, not just the last
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        except OSError as exc:
+            return f"cannot spool to {path}: {exc}"
+        size = 0
+        try:
+            size = os.fstat(fd).st_size
+            with os.fdopen(fd, "ab", closefd=False) as spool:
+                batch_codec.write_record(spool, batch)
+            return None
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            return f"cannot spool to {path}: {exc}"
+        finally:
+            os.close(fd)
+
+
+def _tell(message: str) -> None:
+    """One line in the program's log: why events may be missing."""
+    with contextlib.suppress(OSError, ValueError):
+        print(message, file=sys.stderr)
 
 
 def spool_path(configured: str) -> Path:

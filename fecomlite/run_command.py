@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from fecomlite.terminal import plain, without_control
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -122,9 +124,9 @@ def run_command(
     `fecomlite run -- torchrun [OPTIONS] SCRIPT [ARGS]` runs a launcher you name."""
     from fecomlite.distributed.launch import LaunchError, resolve_launch
     from fecomlite.experiment import prepare_program
-    from fecomlite.server.client import ensure_server
+    from fecomlite.server.client import ServerError, ensure_server
     from fecomlite.settings import SettingsError, find_project_config, resolve
-    from fecomlite.store import default_home
+    from fecomlite.store import StoreError, default_home, private_home
     from fecomlite.workcopy import CopyError, ScriptError
 
     try:
@@ -158,17 +160,18 @@ def run_command(
         )
         fraction_list = _fractions(fractions) if datasize else []
     except (SettingsError, ValueError) as exc:
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {plain(exc)}")
         raise typer.Exit(2) from exc
     home = (home or default_home()).resolve()
     if config_path:
-        console.print(f"settings from [bold]{config_path}[/]")
+        console.print(f"settings from [bold]{plain(config_path)}[/]")
     if quick:
         console.print(
             "[yellow]quick mode[/]: one repetition, 1 s idle baseline, no stability "
             "gate: rough figures"
         )
     try:
+        private_home(home)  # before the instrumented copy is written into it
         program = prepare_program(script, list(args or []), settings, home / "work")
     except ScriptError as exc:
         console.print(f"[red]cannot run {script}[/]: a syntax error")
@@ -177,10 +180,17 @@ def run_command(
     except CopyError as exc:
         console.print(f"[red]cannot instrument {script.parent}[/]: {exc}", highlight=False)
         raise typer.Exit(2) from exc
+    except (StoreError, OSError) as exc:  # e.g. a read-only or full home
+        console.print(f"[red]error:[/] {plain(exc)}")
+        raise typer.Exit(1) from None
     program.launcher = launch.prefix
     for note in program.skipped:
         console.print(f"note: {note}", markup=False, highlight=False)
-    client = ensure_server(home)
+    try:
+        client = ensure_server(home)
+    except (ServerError, StoreError, OSError) as exc:  # e.g. a read-only or full home
+        console.print(f"[red]error:[/] {plain(exc)}")
+        raise typer.Exit(1) from None
     _say_server(client)
     after = functools.partial(_calibration, top=top) if calibrate else None
     with contextlib.redirect_stdout(sys.stdout if output_format is Format.table else sys.stderr):
@@ -224,12 +234,15 @@ def _say_server(client: ServerClient) -> None:
 
     if client.started:
         console.print(
-            f"started a measurement server in the background: [bold]{client.url}[/] (live view), "
-            f"pid {client.pid}, store {client.store_path}. It exits by itself after "
+            "started a measurement server in the background: "
+            f"[bold]{client.view_url}[/] (live view), pid {client.pid}, store {client.store_path}. "
+            "It exits by itself after "
             f"{IDLE_EXIT_S / 60:g} min unused; `fecomlite server stop` stops it now."
         )
     else:
-        console.print(f"measurement server: [bold]{client.url}[/] (live view), pid {client.pid}")
+        console.print(
+            f"measurement server: [bold]{client.view_url}[/] (live view), pid {client.pid}"
+        )
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -246,7 +259,7 @@ def _measure(
 ) -> RunOutcome:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from fecomlite.experiment import run_experiment
+    from fecomlite.experiment import run_experiment, unique_dir
     from fecomlite.server.client import ServerError
 
     stages = {"idle": "idle baseline", "gate": "stability gate", "run": "running", "tail": "tail"}
@@ -266,7 +279,7 @@ def _measure(
                 task, completed=max(rep - 1, 0), description=f"rep {rep}: {stages[stage]}"
             )
 
-        log_dir = home / "logs" / f"{program.original.stem}-{_stamp()}"
+        log_dir = unique_dir(home / "logs" / f"{program.original.stem}-{_stamp()}")
         try:
             outcome = run_experiment(
                 client,
@@ -277,22 +290,34 @@ def _measure(
                 **options,
             )
         except ServerError as exc:
+            spools = sorted(log_dir.glob("*.spool"))
             console.print(
-                f"[red]the measurement server stopped answering[/] ({exc}). What it stored is "
-                f"kept in {client.store_path}; the program's events since are in "
-                f"{log_dir}/*.spool: `fecomlite ingest {log_dir}/*.spool` adds them."
+                f"[red]the measurement server stopped answering[/] ({plain(exc)}). What it "
+                f"stored is kept in {client.store_path}"
+                + (
+                    f"; the program's events since are in {log_dir}/*.spool: "
+                    f"`fecomlite ingest {log_dir}/*.spool` adds them."
+                    if spools
+                    else "."
+                ),
+                highlight=False,
             )
             raise typer.Exit(3) from exc
         progress.update(task, completed=len(outcome.repetitions), description="repetitions")
     if outcome.status == "failed":
         console.print(
             f"[red]the program exited with status {outcome.exit_code}[/]; "
-            f"measurements up to the failure are kept. Log: {outcome.logs[-1]}"
+            f"measurements up to the failure are kept. Log: {plain(outcome.logs[-1])}"
         )
         if options.get("quiet"):  # otherwise its output, the error included, has just shown
             _print_log_tail(outcome.logs[-1])
     elif outcome.status == "interrupted":
         console.print("[yellow]interrupted[/]: measurements so far are kept.")
+    elif outcome.status == "incomplete":
+        console.print(
+            f"[red]incomplete[/]: {outcome.lost_events} events could be neither sent nor "
+            "spooled (see the program's log: a full disk?); the figures miss them."
+        )
     return outcome
 
 
@@ -302,7 +327,9 @@ def _print_calibration(client: ServerClient, run_id: int) -> None:
     with Store(client.store_path) as store:
         result = store.result(run_id, "calibration") or {}
     for item in result.get("replayed", []):
-        console.print(f"calibration: replayed [bold]{item.get('api')}[/] ({item.get('site')})")
+        console.print(
+            f"calibration: replayed [bold]{plain(item.get('api'))}[/] ({plain(item.get('site'))})"
+        )
     for item in result.get("skipped", []):
         console.print(
             f"calibration: skipped {item.get('api')} ({item.get('site')}): {item.get('reason')}",
@@ -319,7 +346,7 @@ def _stamp() -> str:
 def _print_log_tail(log: Path, lines: int = 15) -> None:
     if log.is_file():
         text = log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
-        console.print("\n".join(text), markup=False, highlight=False)
+        console.print(without_control("\n".join(text)), markup=False, highlight=False)
 
 
 def _datasize_runs(
@@ -334,12 +361,12 @@ def _datasize_runs(
 ) -> None:
     from fecomlite import datasize as datasize_analysis
     from fecomlite.datasize import datasize_point
-    from fecomlite.experiment import run_experiment
+    from fecomlite.experiment import run_experiment, unique_dir
     from fecomlite.store import Store
 
     points = []
     for fraction in fractions:
-        console.print(f"data size: [bold]{target}[/] at {fraction:g}")
+        console.print(f"data size: [bold]{plain(target)}[/] at {fraction:g}")
         outcome = run_experiment(
             client,
             program,
@@ -348,7 +375,9 @@ def _datasize_runs(
             parent_id=parent,
             datasize=f"{target}={fraction}",
             extra={"fraction": fraction},
-            log_dir=home / "logs" / f"{program.original.stem}-{_stamp()}-ds{fraction:g}",
+            log_dir=unique_dir(
+                home / "logs" / f"{program.original.stem}-{_stamp()}-ds{fraction:g}"
+            ),
             quiet=quiet,
         )
         with Store(client.store_path) as store:

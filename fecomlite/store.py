@@ -1,7 +1,11 @@
 """The run store: one SQLite file holding runs, sensor samples, call events and results.
 
 SQLite in WAL mode, one transaction per batch, so a killed writer leaves a store that opens and
-holds everything committed before. The schema is versioned in `meta`.
+holds everything committed before. The schema is versioned in `meta` and in SQLite's own
+`user_version`; `application_id` marks the file as fecomlite's, and both are checked before
+anything is written, so a foreign or damaged file is refused untouched. The file is its owner's
+alone (0600, in a 0700 folder): it holds argv, parameters and source lines. Each probe batch's id
+is kept in `batches` under a primary key, so a batch is stored at most once whatever its path.
 """
 
 from __future__ import annotations
@@ -10,13 +14,16 @@ import json
 import os
 import sqlite3
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from fecomlite.probe_names import adopted
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+APPLICATION_ID = int.from_bytes(b"FCML", "big")
+UPGRADABLE = {"1"}  # older schemas this one extends in place (v2 adds `batches`)
 MAX_SHAPE_VARIANTS = 8  # distinct argument shapes kept per call site
 
 SCHEMA = """
@@ -106,6 +113,14 @@ CREATE TABLE IF NOT EXISTS processes (  -- ranks of a distributed job (fecomlite
     clock_offset_ns INTEGER NOT NULL DEFAULT 0,  -- wall clock - CLOCK_MONOTONIC on its node
     PRIMARY KEY (run_id, pid)
 );
+CREATE TABLE IF NOT EXISTS batches (
+    proc TEXT NOT NULL,                  -- the sending process's random id
+    seq INTEGER NOT NULL,                -- its batch number
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    events INTEGER NOT NULL,
+    total INTEGER,                       -- events the process had produced, this batch's too
+    PRIMARY KEY (proc, seq)
+);
 CREATE TABLE IF NOT EXISTS results (
     run_id INTEGER NOT NULL REFERENCES runs(id),
     name TEXT NOT NULL,
@@ -135,7 +150,30 @@ def default_store_path() -> Path:
 
 
 class StoreError(RuntimeError):
-    """The store file is missing, of another schema version, or not a fecomlite store."""
+    """The store file is missing, of another schema version, not a fecomlite store, damaged, or
+    cannot be opened (the message names the path)."""
+
+
+def private_dir(path: Path) -> Path:
+    """Create `path` and its missing parents as 0700; an existing folder is left as it is."""
+    missing = [p for p in [path, *path.parents] if not p.exists()]
+    try:
+        for folder in reversed(missing):
+            folder.mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create {path}: {exc.strerror or exc}") from exc
+    return path
+
+
+def private_home(home: Path) -> Path:
+    """fecomlite's folder, its owner's alone (0700), made so if an older version left it open."""
+    private_dir(home)
+    try:
+        if home.stat().st_mode & 0o077:
+            home.chmod(0o700)
+    except OSError as exc:
+        raise StoreError(f"cannot use {home}: {exc.strerror or exc}") from exc
+    return home
 
 
 class Store:
@@ -145,10 +183,17 @@ class Store:
         self.path = Path(path)
         if not create and not self.path.exists():
             raise StoreError(f"no run store at {self.path} (run `fecomlite run` first)")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        fresh = not self.path.exists() or self.path.stat().st_size == 0
+        if fresh:
+            _create_private(self.path)
+        try:
+            self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the run store {self.path}: {exc}") from exc
         self.db.row_factory = sqlite3.Row
         try:
+            if not fresh:
+                self._check_identity()  # before any write: a foreign file stays untouched
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self._init_schema()
@@ -156,21 +201,50 @@ class Store:
             self.db.close()
             if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
                 raise
-            raise StoreError(f"{self.path} is not a fecomlite run store: {exc}") from exc
+            if isinstance(exc, sqlite3.OperationalError):
+                raise StoreError(f"cannot use the run store {self.path}: {exc}") from exc
+            raise StoreError(
+                f"{self.path} is not a fecomlite run store, or is damaged: {exc}"
+            ) from exc
+        except StoreError:
+            self.db.close()
+            raise
+
+    def _check_identity(self) -> None:
+        """Refuse a file fecomlite did not create (or of another schema) before writing."""
+        app_id = self.db.execute("PRAGMA application_id").fetchone()[0]
+        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master")}
+        legacy = app_id == 0 and "meta" in tables and "runs" in tables
+        if app_id != APPLICATION_ID and not legacy:
+            raise StoreError(
+                f"{self.path} is not a fecomlite run store (another application's SQLite file: "
+                f"application_id {app_id}); fecomlite does not change files it did not create"
+            )
+        row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        version = row[0] if row else "?"
+        if version != str(SCHEMA_VERSION) and version not in UPGRADABLE:
+            raise StoreError(
+                f"{self.path} has schema version {version}, this fecomlite reads {SCHEMA_VERSION}"
+            )
 
     def _init_schema(self) -> None:
-        row = None
-        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master")}
-        if "meta" in tables:
-            row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row is not None and int(row[0]) != SCHEMA_VERSION:
-            raise StoreError(
-                f"{self.path} has schema version {row[0]}, this fecomlite reads {SCHEMA_VERSION}"
+        with self.transaction():
+            self.db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            self.db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            for statement in SCHEMA.split(";"):  # every statement is IF NOT EXISTS
+                if statement.strip():
+                    self.db.execute(statement)
+            self.db.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
             )
-        self.db.executescript(SCHEMA)  # idempotent: every statement is IF NOT EXISTS
-        self.db.execute(
-            "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-        )
+            self.db.execute(
+                "INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (uuid.uuid4().hex,)
+            )
+
+    @property
+    def store_id(self) -> str:
+        """This store's random identity: spools name it, so `ingest` refuses another's."""
+        return str(self.db.execute("SELECT value FROM meta WHERE key='store_id'").fetchone()[0])
 
     def close(self) -> None:
         self.db.close()
@@ -203,6 +277,18 @@ class Store:
                 f"UPDATE runs SET {', '.join(c + '=?' for c in cols)} WHERE id=?", (*vals, run_id)
             )
 
+    def interrupt_open_runs(self) -> list[int]:
+        """Mark `interrupted` the runs still `running` (their server is gone: a new one starts),
+        ending each at its last sample; returns their ids."""
+        with self.transaction():
+            ids = [r[0] for r in self.db.execute("SELECT id FROM runs WHERE status='running'")]
+            self.db.execute(
+                "UPDATE runs SET status='interrupted', t_end_ns=coalesce(t_end_ns, ("
+                "SELECT max(s.t_ns) FROM samples s JOIN sensors n ON n.id=s.sensor_id "
+                "WHERE n.run_id=runs.id)) WHERE status='running'"
+            )
+        return ids
+
     def merge_hyperparams(self, run_id: int, params: dict[str, Any]) -> None:
         with self.transaction():
             self._merge_hyperparams(run_id, params)
@@ -214,10 +300,12 @@ class Store:
         self.db.execute("UPDATE runs SET hyperparams=? WHERE id=?", (json.dumps(merged), run_id))
 
     def run(self, run_id: int) -> dict[str, Any]:
+        """The run's row, with `lost_events`: events its probes could neither send nor spool."""
         row = self.db.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
         if row is None:
             raise StoreError(f"no run {run_id} in {self.path}")
-        return _decode(row)
+        lost = self.result(run_id, "lost_events") or {}
+        return {**_decode(row), "lost_events": int(lost.get("events", 0))}
 
     def runs(self) -> list[dict[str, Any]]:
         return [_decode(r) for r in self.db.execute("SELECT * FROM runs ORDER BY id")]
@@ -316,6 +404,29 @@ class Store:
                     known[key] = int(cur.lastrowid)
         return {k: known[k] for k in wanted}
 
+    def has_batch(self, header: dict[str, Any]) -> bool:
+        """Whether the batch with this header's id (proc, seq) is stored already."""
+        if "proc" not in header:
+            return False
+        row = self.db.execute(
+            "SELECT 1 FROM batches WHERE proc=? AND seq=?", (header["proc"], header.get("seq", 0))
+        ).fetchone()
+        return row is not None
+
+    def lost_events(self, run_id: int, totals: dict[str, int] | None = None) -> int:
+        """Events the run's processes produced that never arrived: for each process, the events
+        it had produced by its latest batch (`total`; `totals` adds what the server heard of but
+        could not store) less those stored."""
+        produced = dict(totals or {})
+        stored: dict[str, int] = {}
+        for proc, total, events in self.db.execute(
+            "SELECT proc, max(total), sum(events) FROM batches WHERE run_id=? GROUP BY proc",
+            (run_id,),
+        ):
+            produced[proc] = max(produced.get(proc, 0), total or 0)
+            stored[proc] = events
+        return sum(max(n - stored.get(proc, 0), 0) for proc, n in produced.items())
+
     def add_batch(
         self,
         run_id: int,
@@ -323,7 +434,32 @@ class Store:
         columns: dict[str, Any],
         manifest: dict[str, Any] | None = None,
     ) -> int:
-        """Store one decoded probe batch (fecomlite.batch_codec) whole, hyperparameters too."""
+        """Store one decoded probe batch (fecomlite.batch_codec) whole, hyperparameters too;
+        a batch whose id (proc, seq) is stored already is skipped: returns 0."""
+        with self.transaction():
+            if "proc" in header:
+                claimed = self.db.execute(
+                    "INSERT OR IGNORE INTO batches (proc, seq, run_id, events, total) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (
+                        header["proc"],
+                        header.get("seq", 0),
+                        run_id,
+                        header["n"],
+                        header.get("total"),
+                    ),
+                )
+                if claimed.rowcount == 0:
+                    return 0
+            return self._add_events(run_id, header, columns, manifest)
+
+    def _add_events(
+        self,
+        run_id: int,
+        header: dict[str, Any],
+        columns: dict[str, Any],
+        manifest: dict[str, Any] | None,
+    ) -> int:
         names: list[str] = header["sites"]
         ids = self.site_ids(run_id, names, manifest or {})
         site_ids = [ids[name] for name in names]
@@ -421,6 +557,16 @@ class _Transaction:
         if self.nested:
             return
         self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+def _create_private(path: Path) -> None:
+    """An empty store file readable by its owner only (SQLite's -wal and -shm files copy the
+    mode), in a 0700 folder; a read-only or full home is named, not a traceback."""
+    private_dir(path.parent)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    except OSError as exc:
+        raise StoreError(f"cannot create the run store {path}: {exc.strerror or exc}") from exc
 
 
 def _encode(fields: dict[str, Any]) -> tuple[list[str], list[Any]]:

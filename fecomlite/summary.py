@@ -13,14 +13,15 @@ from rich.table import Table
 
 from fecomlite.analysis import RunAnalysis
 from fecomlite.report.units import scaled
+from fecomlite.terminal import plain
 
 
 def summary_table(analysis: RunAnalysis, top: int = 10) -> Table:
     """Top APIs by above-idle energy of the run's first energy domain (measured first)."""
     run = analysis.run
     table = Table(
-        title=f"run {run['id']}: {run['program']} ({run['level']} level, "
-        f"{len(analysis.repetitions)} repetitions, {run['status']})",
+        title=f"run {run['id']}: {plain(run['program'])} ({plain(run['level'])} level, "
+        f"{len(analysis.repetitions)} repetitions, {_status(run)})",
         title_justify="left",
     )
     table.add_column("API", overflow="fold")
@@ -29,10 +30,10 @@ def summary_table(analysis: RunAnalysis, top: int = 10) -> Table:
     for domain in analysis.domains:
         what = f"share of {domain['of']}" if domain.get("role") == "share" else "above idle"
         flag = ", unreliable: busy machine" if not domain.get("reliable", True) else ""
-        table.add_column(f"{domain['domain']} {what}\n({_provenance(domain)}{flag})",
+        table.add_column(f"{plain(domain['domain'])} {what}\n({plain(_provenance(domain))}{flag})",
                          justify="right")
     for row in analysis.apis[:top]:
-        cells = [row["api"], str(row["calls"]), scaled(row["total_time_s"], "s")]
+        cells = [plain(row["api"]), str(row["calls"]), scaled(row["total_time_s"], "s")]
         for domain in analysis.domains:
             energy = row["energy"].get(domain["domain"], {})
             cells.append(_energy_cell(energy))
@@ -43,10 +44,17 @@ def summary_table(analysis: RunAnalysis, top: int = 10) -> Table:
     # where each was read ("sources") is in the report; the terminal gets the values
     hyperparams = {k: v for k, v in (run.get("hyperparams") or {}).items() if k != "sources"}
     if hyperparams:
-        caption.append("hyperparameters: " + ", ".join(f"{k}={v}" for k, v in hyperparams.items()))
+        shown = ", ".join(f"{plain(k)}={plain(v)}" for k, v in hyperparams.items())
+        caption.append(f"hyperparameters: {shown}")
     if caption:
         table.caption = "\n".join(caption)
     return table
+
+
+def _status(run: dict[str, Any]) -> str:
+    """The run's status; an incomplete run says how many events it lost."""
+    lost = run.get("lost_events")
+    return f"{run['status']}: {lost} events lost" if lost else str(run["status"])
 
 
 def _provenance(domain: dict[str, Any]) -> str:

@@ -240,7 +240,7 @@ def watch_command(
     try:
         parsed = Target.parse(target)
         client = ensure_server((home or default_home()).resolve())
-        console.print(f"measurement server: [bold]{client.url}/[/] (live view)")
+        console.print(f"measurement server: [bold]{client.view_url}[/] (live view)")
 
         def started(run_id: int, pid: int, notes: list[str]) -> None:
             console.print(f"watching pid {pid} as run [bold]{run_id}[/]; Ctrl-C stops watching")

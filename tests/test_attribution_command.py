@@ -114,3 +114,49 @@ def test_bad_input_is_refused_with_a_reason(tmp_path):
     result = invoke("--calls", d / "gpu_calls.csv", "--samples", d / "gpu_samples_energy.csv",
                     "--method", "guess")
     assert result.exit_code != 0 and "overlap" in words(result.output)
+
+
+def _samples(path: Path) -> Path:
+    rows = ["t_ns,energy_mJ"] + [f"{i * 10_000_000},{i * 500}" for i in range(200)]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(("calls", "said"), [
+    ("t_start_ns,t_end_ns\n100,200\nabc,300\n",
+     "row 3, column 't_start_ns': expected an integer (ns), got 'abc'"),
+    ("t_start_ns,t_end_ns\n100,200,7\n", "row 2: expected 2 fields"),
+    ("t_start_ns,t_end_ns\n500000000,350000000\n",
+     "row 2: expected 0 <= t_start_ns <= t_end_ns < 2**63, got 500000000..350000000"),
+])
+def test_malformed_calls_are_named_by_file_row_and_column(tmp_path, calls, said):
+    path = tmp_path / "calls.csv"
+    path.write_text(calls)
+    result = invoke("--calls", path, "--samples", _samples(tmp_path / "s.csv"))
+    assert result.exit_code == 2, result.output
+    assert said in words(result.output)
+    assert "Traceback" not in result.output
+
+
+def test_a_malformed_sample_is_named(tmp_path):
+    samples = _samples(tmp_path / "s.csv")
+    samples.write_text(samples.read_text() + "2000000000,inf\n")
+    calls = tmp_path / "calls.csv"
+    calls.write_text("t_start_ns,t_end_ns\n100,200\n")
+    result = invoke("--calls", calls, "--samples", samples)
+    assert result.exit_code == 2
+    assert "row 202, column 'energy_mJ': expected a finite number, got 'inf'" in words(
+        result.output)
+
+
+def test_user_strings_print_as_themselves(tmp_path):
+    """An API named `[/]` (rich's closing tag), a link and an escape sequence are data."""
+    calls = tmp_path / "calls.csv"
+    calls.write_text("t_start_ns,t_end_ns,api\n100000000,900000000,[/]\n"
+                     "1000000000,1500000000,[link=file:///etc/passwd]x\n"
+                     "1600000000,1700000000,\x1b]0;owned\x07y\n")
+    result = CliRunner().invoke(app, ["attribute", "--calls", str(calls), "--samples",
+                                      str(_samples(tmp_path / "s.csv"))], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "[/]" in result.output and "[link=file:///etc/passwd]x" in result.output
+    assert "\x1b]0" not in result.output and "\x07" not in result.output

@@ -345,3 +345,25 @@ def test_command_line(tmp_path: Path) -> None:
     assert "1 (torch 1)" in done.stdout and (tmp_path / "o" / MANIFEST).is_file()
     refused = runner.invoke(cli(), ["instrument", str(tmp_path / "o")])
     assert refused.exit_code == 2 and "already an instrumented copy" in refused.output
+
+
+def test_the_copy_keeps_folder_modes_and_links_out_of_the_project_stay_links(
+    tmp_path: Path,
+) -> None:
+    outside = make(tmp_path / "elsewhere", {"secret.txt": "key", "lib/mod.py": TORCH_SCRIPT})
+    src = make(tmp_path / "proj", {"train.py": TORCH_SCRIPT, "private/data.txt": "x"})
+    (src / "private").chmod(0o700)
+    src.chmod(0o750)
+    (src / "secret.txt").symlink_to(outside / "secret.txt")
+    (src / "lib").symlink_to(outside / "lib")
+    (src / "inside.py").symlink_to("train.py")  # within the project: followed as before
+    result = instrument_path(src, tmp_path / "out")
+    out = tmp_path / "out"
+    assert (out / "private").stat().st_mode & 0o777 == 0o700
+    assert out.stat().st_mode & 0o777 == 0o750
+    for name, target in (("secret.txt", outside / "secret.txt"), ("lib", outside / "lib")):
+        assert (out / name).is_symlink() and os.readlink(out / name) == str(target)
+        assert f"{name}: kept as a link to {target} (outside the project, not followed)" in \
+            result.notes
+    assert not any(key.startswith("lib/") for key in result.sites)  # not instrumented
+    assert (out / "inside.py").is_file() and not (out / "inside.py").is_symlink()

@@ -62,7 +62,7 @@ def test_the_live_view_follows_a_real_run(tmp_path: Path):
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.on("request", lambda r: requests.append(r.url))
-        page.goto(server.url + "/")
+        page.goto(f"{server.url}/?token={server.view_token}")  # as `fecomlite run` prints it
         page.wait_for_selector("body[data-ready='1']", timeout=10_000)
         assert page.locator("#stage").get_attribute("data-stage") == "waiting"
 

@@ -25,8 +25,15 @@ def _sensors() -> list[FakeSensorForTests]:
 
 def test_page_and_assets_come_from_the_server_under_a_strict_policy(tmp_path: Path):
     with serving(tmp_path, _sensors()) as (server, _):
-        status, headers, body = get("127.0.0.1", server.port, "/")
+        assert get("127.0.0.1", server.port, "/")[0] == 401  # the page shows run data
+        status, headers, body = get("127.0.0.1", server.port, f"/?token={server.view_token}")
         assert status == 200 and headers["Content-Type"].startswith("text/html")
+        # the page keeps the token in a cookie of its own for its stream (not readable by JS)
+        cookie = headers["Set-Cookie"]
+        assert cookie.startswith(f"fecomlite-{server.port}={server.view_token};")
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        stream = get("127.0.0.1", server.port, "/live/stream?token=wrong")
+        assert stream[0] == 401
         policy = headers["Content-Security-Policy"]
         assert "default-src 'none'" in policy and "script-src 'self'" in policy
         assert b'src="static/charts.js"' in body and b'href="static/report.css"' in body
@@ -43,9 +50,11 @@ def test_page_and_assets_come_from_the_server_under_a_strict_policy(tmp_path: Pa
 def test_pages_answer_loopback_names_only(tmp_path: Path, path: str):
     """A page of another site whose name was rebound to 127.0.0.1 sends its own Host."""
     with serving(tmp_path, _sensors()) as (server, _):
+        if not path.startswith("/static"):
+            path += f"?token={server.view_token}"
         refused = get("127.0.0.1", server.port, path, headers={"Host": "evil.example"})
         assert refused[0] == 403
-        if path != "/live/stream":  # an SSH tunnel's local port is another port: still fine
+        if not path.startswith("/live/stream"):  # an SSH tunnel's local port is another port
             assert get("127.0.0.1", server.port, path, headers={"Host": "localhost:8022"})[0] == 200
 
 
@@ -53,7 +62,7 @@ def test_the_stream_pushes_more_than_twice_a_second_and_each_point_once(tmp_path
     with serving(tmp_path, _sensors()) as (server, client):
         run, _ = client.create_run("train.py", ["--epochs", "2"], "method", {"repeat": 2})
         client.rep_start(run, 1)
-        messages = read_events("127.0.0.1", server.port, 2.6)
+        messages = read_events("127.0.0.1", server.port, 2.6, server.view_token)
     times = [t for t, _ in messages]
     assert len(messages) >= 5
     assert max(b - a for a, b in zip(times, times[1:], strict=False)) < 0.5
@@ -76,10 +85,10 @@ def test_the_stream_says_what_the_run_waits_for_and_how_the_gate_went(tmp_path: 
         run, _ = client.create_run("train.py", [], "method", {"repeat": 1})
         idle = threading.Thread(target=client.idle, args=(run, 1.2))
         idle.start()
-        during = read_events("127.0.0.1", server.port, 0.6)
+        during = read_events("127.0.0.1", server.port, 0.6, server.view_token)
         idle.join()
         verdict = client.gate(run, max_wait_s=0.3, window=2, poll_s=0.1)
-        after = read_events("127.0.0.1", server.port, 0.5)
+        after = read_events("127.0.0.1", server.port, 0.5, server.view_token)
     assert during[-1][1]["stage"]["stage"] == "idle"
     assert during[-1][1]["stage"]["seconds"] == 1.2
     assert during[0][1]["gate"] is None
@@ -96,7 +105,7 @@ def test_nothing_is_read_while_nobody_watches(tmp_path: Path):
         time.sleep(0.6)
         assert monitor.refreshes == 0
         threads = threading.active_count()
-        read_events("127.0.0.1", server.port, 1.0)
+        read_events("127.0.0.1", server.port, 1.0, server.view_token)
         watched = monitor.refreshes
         assert watched >= 2
         time.sleep(1.0)  # the stream's thread sees the viewer left before its next push
@@ -107,7 +116,8 @@ def test_nothing_is_read_while_nobody_watches(tmp_path: Path):
 def test_a_connected_viewer_does_not_hold_the_server_up(tmp_path: Path):
     with serving(tmp_path, _sensors()) as (server, client):
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
-        conn.request("GET", "/live/stream")
+        conn.request("GET", "/live/stream", headers={"Cookie": f"fecomlite-{server.port}="
+                                                               f"{server.view_token}"})
         response = conn.getresponse()
         assert response.fp.readline() == b"retry: 2000\n"
         t0 = time.monotonic()

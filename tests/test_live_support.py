@@ -38,10 +38,11 @@ def get(host: str, port: int, path: str, *, method: str = "GET", body: bytes | N
         conn.close()
 
 
-def read_events(url_host: str, port: int, seconds: float) -> list[tuple[float, dict[str, Any]]]:
+def read_events(url_host: str, port: int, seconds: float,
+                token: str) -> list[tuple[float, dict[str, Any]]]:
     """The SSE messages of /live/stream received within `seconds`, with their arrival time."""
     conn = http.client.HTTPConnection(url_host, port, timeout=10)
-    conn.request("GET", "/live/stream")
+    conn.request("GET", f"/live/stream?token={token}")
     response = conn.getresponse()
     assert response.status == 200
     assert response.getheader("Content-Type", "").startswith("text/event-stream")

@@ -28,9 +28,10 @@ ENERGY = "replay:gpu:0:energy"
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def scrape(host: str, port: int) -> tuple[Samples, dict[str, str]]:
+def scrape(host: str, port: int, token: str) -> tuple[Samples, dict[str, str]]:
     """(value per (sample name, labels), type per family) as prometheus-client parses them."""
-    status, headers, body = get(host, port, "/metrics")
+    status, headers, body = get(host, port, "/metrics",
+                                headers={"Authorization": f"Bearer {token}"})
     assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
     samples: Samples = {}
     types = {}
@@ -64,14 +65,14 @@ def test_metrics_parse_and_their_counters_only_grow(tmp_path: Path):
         time.sleep(2.5)
         batch = encode_batch(1, 1, [("t.py:1:0", start, time.monotonic_ns(), 1, 0, -1, -1)])
         client.post_batch(run, token, batch)
-        first, types = scrape("127.0.0.1", server.port)
+        first, types = scrape("127.0.0.1", server.port, server.view_token)
         time.sleep(2.3)  # the call's bins settle and the trace goes on
-        second, _ = scrape("127.0.0.1", server.port)
+        second, _ = scrape("127.0.0.1", server.port, server.view_token)
         client.rep_end(run, 1, 0)
         client.finish_run(run, "finished", 0)
         other, _ = client.create_run("t.py", [], "method", {"repeat": 1})
         time.sleep(0.8)
-        third, _ = scrape("127.0.0.1", server.port)
+        third, _ = scrape("127.0.0.1", server.port, server.view_token)
 
     host = platform.node()
     grown = counters(first, types)
@@ -113,7 +114,8 @@ def test_by_default_nothing_answers_beyond_loopback(tmp_path: Path):
     with serving(tmp_path, [FakeSensorForTests("p")]) as (server, _):
         assert _listening_ips() == {"127.0.0.1"}
         assert _refused("127.0.0.2", server.port)  # loopback range, but not the bound address
-        assert get("127.0.0.1", server.port, "/metrics")[0] == 200
+        assert get("127.0.0.1", server.port, "/metrics")[0] == 401  # run data: a token's
+        assert get("127.0.0.1", server.port, f"/metrics?token={server.view_token}")[0] == 200
 
 
 def test_the_metrics_option_serves_metrics_alone_on_the_other_address(tmp_path: Path):

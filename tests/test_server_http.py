@@ -70,7 +70,8 @@ def test_admin_endpoints_need_the_admin_token(tmp_path: Path):
         assert refused.value.status == 403
         status, reply = raw_request(f"{client.url}/api/shutdown", b"{}")
         assert status == 401 and "admin token" in reply["error"]
-        assert intruder.status()["pid"] == os.getpid()  # status is public, and still served
+        assert intruder.status() == {"server": "fecomlite"}  # still served, but says no more
+        assert client.status()["pid"] == os.getpid()
         with Store(tmp_path / "store.sqlite") as store:
             assert store.runs() == []
 

@@ -73,8 +73,16 @@ def test_sigkill_mid_run_leaves_a_store_holding_everything_committed(tmp_path: P
     with pytest.raises(ServerError, match="unreachable"):
         fresh.status()
     with Store(tmp_path / "store.sqlite", create=False) as store:
-        assert [r["status"] for r in store.runs()] == ["running", "interrupted"]
+        # the killed server's run was ended by the next server (nobody else could finish it),
+        # at its last sample, its data kept
+        assert [r["status"] for r in store.runs()] == ["interrupted", "interrupted"]
         assert store.run(second)["t_end_ns"] is not None
+        last_sample = store.db.execute(
+            "SELECT max(t_ns) FROM samples s JOIN sensors n ON n.id=s.sensor_id "
+            "WHERE n.run_id=?", (run,)).fetchone()[0]
+        assert store.run(run)["t_end_ns"] == last_sample
+        assert store.db.execute("SELECT count(*) FROM events WHERE run_id=?",
+                                (run,)).fetchone()[0] == 3
 
 
 def write_spool(path: Path, *batches: bytes, torn: bytes = b"") -> None:
@@ -96,7 +104,7 @@ def test_spooled_batches_are_ingested_into_their_run_or_a_new_one(tmp_path: Path
         event = ("train.py:9:4", 5, 9, 1, 0, 128, 256)
         # a process started by the run (run id as the probe has it: a string) ...
         write_spool(project / ".fecomlite" / "spool" / "11.spool",
-                    encode_batch(2, 11, [event] * 3, run=str(run), token=token))
+                    encode_batch(2, 11, [event] * 3, run=str(run)))
         # ... and one started by hand, without a server: two batches, a corrupt record, and a
         # last record cut short by a crash
         corrupt = b"\x02\x00\x00\x00{}"
@@ -105,8 +113,11 @@ def test_spooled_batches_are_ingested_into_their_run_or_a_new_one(tmp_path: Path
                     encode_batch(0, 12, [event]), encode_batch(0, 12, [event, event]),
                     corrupt, torn=torn)
         report = client.ingest_report(project / ".fecomlite" / "spool")
-        assert client.ingest(project / ".fecomlite" / "spool" / "11.spool") == 3
+        again = client.ingest_report(project / ".fecomlite" / "spool")
     assert (report["events"], report["files"], report["bad_records"]) == (6, 2, 1)
+    assert report["bad_reasons"] == ["12.spool record 3: batch header lacks n or sites"]
+    # every batch is stored once: the same spools again add nothing, and no new run
+    assert (again["events"], again["duplicate_batches"], again["runs"]) == (0, 3, [])
     new_run = max(report["runs"])
     assert report["runs"] == [run, new_run] and new_run != run
     with Store(tmp_path / "home" / "store.sqlite") as store:
@@ -115,7 +126,8 @@ def test_spooled_batches_are_ingested_into_their_run_or_a_new_one(tmp_path: Path
         assert ingested["program"] == "/src/project"  # from the manifest beside the spool
         per_run = dict(store.db.execute(
             "SELECT run_id, count(*) FROM events GROUP BY run_id").fetchall())
-        assert per_run == {run: 6, new_run: 3}  # 3 + the same 3 again (ingested twice)
+        assert per_run == {run: 3, new_run: 3}
+        assert [r["id"] for r in store.runs()] == [run, new_run]
         apis = {a for (a,) in store.db.execute("SELECT DISTINCT api FROM sites")}
         assert apis == {"tf.matmul"}
         assert [r["rep"] for r in store.repetitions(run)] == [2]

@@ -6,6 +6,7 @@ are injected, so the tests do not depend on what this machine can measure.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -52,8 +53,13 @@ class FakeSensorForTests:
         self.closed_in = threading.get_ident()
 
 
+_batch_numbers = itertools.count()
+
+
 def encode_batch(rep: int, pid: int, events: list[tuple[Any, ...]], **meta: Any) -> bytes:
-    """A probe batch (docs/internals.md §2) from (site, t0, t1, tid, status, in, out) tuples."""
+    """A probe batch (docs/internals.md §2) from (site, t0, t1, tid, status, in, out) tuples;
+    each call's batch has its own id (proc, seq) unless `meta` gives one."""
+    meta = {"proc": "testsender", "seq": next(_batch_numbers), **meta}
     names = sorted({e[0] for e in events})
     dtypes = ("<i4", "<i8", "<i8", "<u8", "u1", "<i8", "<i8")
     rows = [(names.index(e[0]), *e[1:]) for e in events]

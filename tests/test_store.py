@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sqlite3
+import stat
 
 import pytest
 
 from fecomlite import batch_codec
-from fecomlite.store import Store, StoreError
+from fecomlite.store import APPLICATION_ID, SCHEMA_VERSION, Store, StoreError, private_home
 
 
 def make_batch(sites: list[str], rows: list[tuple[int, int, int, int]], **meta) -> bytes:
@@ -85,3 +86,71 @@ def test_latest_run_skips_child_runs(tmp_path):
     assert store.latest_run_id() == first
     second = store.create_run(kind="watch")
     assert store.latest_run_id() == second
+
+
+def test_another_applications_sqlite_file_is_refused_untouched(tmp_path):
+    path = tmp_path / "theirs.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE notes (body TEXT)")
+    db.execute("INSERT INTO notes VALUES ('keep me')")
+    db.commit()
+    db.close()
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="not a fecomlite run store.*did not create"):
+        Store(path)
+    assert path.read_bytes() == before  # no tables added, not switched to WAL
+    assert not (tmp_path / "theirs.sqlite-wal").exists()
+
+
+def test_a_damaged_store_is_a_clear_error(tmp_path):
+    path = tmp_path / "s.sqlite"
+    with Store(path) as store:
+        store.create_run(program="x.py")
+        store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = bytearray(path.read_bytes())
+    for offset in range(0, len(data), 97):  # scattered corruption, header included
+        data[offset] ^= 0x5A
+    path.write_bytes(bytes(data))
+    with pytest.raises(StoreError, match=str(path)):
+        Store(path)
+
+
+def test_a_new_store_is_private_and_marked_as_fecomlites(tmp_path):
+    folder = tmp_path / "home"
+    with Store(folder / "s.sqlite") as store:
+        store.create_run()
+        assert store.db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+        assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert len(store.store_id) == 32
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        for name in ("s.sqlite", "s.sqlite-wal", "s.sqlite-shm"):  # SQLite copies the mode
+            assert stat.S_IMODE((folder / name).stat().st_mode) == 0o600
+
+
+def test_a_version_1_store_is_upgraded_in_place(tmp_path):
+    path = tmp_path / "old.sqlite"
+    with Store(path) as store:
+        run = store.create_run(program="x.py")
+        store.db.execute("DROP TABLE batches")
+        store.db.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
+        store.db.execute("PRAGMA application_id=0")
+    with Store(path) as store:
+        assert store.run(run)["program"] == "x.py"
+        header, cols = batch_codec.decode(make_batch(["a"], [(0, 1, 2, 0)], proc="p", seq=0))
+        assert store.add_batch(run, header, cols) == 1
+        assert store.add_batch(run, header, cols) == 0  # stored once
+
+
+def test_an_unwritable_home_is_named(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(StoreError, match=f"cannot create {blocker}"):
+        Store(blocker / "home" / "s.sqlite")
+
+
+def test_fecomlites_folders_are_created_private_at_every_level(tmp_path):
+    home = private_home(tmp_path / "a" / "b" / ".fecomlite")
+    for folder in (home, home.parent, home.parent.parent):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+    home.chmod(0o755)  # left open by an older fecomlite
+    assert stat.S_IMODE(private_home(home).stat().st_mode) == 0o700

@@ -4,7 +4,9 @@ The original is never written to. The copy holds every file of the project (so i
 own folder) except virtualenvs, version-control folders and caches; Python files and notebooks
 are instrumented, everything else is copied (or, for `fecomlite run`'s work copy, linked: a data
 file is read where it lies). Files are independent, so a project big enough to repay the start-up
-of worker processes is spread over the CPUs.
+of worker processes is spread over the CPUs. Folders keep their permissions
+(a private project stays private in its copy), and a symlink that leads out of the project is
+kept as a link to where it points, never followed or copied (the summary says so).
 """
 
 from __future__ import annotations
@@ -181,8 +183,8 @@ def instrument_path(
     if not list_only:
         _prepare_out(path, out)
     files = _discover(path, out, result) if is_dir else [_entry(path, path.name, single=True)]
-    work = [f for f in files if f.kind != "copy"]
-    copies = [f for f in files if f.kind == "copy"]
+    work = [f for f in files if f.kind not in ("copy", "link")]
+    copies = [f for f in files if f.kind in ("copy", "link")]
     table = _project_table(work, roots) if is_dir else ProjectTable()
     place = _link if link_others else shutil.copy2
     outcomes = _run(work, out, roots, list_only, workers, result, copies, table, place)
@@ -202,6 +204,8 @@ def instrument_path(
     result.failures.sort(key=lambda f: (f.path, f.line, f.col))
     if not list_only:
         _write_manifest(result)
+        if is_dir:
+            _copy_folder_modes(path, out)
     result.seconds = time.perf_counter() - started
     return result
 
@@ -244,6 +248,18 @@ def _prepare_out(source: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
+def _copy_folder_modes(source: Path, out: Path) -> None:
+    """Give each folder of the copy its original's permission bits (deepest first, so that a
+    folder closed to others is closed last)."""
+    for folder, _, _ in os.walk(out, topdown=False):
+        original = source / os.path.relpath(folder, out)
+        try:
+            if original.is_dir():
+                os.chmod(folder, original.stat().st_mode & 0o7777)
+        except OSError:
+            continue  # best effort: the copy runs as well with its default modes
+
+
 def _write_manifest(result: InstrumentResult) -> None:
     assert result.manifest is not None
     source_root = result.source if result.source.is_dir() else result.source.parent
@@ -262,9 +278,9 @@ def _write_manifest(result: InstrumentResult) -> None:
 
 @dataclass(frozen=True)
 class _File:
-    path: str  # absolute, as found (symlinks not resolved)
+    path: str  # absolute, as found (symlinks not resolved); a link's: where it points
     rel: str  # relative to the instrumented root, with "/"
-    kind: str  # python | notebook | copy
+    kind: str  # python | notebook | copy | link (out of the project: recreated, not followed)
     size: int
 
 
@@ -288,7 +304,20 @@ def _discover(root: Path, out: Path, result: InstrumentResult) -> list[_File]:
     """Every file to instrument or copy, following symlinks once (loops are reported)."""
     files: list[_File] = []
     real_out = os.path.realpath(out)
+    real_root = os.path.realpath(root)
     seen = {_identity(root)}
+
+    def leaves(full: Path, rel: str) -> bool:
+        """A symlink out of the project: kept as a link (and said), never followed."""
+        if not full.is_symlink():
+            return False
+        target = os.path.realpath(full)
+        if os.path.commonpath([target, real_root]) == real_root:
+            return False
+        files.append(_File(target, rel, "link", 0))
+        result.notes.append(f"{rel}: kept as a link to {target} (outside the project, not "
+                            "followed)")
+        return True
 
     def unreadable(error: OSError) -> None:
         rel = os.path.relpath(error.filename or str(root), root)
@@ -302,7 +331,7 @@ def _discover(root: Path, out: Path, result: InstrumentResult) -> list[_File]:
             rel = full.relative_to(root).as_posix()
             if name in SKIP_DIRS or name.endswith(".egg-info") or (full / "pyvenv.cfg").exists():
                 continue
-            if os.path.realpath(full) == real_out:
+            if os.path.realpath(full) == real_out or leaves(full, rel):
                 continue
             if (full / MANIFEST).is_file():
                 result.notes.append(f"{rel}: skipped: an instrumented copy")
@@ -322,7 +351,7 @@ def _discover(root: Path, out: Path, result: InstrumentResult) -> list[_File]:
         for name in sorted(filenames):
             full = base / name
             rel = full.relative_to(root).as_posix()
-            if full.suffix in SKIP_SUFFIXES:
+            if full.suffix in SKIP_SUFFIXES or leaves(full, rel):
                 continue
             try:
                 full.stat()
@@ -440,8 +469,11 @@ def _copy_all(
             target.parent.mkdir(parents=True, exist_ok=True)
             made.add(target.parent)
         try:
-            place(file.path, target)
-            result.files_copied += 1
+            if file.kind == "link":
+                os.symlink(file.path, target)
+            else:
+                place(file.path, target)
+                result.files_copied += 1
         except OSError as error:
             result.failures.append(Failure(file.rel, 1, 1, f"cannot copy: {error.strerror}"))
 

@@ -137,6 +137,7 @@ def _header(a: RunAnalysis) -> dict[str, Any]:
         "kind": run.get("kind"),
         "level": run.get("level"),
         "status": run.get("status"),
+        "lost_events": run.get("lost_events", 0),  # events neither sent nor spooled
         "exit_code": run.get("exit_code"),
         "when": _when(run.get("created_unix")),
         "duration": units.scaled((t1 - t0) / 1e9, "s") if t0 is not None and t1 else "–",

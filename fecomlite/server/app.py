@@ -3,8 +3,16 @@
 Admin routes want `Authorization: Bearer <admin token>` (from the 0600 state file); event posts
 want the run's `X-Fecomlite-Token`. Tokens are checked before a body is read, bodies are size
 limited, and any failure becomes a JSON error with a 4xx/5xx status, never a dead server.
-The read-only pages (the live view, its stream and assets, /metrics) want no token, but a Host
-header naming loopback, so a web page cannot reach them through a DNS name rebound to 127.0.0.1.
+Whatever shows run data (the live view, its stream, /metrics, /api/status beyond "I am
+fecomlite") also wants the view token, as Jupyter does: the URL `fecomlite run` prints carries it
+(`/?token=...`), and the page keeps it in a cookie for its stream. Those pages also want a Host
+header naming loopback, so a web page cannot reach them through a DNS name rebound to 127.0.0.1;
+the page's static assets hold no data and want the Host check alone.
+
+A connection waits without a thread until it sends something (`waiting.py`; closed after
+REQUEST_TIMEOUT_S of silence), then is served by a thread from a bounded pool; a request that
+stalls is dropped after REQUEST_TIMEOUT_S; bodies read at once are bounded in total
+(BODY_BUDGET_BYTES), so concurrent large batches cannot take the machine's memory.
 
 The route table is data (`ROUTES`): `MetricsServer`, the listener `--metrics-addr` asks for, is
 another `ThreadingHTTPServer` over the same `MeasurementService` whose table holds GET /metrics
@@ -15,12 +23,16 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import http.cookies
 import json
+import math
 import re
 import secrets
+import select
 import socket
 import sys
 import threading
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -28,14 +40,20 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from fecomlite.batch_codec import BatchError, check_value
 from fecomlite.server import live, metrics
 from fecomlite.server.replies import Reply, Stream
-from fecomlite.server.service import MeasurementService, RunNotFound
+from fecomlite.server.service import MeasurementService, RunNotFound, StoreFailure
 from fecomlite.server.state import ServerState
+from fecomlite.server.waiting import WaitingRoom
 from fecomlite.store import StoreError
 
 MAX_BODY_BYTES = 16 * 1024 * 1024  # a probe batch every 200 ms stays far below this
 DISCARD_LIMIT_BYTES = 4 * MAX_BODY_BYTES  # refused bodies up to this size are read and dropped
+BODY_BUDGET_BYTES = 4 * MAX_BODY_BYTES  # bodies held at once, all requests together
+MAX_WORKERS = 64  # request threads at once; more connections wait in the backlog
+BACKLOG = 1024
+REQUEST_TIMEOUT_S = 30.0  # a connection silent this long (mid-request or kept alive) is closed
 LOOPBACK = "127.0.0.1"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 METRICS_TIMEOUT_S = 30.0  # a metrics client that sends nothing is dropped after this
@@ -90,9 +108,18 @@ def _route(method: str, path: str, auth: str, raw: bool = False) -> Callable[[An
 
 def _int(body: dict[str, Any], key: str, default: int | None = None) -> int | None:
     value = body.get(key, default)
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-        raise ValueError(f"{key} must be an integer")
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                              or not -(2**63) <= value < 2**63):
+        raise ValueError(f"{key} must be a 64-bit integer")
     return value
+
+
+def _float(body: dict[str, Any], key: str) -> float:
+    value = body.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(float(value)):
+        raise ValueError(f"{key} must be a finite number")
+    return float(value)
 
 
 def _obj(body: dict[str, Any], key: str) -> dict[str, Any] | None:
@@ -106,12 +133,18 @@ def _json_object(raw: bytes) -> dict[str, Any]:
     if not raw:
         return {}
     try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise _Refused(400, "body is not JSON") from exc
-    if not isinstance(body, dict):
-        raise _Refused(400, "body must be a JSON object")
+        body = json.loads(raw, parse_constant=_no_constant)
+        if not isinstance(body, dict):
+            raise _Refused(400, "body must be a JSON object")
+        check_value(body, "body")
+    except (ValueError, RecursionError) as exc:
+        reason = str(exc) if isinstance(exc, BatchError) else "body is not JSON"
+        raise _Refused(400, reason) from exc
     return body
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number")
 
 
 RUN = r"/api/runs/(?P<run>\d+)"
@@ -120,7 +153,8 @@ REP = RUN + r"/reps/(?P<rep>\d+)"
 
 @_route("GET", "/api/status", "none")
 def _status(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
-    return svc.status()
+    """Who answers, to anyone; what it measures and where, to a holder of a token only."""
+    return svc.status() if body.get("viewer") else {"server": "fecomlite"}
 
 
 @_route("POST", "/api/runs", "admin")
@@ -132,6 +166,7 @@ def _create_run(svc: MeasurementService, m: re.Match[str], body: dict[str, Any])
         program=str(body.get("program", "")), argv=argv, level=str(body.get("level", "method")),
         settings=_obj(body, "settings"), kind=str(body.get("kind", "instrumented")),
         parent_id=_int(body, "parent_id"), manifest=_obj(body, "manifest"),
+        owner_pid=_int(body, "owner_pid"),
     )
 
 
@@ -160,12 +195,12 @@ def _rep_end(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) ->
 
 @_route("POST", REP + "/tail", "admin")
 def _tail(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
-    return svc.tail(int(m["run"]), int(m["rep"]), float(body.get("seconds", 0)))
+    return svc.tail(int(m["run"]), int(m["rep"]), _float(body, "seconds"))
 
 
 @_route("POST", RUN + "/idle", "admin")
 def _idle(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
-    return svc.idle(int(m["run"]), float(body.get("seconds", 0)))
+    return svc.idle(int(m["run"]), _float(body, "seconds"))
 
 
 @_route("POST", RUN + "/gate", "admin")
@@ -187,8 +222,8 @@ def _events(svc: MeasurementService, m: re.Match[str], body: bytes) -> Any:
 
 @_route("POST", RUN + "/finish", "admin")
 def _finish(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
-    svc.finish_run(int(m["run"]), str(body.get("status", "finished")), _int(body, "exit_code"))
-    return {"ok": True}
+    return svc.finish_run(int(m["run"]), str(body.get("status", "finished")),
+                          _int(body, "exit_code"))
 
 
 @_route("POST", "/api/ingest", "admin")
@@ -204,9 +239,10 @@ def _shutdown(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -
     return {"ok": True, "shutting_down": True}
 
 
-@_route("GET", "/", "page")
+@_route("GET", "/", "view")
 def _live_page(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
-    return live.page()
+    page = live.page()
+    return Reply(page.body, page.content_type, (*page.headers, *body.get("set_cookie", ())))
 
 
 @_route("GET", r"/static/(?P<name>[A-Za-z0-9_.-]+)", "page")
@@ -217,12 +253,12 @@ def _live_asset(svc: MeasurementService, m: re.Match[str], body: dict[str, Any])
         raise _Refused(404, str(exc)) from exc
 
 
-@_route("GET", "/live/stream", "page")
+@_route("GET", "/live/stream", "view")
 def _live_stream(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
     return live.stream(svc.monitor, svc.closing)
 
 
-@_route("GET", "/metrics", "page")
+@_route("GET", "/metrics", "view")
 def _metrics(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
     return metrics.exposition(svc.monitor)
 
@@ -236,12 +272,36 @@ METRICS_ROUTES: list[Route] = [Route("GET", re.compile("^/metrics$"), "none", _m
                                      False)]
 
 
+class _Budget:
+    """Bytes of request bodies held at once: a reader waits until its body fits."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.used = limit, 0
+        self._changed = threading.Condition()
+
+    @contextlib.contextmanager
+    def hold(self, size: int) -> Any:
+        size = min(size, self.limit)
+        with self._changed:
+            self._changed.wait_for(lambda: self.used + size <= self.limit)
+            self.used += size
+        try:
+            yield
+        finally:
+            with self._changed:
+                self.used -= size
+                self._changed.notify_all()
+
+
 class _Listener(ThreadingHTTPServer):
-    """One thread per request over a shared service; `routes` is what this listener answers."""
+    """A bounded pool of request threads over a shared service; `routes` is what this
+    listener answers."""
 
     daemon_threads = True
+    request_queue_size = BACKLOG
     routes: list[Route]
     admin_token: str | None = None
+    view_token: str | None = None
     max_body = MAX_BODY_BYTES
     discard_limit = DISCARD_LIMIT_BYTES
     explain_methods = True  # 405 for a known path with another method; False: 404
@@ -250,8 +310,34 @@ class _Listener(ThreadingHTTPServer):
                  handler: type[BaseHTTPRequestHandler]) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
+        self.workers = threading.BoundedSemaphore(MAX_WORKERS)
+        self.bodies = _Budget(BODY_BUDGET_BYTES)
         super().__init__(address, handler)
         self.service = service
+        self.waiting = WaitingRoom(self._start_worker, self.shutdown_request, REQUEST_TIMEOUT_S)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A new connection waits, without a thread, until it sends something."""
+        self.waiting.add(request, client_address)
+
+    def _start_worker(self, request: Any, client_address: Any) -> None:
+        """A connection that sent something: served by a worker once one is free."""
+        self.workers.acquire()
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.workers.release()
+            self.shutdown_request(request)
+
+    def server_close(self) -> None:
+        self.waiting.close()
+        super().server_close()
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.workers.release()
 
     @property
     def port(self) -> int:
@@ -286,6 +372,7 @@ class MeasurementServer(_Listener):
     ) -> None:
         super().__init__(service, (check_loopback(host), port), _Handler)
         self.admin_token = admin_token or secrets.token_urlsafe(32)
+        self.view_token = secrets.token_urlsafe(24)
         self.max_body = max_body
         self.routes = ROUTES
         self.metrics: MetricsServer | None = None
@@ -300,7 +387,8 @@ class MeasurementServer(_Listener):
         return f"http://{LOOPBACK}:{self.port}"
 
     def state(self, pid: int) -> ServerState:
-        return ServerState(pid, self.port, self.admin_token, str(self.service.store_path))
+        return ServerState(pid, self.port, self.admin_token, str(self.service.store_path),
+                           self.view_token or "")
 
     def shutdown_soon(self) -> None:
         """Stop serving from a request thread (`shutdown` blocks until the loop exits)."""
@@ -329,6 +417,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Listener
     protocol_version = "HTTP/1.1"
     server_version = "fecomlite"
+    timeout = REQUEST_TIMEOUT_S
 
     def do_GET(self) -> None:
         self._handle("GET")
@@ -347,6 +436,8 @@ class _Handler(BaseHTTPRequestHandler):
             code, reply = exc.code, {"error": exc.message}
         except RunNotFound as exc:
             code, reply = 404, {"error": str(exc)}
+        except StoreFailure as exc:  # the store could not take it (a full disk): not the caller
+            code, reply = 507, {"error": str(exc)}
         except (ValueError, TypeError, StoreError, OSError) as exc:
             code, reply = 400, {"error": str(exc)}
         except RuntimeError as exc:  # shutting down
@@ -376,11 +467,40 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Refused(404, f"no such endpoint: {method} {path}")
         route, match = found[0]
         self._authorise(route, match)
-        body: Any = {}
-        if method == "POST":
-            raw = self._read_body()
+        if method != "POST":
+            return route.handler(self.server.service, match, self._view_extras(route))
+        length = self._content_length()
+        with self.server.bodies.hold(length):
+            raw = self._read_body(length)
             body = raw if route.raw else _json_object(raw)
-        return route.handler(self.server.service, match, body)
+            return route.handler(self.server.service, match, body)
+
+    def _viewer(self) -> str | None:
+        """The token this request shows for reading run data (the admin token counts), from
+        the Authorization header, the `token` query parameter or this server's cookie."""
+        given = [self.headers.get("Authorization", "").removeprefix("Bearer ").strip()]
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+        given += query.get("token", [])
+        cookies = http.cookies.SimpleCookie()
+        with contextlib.suppress(http.cookies.CookieError):
+            cookies.load(self.headers.get("Cookie", ""))
+        if (morsel := cookies.get(self._cookie_name())) is not None:
+            given.append(morsel.value)
+        for token in (self.server.view_token, self.server.admin_token):
+            if token and any(hmac.compare_digest(g.encode(), token.encode()) for g in given):
+                return token
+        return None
+
+    def _cookie_name(self) -> str:
+        return f"fecomlite-{self.server.port}"  # cookies ignore ports: one per server
+
+    def _view_extras(self, route: Route) -> dict[str, Any]:
+        """What a GET handler may know: whether a token was shown, and the cookie to set."""
+        token = self._viewer()
+        if token is None:
+            return {}
+        cookie = (f"{self._cookie_name()}={token}; Path=/; HttpOnly; SameSite=Strict",)
+        return {"viewer": True, "set_cookie": (("Set-Cookie", cookie[0]),)}
 
     def _authorise(self, route: Route, match: re.Match[str]) -> None:
         if route.auth == "admin":
@@ -391,11 +511,14 @@ class _Handler(BaseHTTPRequestHandler):
             token = self.server.admin_token
             if not token or not hmac.compare_digest(given.encode(), token.encode()):
                 raise _Refused(403, "wrong admin token")
-        elif route.auth == "page":
+        elif route.auth in ("page", "view"):
             host = self.headers.get("Host", "")
             name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
             if name not in LOOPBACK_NAMES:
                 raise _Refused(403, f"this page is served to loopback names only, not {host!r}")
+            if route.auth == "view" and self._viewer() is None:
+                raise _Refused(401, "this page shows run data: open the URL `fecomlite run` "
+                                    "printed (it carries ?token=...)")
         elif route.auth == "run":
             token = self.headers.get("X-Fecomlite-Token", "")
             if not token:
@@ -403,14 +526,20 @@ class _Handler(BaseHTTPRequestHandler):
             if not self.server.service.check_token(int(match["run"]), token):
                 raise _Refused(403, "wrong token for this run")
 
-    def _read_body(self) -> bytes:
+    def _content_length(self) -> int:
         length = self.headers.get("Content-Length", "")
         if not length.isdigit():
             raise _Refused(411, "Content-Length required")
         if int(length) > self.server.max_body:
             raise _Refused(413, f"body over {self.server.max_body} bytes")
+        return int(length)
+
+    def _read_body(self, length: int) -> bytes:
         self._body_read = True
-        return self.rfile.read(int(length))
+        body = self.rfile.read(length)
+        if len(body) < length:
+            raise _Refused(400, "the body ended before its Content-Length")
+        return body
 
     def _discard_body(self) -> None:
         """Read a refused request's body (up to a bound), so that its sender gets the answer
@@ -451,13 +580,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
 
         def connected() -> bool:
-            """False once the viewer closed its end: a peek that would block means still there,
-            one that reads nothing means the end of its stream."""
+            """False once the viewer closed its end: nothing to read means still there, a
+            readable end that reads nothing means the end of its stream. (`select` first: the
+            socket has a timeout, under which even MSG_DONTWAIT waits.)"""
             try:
+                if not select.select([self.connection], [], [], 0)[0]:
+                    return True
                 return self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
             except BlockingIOError:
                 return True
-            except OSError:
+            except (OSError, ValueError):
                 return False
 
         try:

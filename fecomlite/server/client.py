@@ -22,7 +22,7 @@ from typing import Any
 from fecomlite import batch_codec
 from fecomlite.server.idle import IDLE_EXIT_S
 from fecomlite.server.state import ServerState, pid_alive, read_state
-from fecomlite.store import default_home
+from fecomlite.store import StoreError, default_home, private_home
 
 START_TIMEOUT_S = 60.0  # sensor discovery measures update periods for about a second
 SLACK_S = 30.0  # on top of a blocking request's own duration
@@ -43,7 +43,7 @@ class ServerClient:
 
     def __init__(
         self, url: str, admin_token: str, store_path: Path, *, pid: int | None = None,
-        timeout: float = SLACK_S,
+        timeout: float = SLACK_S, view_token: str = "",
     ) -> None:
         self.url = url.rstrip("/")
         self.admin_token = admin_token
@@ -51,10 +51,18 @@ class ServerClient:
         self.pid = pid
         self.timeout = timeout
         self.started = False  # True when `ensure_server` has just started this server
+        self.view_token = view_token
+        self.store_id = ""  # the store's identity, as the last create_run said
 
     @classmethod
     def from_state(cls, state: ServerState) -> ServerClient:
-        return cls(state.url, state.admin_token, Path(state.store), pid=state.pid)
+        return cls(state.url, state.admin_token, Path(state.store), pid=state.pid,
+                   view_token=state.view_token)
+
+    @property
+    def view_url(self) -> str:
+        """The live view's address, with the token that opens it (like Jupyter's)."""
+        return f"{self.url}/?token={self.view_token}" if self.view_token else f"{self.url}/"
 
     def _call(
         self, method: str, path: str, body: dict[str, Any] | bytes | None = None, *,
@@ -81,18 +89,22 @@ class ServerClient:
     # -- the API -------------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        return self._call("GET", "/api/status", timeout=5, admin=False)
+        """The server's pid, store, sensors (a caller without a token learns only that it is
+        a fecomlite server)."""
+        return self._call("GET", "/api/status", timeout=5)
 
     def create_run(
         self, program: str, argv: list[str], level: str, settings: dict[str, Any],
         kind: str = "instrumented", parent_id: int | None = None,
         manifest: dict[str, Any] | None = None,
     ) -> tuple[int, str]:
-        """Start a run (samples are stored from now on); returns (run_id, event token)."""
+        """Start a run (samples are stored from now on); returns (run_id, event token). The run
+        belongs to this process: it is marked interrupted if this process dies first."""
         reply = self._call("POST", "/api/runs", {
             "program": program, "argv": argv, "level": level, "settings": settings,
-            "kind": kind, "parent_id": parent_id, "manifest": manifest,
+            "kind": kind, "parent_id": parent_id, "manifest": manifest, "owner_pid": os.getpid(),
         })
+        self.store_id = str(reply.get("store_id", ""))
         return int(reply["run_id"]), str(reply["token"])
 
     def set_manifest(self, run_id: int, manifest: dict[str, Any]) -> None:
@@ -138,8 +150,10 @@ class ServerClient:
         """Merge hyperparameters into the run (e.g. ones given on the command line)."""
         self._call("POST", f"/api/runs/{run_id}/hyperparams", {"params": params})
 
-    def finish_run(self, run_id: int, status: str, exit_code: int | None) -> None:
-        self._call("POST", f"/api/runs/{run_id}/finish", {"status": status, "exit_code": exit_code})
+    def finish_run(self, run_id: int, status: str, exit_code: int | None) -> dict[str, Any]:
+        """Close the run: {status (`incomplete` when events were lost), lost_events}."""
+        return self._call("POST", f"/api/runs/{run_id}/finish",
+                          {"status": status, "exit_code": exit_code})
 
     def ingest_report(self, path: Path, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
         """Ingest a spool file or directory: {events, runs, files, bad_lines}."""
@@ -167,8 +181,15 @@ def ensure_server(home: Path | None = None, timeout_s: float = START_TIMEOUT_S) 
     """A client of the server serving `home`, starting one in the background if none answers
     (`client.started`); that one exits by itself after `IDLE_EXIT_S` unused."""
     home = (home or default_home()).resolve()
-    home.mkdir(parents=True, exist_ok=True)
-    with _locked(home / "server.lock"):
+    try:
+        private_home(home)
+        lock = _private_file(home / "server.lock")
+    except StoreError as exc:
+        raise ServerError(str(exc)) from None
+    except OSError as exc:  # e.g. a read-only or full home
+        raise ServerError(f"fecomlite cannot write to its folder {home}: "
+                          f"{exc.strerror or exc}") from None
+    with _locked(lock):
         client = live_client(home)
         if client is not None:
             return client
@@ -190,7 +211,7 @@ def live_client(home: Path) -> ServerClient | None:
 
 
 def _start(home: Path, timeout_s: float) -> ServerClient:
-    log_path = home / "server.log"
+    log_path = _private_file(home / "server.log")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
     with open(log_path, "ab") as log:
@@ -217,6 +238,12 @@ def _start(home: Path, timeout_s: float) -> ServerClient:
         time.sleep(0.05)
     proc.terminate()
     raise ServerError(f"the server did not answer within {timeout_s:g} s:\n{_tail(log_path)}")
+
+
+def _private_file(path: Path) -> Path:
+    """Create `path` readable by its owner only (it may hold paths and arguments)."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    return path
 
 
 def _tail(path: Path, lines: int = 20) -> str:

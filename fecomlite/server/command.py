@@ -62,12 +62,13 @@ def server_command(
         return
     from fecomlite.server.app import ServerConfigError, parse_address
     from fecomlite.server.runtime import ServerRunning, run_foreground
+    from fecomlite.store import StoreError
 
     try:
         if metrics_addr:
             parse_address(metrics_addr)  # refuse a malformed address before finding sensors
         run_foreground(home, port, host, metrics_addr, idle_exit)
-    except (ServerConfigError, ServerRunning, OSError) as exc:
+    except (ServerConfigError, ServerRunning, StoreError, OSError) as exc:
         typer.echo(f"fecomlite server: {exc}", err=True)
         raise typer.Exit(2) from exc
 

@@ -158,6 +158,10 @@ def run_foreground(
     server = open_server(home, port, host, metrics_addr=metrics_addr)
 
     def stop(signum: int, frame: object) -> None:
+        """The first SIGTERM stops serving; later ones are ignored, so that a second signal
+        cannot cut the clean-up short (runs left open, the state file left behind)."""
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, stop)
@@ -175,7 +179,7 @@ def _announce(server: MeasurementServer, url: str, home: Path, idle_exit_s: floa
               f"{s['sample_interval_s'] * 1000:g} ms", flush=True)
     for note in status["notes"]:
         print(f"  note: {note}", flush=True)
-    print(f"  live view {url}/", flush=True)
+    print(f"  live view {url}/?token={server.view_token}", flush=True)
     if server.metrics is not None:
         print(f"  metrics (read-only) {server.metrics.url}", flush=True)
     if idle_exit_s > 0:

@@ -87,6 +87,7 @@ class Sampler:
         self.errors: dict[str, int] = {}
         self._groups: dict[str, list[Sensor]] = {"machine": list(sensors)}
         self._retired: list[Sensor] = []
+        self._owners: dict[int, int | None] = {}  # id(sensor) -> the run it records for alone
         self._version = 0
         self._queue: deque[tuple[Sensor, int, float]] = deque()
         self._recordings: dict[int, _Recording] = {}
@@ -112,12 +113,18 @@ class Sampler:
     def interval(self, sensor: Sensor) -> float:
         return self.rates.interval(sensor)
 
-    def set_group(self, group: str, sensors: Sequence[Sensor]) -> None:
-        """Replace a group of sensors (e.g. the process's, for a new pid); the old ones are
-        closed by the threads that read them."""
+    def set_group(
+        self, group: str, sensors: Sequence[Sensor], owner: int | None = None
+    ) -> None:
+        """Replace a group of sensors (e.g. a run's process's, for a new pid); the old ones are
+        closed by the threads that read them. With an `owner` run, the group's samples go to
+        that run only (its own process tree), else to every recording run."""
         with self._lock:
-            self._retired += self._groups.get(group, [])
-            self._groups[group] = list(sensors)
+            self._retired += self._groups.pop(group, [])
+            if sensors:
+                self._groups[group] = list(sensors)
+            for sensor in sensors:
+                self._owners[id(sensor)] = owner
             self._version += 1
         self._regrouped.set()
         self._wake_writer.set()  # so the tick thread reads the new files without delay
@@ -358,13 +365,15 @@ class Sampler:
         taken = [queue.popleft() for _ in range(len(queue))]
         with self._lock:
             recordings = list(self._recordings.items())
+            owners = dict(self._owners)
         if not taken or not recordings:
             return
         try:
             rows: list[tuple[int, int, float]] = []
             with store.transaction():
                 for run_id, rec in recordings:
-                    kept = [sample for sample in taken if sample[1] >= rec.since_ns]
+                    kept = [sample for sample in taken if sample[1] >= rec.since_ns
+                            and owners.get(id(sample[0])) in (None, run_id)]
                     sensors = {sensor.name: sensor for sensor, _, _ in kept}
                     ids = {n: self._sensor_id(store, run_id, rec, s) for n, s in sensors.items()}
                     rows += [(ids[sensor.name], t, v) for sensor, t, v in kept]

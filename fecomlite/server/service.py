@@ -3,7 +3,13 @@ and the live state the live view and /metrics read (`monitor`, fed by `activity`
 
 Every method may be called from any request thread; each thread has its own store connection
 (SQLite connections are per thread). Run tokens live in memory only: a restarted server refuses
-events for runs it did not start (the probe then spools them, and `ingest` brings them in).
+events for runs it did not start (the probe then spools them, and `ingest` brings them in), and
+marks the runs an earlier server left open `interrupted` when it starts. A run whose client
+process died (`owner_pid`) is marked `interrupted` too, by the watchdog thread.
+
+Each run follows its own process tree (`watch`): its process sensors record into it alone, so two
+runs at once never share memory or CPU figures. Events a probe produced that never arrived (its
+batches say how many it had produced: `Store.lost_events`) make the run end `incomplete`.
 """
 
 from __future__ import annotations
@@ -12,11 +18,13 @@ import hmac
 import os
 import platform
 import secrets
+import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +36,12 @@ from fecomlite.server.gate import GateThresholds, gated, wait_for_stable
 from fecomlite.server.monitor import Monitor
 from fecomlite.server.sampler import Sampler, SamplingRates, Sensor, sensor_details, sensor_row
 from fecomlite.server.series import POWER_KINDS, Series, idle_stats
+from fecomlite.server.state import pid_alive
 from fecomlite.store import Store
 
 MAX_WINDOW_S = 3600.0
 FINISHED_STATUSES = ("finished", "failed", "interrupted")
+WATCHDOG_S = 1.0  # how often the owners of open runs are checked
 
 ProcessSensors = Callable[[int], tuple[list[Sensor], list[str]]]
 
@@ -40,10 +50,17 @@ class RunNotFound(LookupError):
     """The run is unknown to this server (or was never started by it)."""
 
 
+class StoreFailure(RuntimeError):
+    """The store could not take a batch (full disk, I/O error): the sender should keep it."""
+
+
 @dataclass
 class _Run:
     token: str
     sites: dict[str, Any]  # the manifest's site table, for naming events' sites
+    owner_pid: int | None = None  # the client that runs it; its death interrupts the run
+    ended: bool = False
+    totals: dict[str, int] = field(default_factory=dict)  # proc -> events it said it made
 
 
 class MeasurementService:
@@ -69,7 +86,8 @@ class MeasurementService:
         self.machine = machine or {}
         self.started = time.time()
         self._local = threading.local()
-        self._db()  # create the schema (and fail early on a foreign file)
+        self.store_id = self._db().store_id  # create the schema (and fail early on a foreign file)
+        self._db().interrupt_open_runs()  # an earlier server's: nobody can finish them now
         self.sampler = Sampler(sensors, store_path, rates=rates, flush_s=flush_s,
                                use_ticker=use_ticker)
         self.sampler.start()
@@ -79,6 +97,7 @@ class MeasurementService:
         self._activity: dict[int, dict[str, Any]] = {}  # run -> what it waits for, last gate
         self.monitor = Monitor(self._db, self.sampler.recording, self.activity,
                                host=self.machine.get("hostname") or platform.node())
+        threading.Thread(target=self._watchdog, name="run-watchdog", daemon=True).start()
 
     def _db(self) -> Store:
         """This thread's store connection (SQLite connections are per thread). A kept-alive
@@ -128,8 +147,10 @@ class MeasurementService:
         self, *, program: str = "", argv: list[str] | None = None, level: str = "method",
         settings: dict[str, Any] | None = None, kind: str = "instrumented",
         parent_id: int | None = None, manifest: dict[str, Any] | None = None,
+        owner_pid: int | None = None,
     ) -> dict[str, Any]:
-        """A new run, recording samples from now on; returns its id and its event token."""
+        """A new run, recording samples from now on; returns its id, its event token and the
+        store's identity (which the run's spools name)."""
         token = secrets.token_urlsafe(32)
         store = self._db()
         run_id = store.create_run(
@@ -139,9 +160,9 @@ class MeasurementService:
         )
         self._register(store, run_id, self.sampler.sensors)
         with self._lock:
-            self._runs[run_id] = _Run(token, spool.site_table(manifest or {}))
+            self._runs[run_id] = _Run(token, spool.site_table(manifest or {}), owner_pid)
         self.sampler.record(run_id)
-        return {"run_id": run_id, "token": token}
+        return {"run_id": run_id, "token": token, "store_id": self.store_id}
 
     @staticmethod
     def _register(store: Store, run_id: int, sensors: list[Sensor]) -> None:
@@ -165,24 +186,53 @@ class MeasurementService:
 
     def watch(self, run_id: int, pid: int | None) -> dict[str, Any]:
         """Follow another process (a new repetition's): its memory and CPU sensors replace the
-        previous process's. The sensors' notes say what could not be read."""
+        run's previous process's, and record into this run only. The sensors' notes say what
+        could not be read."""
         self._run(run_id)
+        if pid is not None and not 0 < pid < 2**22 + 1:
+            raise ValueError("pid must be a process id")
         sensors, notes = self.process_sensors(pid) if self.process_sensors and pid else ([], [])
-        self.sampler.set_group("process", sensors)
-        store = self._db()
-        for recording in self.sampler.recording():
-            self._register(store, recording, sensors)
+        self.sampler.set_group(_process_group(run_id), sensors, owner=run_id)
+        self._register(self._db(), run_id, sensors)
         return {"sensors": [s.name for s in sensors], "notes": notes}
 
-    def finish_run(self, run_id: int, status: str, exit_code: int | None) -> None:
-        """Stop recording (after writing every sample read so far) and close the run."""
-        self._run(run_id)
+    def finish_run(self, run_id: int, status: str, exit_code: int | None) -> dict[str, Any]:
+        """Stop recording (after writing every sample read so far) and close the run; a run
+        that lost events (`lost_events`) ends `incomplete` rather than `finished`. A store that
+        cannot record the end (a full disk) still gets the verdict said in the reply."""
+        run = self._run(run_id)
         if status not in FINISHED_STATUSES:
             raise ValueError(f"status must be one of {FINISHED_STATUSES}")
+        self.sampler.set_group(_process_group(run_id), [], owner=run_id)
         self.sampler.stop_recording(run_id)
-        self._db().update_run(
-            run_id, status=status, exit_code=exit_code, t_end_ns=time.monotonic_ns()
-        )
+        store = self._db()
+        with self._lock:
+            totals = dict(run.totals)
+        lost = store.lost_events(run_id, totals)
+        if lost:
+            status = "incomplete" if status == "finished" else status
+        reply: dict[str, Any] = {"ok": True, "status": status, "lost_events": lost}
+        try:
+            if lost:
+                store.put_result(run_id, "lost_events", {"events": lost})
+            store.update_run(run_id, status=status, exit_code=exit_code,
+                             t_end_ns=time.monotonic_ns())
+        except sqlite3.OperationalError as exc:
+            reply.update(ok=False, error=f"the store could not record the run's end: {exc}")
+        run.ended = True
+        return reply
+
+    def _watchdog(self) -> None:
+        """Mark `interrupted` the runs whose client process has died (SIGKILL, a crash)."""
+        while not self.closing.wait(WATCHDOG_S):
+            with self._lock:
+                orphans = [r for r, run in self._runs.items()
+                           if run.owner_pid and not run.ended and not _alive(run.owner_pid)]
+            for run_id in orphans:
+                try:
+                    self.finish_run(run_id, "interrupted", None)
+                except (RunNotFound, sqlite3.Error, OSError) as exc:
+                    print(f"fecomlite server: ending run {run_id}: {exc}", file=sys.stderr)
 
     # -- repetitions ---------------------------------------------------------------------------
 
@@ -286,10 +336,21 @@ class MeasurementService:
         return run is not None and hmac.compare_digest(run.token.encode(), token.encode())
 
     def post_events(self, run_id: int, body: bytes) -> int:
-        """Store one probe batch (`fecomlite.batch_codec`) whole; the caller checked the token."""
+        """Store one probe batch (`fecomlite.batch_codec`) whole, once: a batch stored before
+        (a retry, or one that timed out at the sender) stores nothing and returns 0. The caller
+        checked the token."""
         run = self._run(run_id)
-        header, columns = batch_codec.decode(body)
-        return self._db().add_batch(run_id, header, columns, run.sites)
+        header, columns = batch_codec.decode(body, require_id=True)
+        if "total" in header:  # kept even if the store cannot take the batch (a full disk)
+            with self._lock:
+                proc = header["proc"]
+                run.totals[proc] = max(run.totals.get(proc, 0), header["total"])
+        try:
+            return self._db().add_batch(run_id, header, columns, run.sites)
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc):
+                raise
+            raise StoreFailure(f"the store could not take the batch: {exc}") from exc
 
     def ingest(self, path: Path, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
         return spool.ingest(self._db(), path, manifest, self.machine)
@@ -307,6 +368,21 @@ class MeasurementService:
         for run_id in open_runs:
             if store.run(run_id)["status"] == "running":
                 store.update_run(run_id, status="interrupted", t_end_ns=time.monotonic_ns())
+
+
+def _process_group(run_id: int) -> str:
+    return f"process:{run_id}"
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b") ", 1)[1][:1] != b"Z"
+    except IndexError:
+        return True
+    except OSError:
+        return pid_alive(pid) if not os.path.isdir("/proc") else False
 
 
 def _window(seconds: float) -> float:

@@ -1,7 +1,7 @@
 """The server state file: how a client finds the running server and proves it may administer it.
 
-`<home>/server.json` holds {pid, port, admin_token, store}; it is written with mode 0600 (the
-admin token is a secret) and atomically (a reader never sees half a file).
+`<home>/server.json` holds {pid, port, admin_token, store, view_token}; it is written with mode
+0600 (the tokens are secrets) and atomically (a reader never sees half a file).
 """
 
 from __future__ import annotations
@@ -20,10 +20,16 @@ class ServerState:
     port: int
     admin_token: str
     store: str
+    view_token: str = ""  # reads run data (the live view); the admin token does too
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def view_url(self) -> str:
+        """The live view's address with its token, as `fecomlite run` prints it."""
+        return f"{self.url}/?token={self.view_token}"
 
 
 def state_path(home: Path) -> Path:
@@ -32,7 +38,7 @@ def state_path(home: Path) -> Path:
 
 def write_state(home: Path, state: ServerState) -> Path:
     """Write the state file readable by its owner only, replacing any older one atomically."""
-    home.mkdir(parents=True, exist_ok=True)
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = state_path(home)
     tmp = path.with_name(f".{STATE_NAME}.{state.pid}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -50,6 +56,7 @@ def read_state(home: Path) -> ServerState | None:
         return ServerState(
             pid=int(data["pid"]), port=int(data["port"]),
             admin_token=str(data["admin_token"]), store=str(data["store"]),
+            view_token=str(data.get("view_token", "")),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
