@@ -17,6 +17,7 @@ from fecomlite.model.features import FeatureError, StepFeatures, training_step
 from fecomlite.model.fit import (
     DEFAULT_FOLDS,
     TARGETS,
+    TIME_MODEL_NOTE,
     WEIGHTINGS,
     EnergyModels,
     FitError,
@@ -309,12 +310,16 @@ def _print_fit(models: EnergyModels) -> None:
         for feature in fit.dropped:
             table.add_row(feature, "–", "–", "no configuration reached it")
         console.print(table)
-    compare = Table(title="the models compared on the same configurations", title_justify="left")
-    for column in ("model", "R²", "cross-validated error"):
+    compare = Table(title="the energy models ranked by out-of-sample (cross-validated) error; "
+                    "predictions use the first", title_justify="left")
+    for column in ("rank", "model", "cross-validated error", "R² (in-sample)"):
         compare.add_column(column)
     for row in models.comparison():
-        compare.add_row(row["model"], f"{row['r2']:.3f}", _percent(row["cv_rel_rmse"]))
+        compare.add_row(str(row["rank"]), row["model"], _percent(row["cv_rel_rmse"]),
+                        f"{row['r2']:.3f}")
     console.print(compare)
+    if models.time_proportional:
+        console.print(f"[yellow]note:[/] {TIME_MODEL_NOTE}", highlight=False, soft_wrap=True)
     worst = sorted(models.points, key=lambda pt: -abs(pt["fitted_J"] / pt["measured_J"] - 1)
                    if pt["measured_J"] else 0)[:3]
     for pt in worst:
@@ -415,11 +420,13 @@ def _print_prediction(result: Prediction, models: EnergyModels) -> None:
            f"{scaled(result.time_high_s, 's')})" if result.time_source == "predicted" else ")"),
         highlight=False)
     for name, (mean, low, high) in result.naive.items():
-        console.print(f"naive {name}: {scaled(mean, 'J')} ({scaled(low, 'J')} – "
+        console.print(f"other model {name}: {scaled(mean, 'J')} ({scaled(low, 'J')} – "
                       f"{scaled(high, 'J')})", highlight=False)
     source = ", ".join(f"{k} {v}" for k, v in p.items() if k in ("sweep_id", "framework", "runs")
                        and not isinstance(v, list)) or f"runs {p.get('runs')}"
     console.print(f"model fitted on [bold]{escape(p['label'])}[/] energy ({escape(source)}, "
                   f"{models.memory_aware.n} configurations)", highlight=False)
-    for note in result.notes:
+    console.print(f"energy model: {result.model} (lowest cross-validated error)", highlight=False)
+    notes = [*result.notes, *([TIME_MODEL_NOTE] if models.time_proportional else [])]
+    for note in notes:
         console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
