@@ -140,6 +140,13 @@ def sweep_command(
     result = run_sweep(client, grid, settings, home=home, framework=framework,
                        csv_path=csv_path, on_config=progress)
     console.print(_config_table(result.table["rows"], hierarchy, result.table["domains"]))
+    console.print(f"attribution method, the same for every configuration: "
+                  f"{result.table['attribution_method']}", highlight=False)
+    for row in result.table["rows"]:
+        for key, check in row.items():
+            if key.startswith("power_check_") and check.startswith("implied"):
+                console.print(f"[yellow]power check[/] {row['key']} "
+                              f"{key.removeprefix('power_check_')}: {check}", highlight=False)
     console.print(f"sweep [bold]{result.sweep_id}[/] ({result.status}) stored in "
                   f"{client.store_path}; table: {result.csv_path}")
     console.print(f"fit the model: `fecomlite model fit --sweep {result.sweep_id}`")
@@ -221,7 +228,8 @@ def fit_command(
                 sweep_id = sweep if sweep is not None else latest_sweep_id(store)
                 table = load_sweep(store, sweep_id)
                 rows, hierarchy, domains = table["rows"], table["hierarchy"], table["domains"]
-                source = {"sweep_id": sweep_id, "framework": table["framework"]}
+                source = {"sweep_id": sweep_id, "framework": table["framework"],
+                          "attribution_method": table.get("attribution_method")}
             if domain == "auto":
                 domain, why = default_domain(domains)
                 console.print(f"energy domain [bold]{domain}[/]: {why}", highlight=False)
@@ -230,7 +238,7 @@ def fit_command(
             source["runs"] = [r["run_id"] for r in usable]
             source["skipped"] = [r["key"] for r in rows if r.get(column) is None]
             if source["skipped"]:
-                console.print(f"[yellow]left out[/] (no {domain} energy measured): "
+                console.print(f"[yellow]left out[/] (no {domain} energy above its uncertainty): "
                               f"{', '.join(source['skipped'])}", highlight=False)
             models = fit_models(usable, hierarchy, domains, target=target, domain=domain,
                                 weighting=weighting, folds=folds, source=source)
