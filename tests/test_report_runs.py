@@ -29,7 +29,7 @@ def store_path(tmp_path_factory):
     with Store(path) as store:
         for batch, (scale, extra) in BATCHES.items():
             run_id = build_run(store, energy_scale=scale)
-            store.merge_hyperparams(run_id, {"batch_size": batch})
+            store.merge_hyperparams(run_id, {"batch_size": str(batch)})  # as --param gives it
             rss = store.sensor_id(run_id, "proc:rss")
             store.db.execute("UPDATE samples SET value = value + ? WHERE sensor_id=?",
                              (extra, rss))
@@ -106,11 +106,13 @@ def test_the_plot_of_energy_against_batch_size_in_chromium(store_path, tmp_path)
         dots = [energy.nth(i).bounding_box() for i in range(energy.count())]
         rows = page.locator("#runs-table tbody tr").count()
         width = page.evaluate("document.documentElement.scrollWidth")
+        table = page.evaluate("[document.querySelector('#runs-table').scrollWidth, "
+                              "document.querySelector('#runs .table-wrap').clientWidth]")
         browser.close()
     assert errors == []
     assert rows == 3
     assert counts == (3 * 2, 3 * 2)  # (gpu:0, cpu-package) and (host RSS, GPU memory) × 3 runs
-    assert width <= 1280
+    assert width <= 1280 and table[0] <= table[1]  # the runs table fits at 1280 px
     xs = sorted({round(d["x"]) for d in dots})
     assert len(xs) == 3  # one column of points per batch size
 

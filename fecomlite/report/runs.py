@@ -69,10 +69,23 @@ def _value_of(run: dict[str, Any], key: str) -> str | None:
 
 
 def hyperparameters(run: dict[str, Any]) -> dict[str, Any]:
-    """Detected and given hyperparameters, and a sweep configuration's network."""
+    """Detected and given hyperparameters, and a sweep configuration's network; a number given
+    as text (`--param batch_size=64`) is a number, so that it can be plotted."""
     found = dict((run.get("settings") or {}).get("network") or {})
-    found.update({k: v for k, v in (run.get("hyperparams") or {}).items() if k != "sources"})
+    found.update({k: _number(v) for k, v in (run.get("hyperparams") or {}).items()
+                  if k != "sources"})
     return found
+
+
+def _number(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
 
 
 def run_row(store: Store, run_id: int, method: str = "overlap") -> dict[str, Any]:
