@@ -365,7 +365,8 @@ class OpenRun:
         t0 = time.monotonic_ns()
         with open(self.log_dir / f"rep-{rep}.log", "wb") as log:
             proc = subprocess.Popen(
-                program_command(self.program.script, self.program.launcher),
+                [*program_command(self.program.script, self.program.launcher),
+                 *self.program.argv],
                 cwd=self.program.cwd,
                 env=env,
                 stdout=log if self.quiet else subprocess.PIPE,
