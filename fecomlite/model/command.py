@@ -305,8 +305,9 @@ def _print_fit(models: EnergyModels) -> None:
     console.print(f"fitted on [bold]{escape(p['label'])}[/] energy, {models.target}, domain "
                   f"{models.domain}, {models.memory_aware.n} configurations", highlight=False)
     for name, fit in models.fits.items():
-        table = Table(title=f"{name}: R² {fit.r2:.3f}, cross-validated error "
-                      f"{_percent(fit.cv_rel_rmse)} ({fit.cv_folds}-fold), residual σ "
+        cv = (f"{_percent(fit.cv_rel_rmse)} ({fit.cv_folds}-fold)" if math.isfinite(fit.cv_rel_rmse)
+              else f"none: no fold leaves more than {len(fit.features)} configurations to fit")
+        table = Table(title=f"{name}: R² {fit.r2:.3f}, cross-validated error {cv}, residual σ "
                       f"{_percent(fit.sigma) if fit.weighting == 'relative' else fit.sigma}",
                       title_justify="left")
         for column in ("feature", "coefficient", "± std. error", "unit"):
