@@ -387,7 +387,8 @@ class OpenRun:
         )  # argv, output: private
         with open(log_fd, "wb") as log:
             proc = subprocess.Popen(
-                [*program_command(self.program.script, self.program.launcher), *self.program.argv],
+                [*program_command(self.program.script, self.program.launcher),
+                 *self.program.argv],
                 cwd=self.program.cwd,
                 env=env,
                 stdout=log if self.quiet else subprocess.PIPE,

@@ -56,13 +56,25 @@ def test_fit_prints_coefficients_comparison_and_provenance_and_stores_the_model(
     assert done.exit_code == 0, done.output
     assert "fitted on estimated (model cpu-util-linear) energy" in done.output
     assert "pJ/FLOP" in done.output and "pJ/byte" in done.output
-    assert "the models compared on the same configurations" in done.output
+    assert "ranked by out-of-sample (cross-validated) error" in " ".join(done.output.split())
     for name in ("memory_aware", "flops_only", "params_only"):
         assert name in done.output
+    assert "effectively a time model" not in done.output  # cpu-util-linear is not time × power
     with Store(home / "store.sqlite") as store:
         saved = store.result(1, MODEL_RESULT)
     assert saved == json.loads(out.read_text())
     assert saved["provenance"]["sweep_id"] == 1 and len(saved["points"]) == len(grid_configs())
+
+
+def test_an_energy_proportional_to_cpu_time_is_said_to_make_a_time_model(home):
+    with Store(home / "store.sqlite") as store:
+        table = store.result(1, "sweep")
+        table["domains"] = {"cpu-package": {"provenance": "estimated",
+                                            "model": "process-cpu-share", "additive": True}}
+        store.put_result(1, "sweep", table)
+    done = invoke("model", "fit", "--home", str(home))
+    assert done.exit_code == 0, done.output
+    assert "effectively a time model" in " ".join(done.output.split())
 
 
 def test_predict_from_a_configuration_with_the_stored_model(fitted):

@@ -10,6 +10,8 @@ import itertools
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fecomlite.model.cache import CacheLevel, MemoryHierarchy
 from fecomlite.model.features import run_features
@@ -78,12 +80,47 @@ def test_fit_recovers_known_coefficients_from_noisy_data():
 def test_absolute_weighting_recovers_additive_noise_models():
     rng = np.random.default_rng(2)
     x = rng.uniform(0, 10, size=(60, 2))
-    y = x @ np.array([1.5, -0.5]) + 0.1 * rng.standard_normal(60)
-    x[0], y[0] = (1.0, 3.0), 0.0  # a true zero: allowed here, and no relative error for it
+    y = x @ np.array([1.5, 0.5]) + 0.1 * rng.standard_normal(60)
+    x[0], y[0] = (0.0, 0.0), 0.0  # a true zero: allowed here, and no relative error for it
     fit = fit_linear(x, y, ["a", "b"], weighting="absolute")
-    np.testing.assert_allclose(fit.coef, [1.5, -0.5], atol=0.02)
+    np.testing.assert_allclose(fit.coef, [1.5, 0.5], atol=0.02)
     assert fit.sigma == pytest.approx(0.1, rel=0.3)
     assert np.isfinite(fit.cv_rel_rmse)
+
+
+def test_a_cost_the_data_push_below_zero_is_held_at_zero_not_fitted_negative():
+    """Unconstrained least squares gives b ≈ −0.5 here; no physical cost is negative, so the
+    fit keeps b at 0 and the interval of any new row holds its (non-negative) point estimate."""
+    rng = np.random.default_rng(2)
+    x = rng.uniform(0, 10, size=(60, 2))
+    y = x @ np.array([1.5, -0.5]) + 0.1 * rng.standard_normal(60)
+    assert np.linalg.lstsq(x, y, rcond=None)[0][1] < 0
+    fit = fit_linear(x, y, ["a", "b"], weighting="absolute")
+    assert fit.coef[1] == 0.0 and fit.coef[0] > 0
+    mean, low, high, _ = fit.interval({"a": 0.1, "b": 10.0})
+    assert 0.0 <= low <= mean <= high
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    coefficients=st.lists(st.floats(0.05, 5.0), min_size=2, max_size=4),
+    noise=st.floats(0.005, 0.05),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_positive_coefficients_are_recovered_within_their_uncertainty_never_negative(
+    coefficients, noise, seed
+):
+    """Data from known positive costs with relative noise: every fitted coefficient is ≥ 0 and
+    within 5 standard errors (+ a hair for the bound) of its truth."""
+    rng = np.random.default_rng(seed)
+    beta = np.array(coefficients)
+    scales = 10.0 ** rng.integers(-3, 4, size=beta.size)  # columns of very different sizes
+    x = rng.uniform(0.1, 1.0, size=(40, beta.size)) * scales
+    beta = beta / scales
+    y = x @ beta * (1 + noise * rng.standard_normal(40))
+    fit = fit_linear(x, y, [f"f{i}" for i in range(beta.size)])
+    assert np.all(fit.coef >= 0)
+    assert np.all(np.abs(fit.coef - beta) <= 5 * fit.std_errors + 1e-12 * np.abs(beta))
 
 
 def test_standard_errors_are_honest():
@@ -163,8 +200,10 @@ def test_memory_aware_model_beats_flops_only_on_a_planted_cache_step():
     assert memory.coef[dram] == pytest.approx(ENERGY["bytes_DRAM"], rel=0.3)
     assert models.fits["time"].coef[models.fits["time"].features.index("steps")] == \
         pytest.approx(TIME["steps"], rel=0.2)
-    names = [row["model"] for row in models.comparison()]
-    assert names == ["memory_aware", "flops_only", "params_only"]
+    ranked = models.comparison()  # best first by out-of-sample error
+    assert sorted(r["model"] for r in ranked) == ["flops_only", "memory_aware", "params_only"]
+    assert [r["cv_rel_rmse"] for r in ranked] == sorted(r["cv_rel_rmse"] for r in ranked)
+    assert models.best_name == "memory_aware" and models.best is memory
 
 
 def test_energy_per_flop_jumps_at_the_breakpoint():

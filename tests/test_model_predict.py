@@ -79,7 +79,22 @@ def test_notes_say_what_the_interval_does_not_cover():
     text = " ".join(p.notes)
     assert "1 layer(s) without a FLOP model" in text and "keras.layers.LSTM" in text
     assert "DRAM: this network's working set reaches a level no fitted configuration" in text
-    assert "far outside the fitted range" in text
+    assert "outside the fitted range in" in text and "flops" in p.extrapolated
+
+
+def test_predict_inside_the_grid_is_not_flagged_and_outside_is(models):
+    """A configuration of the grid itself is inside every fitted range; one 8× wider than the
+    widest is flagged. Both: point estimate ≥ 0 and inside its own interval, energy and time."""
+    inside = NetworkConfig(64, 2, batch_size=64, dataset_size=2048)
+    outside = NetworkConfig(4096, 3, batch_size=256, dataset_size=2048)
+    for config, flagged in ((inside, False), (outside, True)):
+        p = predict(models, training_step(config.layers(), PLANTED), config.steps)
+        assert bool(p.extrapolated) is flagged
+        assert 0 <= p.low_J <= p.energy_J <= p.high_J
+        assert 0 <= p.time_low_s <= p.time_s <= p.time_high_s
+        assert p.model == models.best_name
+    assert "flops" in predict(models, training_step(outside.layers(), PLANTED),
+                              outside.steps).extrapolated
 
 
 def test_bad_predictions_are_refused(models):

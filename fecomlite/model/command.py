@@ -17,6 +17,7 @@ from fecomlite.model.features import FeatureError, StepFeatures, training_step
 from fecomlite.model.fit import (
     DEFAULT_FOLDS,
     TARGETS,
+    TIME_MODEL_NOTE,
     WEIGHTINGS,
     EnergyModels,
     FitError,
@@ -139,6 +140,13 @@ def sweep_command(
     result = run_sweep(client, grid, settings, home=home, framework=framework,
                        csv_path=csv_path, on_config=progress)
     console.print(_config_table(result.table["rows"], hierarchy, result.table["domains"]))
+    console.print(f"attribution method, the same for every configuration: "
+                  f"{result.table['attribution_method']}", highlight=False)
+    for row in result.table["rows"]:
+        for key, check in row.items():
+            if key.startswith("power_check_") and check.startswith("implied"):
+                console.print(f"[yellow]power check[/] {row['key']} "
+                              f"{key.removeprefix('power_check_')}: {check}", highlight=False)
     console.print(f"sweep [bold]{result.sweep_id}[/] ({result.status}) stored in "
                   f"{client.store_path}; table: {result.csv_path}")
     console.print(f"fit the model: `fecomlite model fit --sweep {result.sweep_id}`")
@@ -220,7 +228,8 @@ def fit_command(
                 sweep_id = sweep if sweep is not None else latest_sweep_id(store)
                 table = load_sweep(store, sweep_id)
                 rows, hierarchy, domains = table["rows"], table["hierarchy"], table["domains"]
-                source = {"sweep_id": sweep_id, "framework": table["framework"]}
+                source = {"sweep_id": sweep_id, "framework": table["framework"],
+                          "attribution_method": table.get("attribution_method")}
             if domain == "auto":
                 domain, why = default_domain(domains)
                 console.print(f"energy domain [bold]{domain}[/]: {why}", highlight=False)
@@ -229,7 +238,7 @@ def fit_command(
             source["runs"] = [r["run_id"] for r in usable]
             source["skipped"] = [r["key"] for r in rows if r.get(column) is None]
             if source["skipped"]:
-                console.print(f"[yellow]left out[/] (no {domain} energy measured): "
+                console.print(f"[yellow]left out[/] (no {domain} energy above its uncertainty): "
                               f"{', '.join(source['skipped'])}", highlight=False)
             models = fit_models(usable, hierarchy, domains, target=target, domain=domain,
                                 weighting=weighting, folds=folds, source=source)
@@ -296,8 +305,9 @@ def _print_fit(models: EnergyModels) -> None:
     console.print(f"fitted on [bold]{escape(p['label'])}[/] energy, {models.target}, domain "
                   f"{models.domain}, {models.memory_aware.n} configurations", highlight=False)
     for name, fit in models.fits.items():
-        table = Table(title=f"{name}: R² {fit.r2:.3f}, cross-validated error "
-                      f"{_percent(fit.cv_rel_rmse)} ({fit.cv_folds}-fold), residual σ "
+        cv = (f"{_percent(fit.cv_rel_rmse)} ({fit.cv_folds}-fold)" if math.isfinite(fit.cv_rel_rmse)
+              else f"none: no fold leaves more than {len(fit.features)} configurations to fit")
+        table = Table(title=f"{name}: R² {fit.r2:.3f}, cross-validated error {cv}, residual σ "
                       f"{_percent(fit.sigma) if fit.weighting == 'relative' else fit.sigma}",
                       title_justify="left")
         for column in ("feature", "coefficient", "± std. error", "unit"):
@@ -309,12 +319,16 @@ def _print_fit(models: EnergyModels) -> None:
         for feature in fit.dropped:
             table.add_row(feature, "–", "–", "no configuration reached it")
         console.print(table)
-    compare = Table(title="the models compared on the same configurations", title_justify="left")
-    for column in ("model", "R²", "cross-validated error"):
+    compare = Table(title="the energy models ranked by out-of-sample (cross-validated) error; "
+                    "predictions use the first", title_justify="left")
+    for column in ("rank", "model", "cross-validated error", "R² (in-sample)"):
         compare.add_column(column)
     for row in models.comparison():
-        compare.add_row(row["model"], f"{row['r2']:.3f}", _percent(row["cv_rel_rmse"]))
+        compare.add_row(str(row["rank"]), row["model"], _percent(row["cv_rel_rmse"]),
+                        f"{row['r2']:.3f}")
     console.print(compare)
+    if models.time_proportional:
+        console.print(f"[yellow]note:[/] {TIME_MODEL_NOTE}", highlight=False, soft_wrap=True)
     worst = sorted(models.points, key=lambda pt: -abs(pt["fitted_J"] / pt["measured_J"] - 1)
                    if pt["measured_J"] else 0)[:3]
     for pt in worst:
@@ -415,11 +429,13 @@ def _print_prediction(result: Prediction, models: EnergyModels) -> None:
            f"{scaled(result.time_high_s, 's')})" if result.time_source == "predicted" else ")"),
         highlight=False)
     for name, (mean, low, high) in result.naive.items():
-        console.print(f"naive {name}: {scaled(mean, 'J')} ({scaled(low, 'J')} – "
+        console.print(f"other model {name}: {scaled(mean, 'J')} ({scaled(low, 'J')} – "
                       f"{scaled(high, 'J')})", highlight=False)
     source = ", ".join(f"{k} {v}" for k, v in p.items() if k in ("sweep_id", "framework", "runs")
                        and not isinstance(v, list)) or f"runs {p.get('runs')}"
     console.print(f"model fitted on [bold]{escape(p['label'])}[/] energy ({escape(source)}, "
                   f"{models.memory_aware.n} configurations)", highlight=False)
-    for note in result.notes:
+    console.print(f"energy model: {result.model} (lowest cross-validated error)", highlight=False)
+    notes = [*result.notes, *([TIME_MODEL_NOTE] if models.time_proportional else [])]
+    for note in notes:
         console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)

@@ -1,12 +1,18 @@
 """Least-squares fits of energy (and time) on network features, with their uncertainty.
 
-`fit_linear` is one linear model through the origin, y = X·β, fitted by least squares:
+`fit_linear` is one linear model through the origin, y = X·β with β ≥ 0, fitted by non-negative
+least squares (scipy's `nnls`): every coefficient is a physical cost (joules per FLOP, per byte at a
+cache level, static watts; seconds per FLOP, per step), and a negative one would be a fit of the
+noise that predicts negative energy for some network. Fitting is by least squares:
 weighting "relative" (the default) assumes errors proportional to the value (a measured energy's
 spread grows with it, and sweep energies span orders of magnitude) and is fitted as weighted least
 squares with weights 1/ŷ² (ŷ from an ordinary fit, refined twice); "absolute" is ordinary least
 squares. Each fit keeps its coefficients with their covariance, R² (on the original scale),
-k-fold cross-validated error (relative RMS on held-out rows) and residuals: enough to predict with
-an interval (`LinearFit.interval`) and to compare models on the same data.
+k-fold cross-validated error (relative RMS on held-out rows), residuals and the range of each
+feature it was fitted on: enough to predict with an interval (`LinearFit.interval`), to flag an
+extrapolation, and to compare models on the same data. Models are ranked by their cross-validated
+(out-of-sample) error, never by R², which always favours the model with more terms; the best
+ranked energy model is the one `predict` uses.
 
 `fit_models` fits, on one sweep table, the memory-aware model of BUTTER-E
 
@@ -20,13 +26,15 @@ needs when the time of a new configuration is not known.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from fecomlite.model.features import run_features
+from fecomlite.sensors.estimate import PROCESS_MODEL
 
 MODEL_FORMAT = "fecomlite-energy-model/1"
 WEIGHTINGS = ("relative", "absolute")
@@ -58,6 +66,7 @@ class LinearFit:
     cv_folds: int
     y: np.ndarray
     fitted: np.ndarray
+    ranges: dict[str, tuple[float, float]] = field(default_factory=dict)  # feature -> (min, max)
 
     @property
     def n(self) -> int:
@@ -81,10 +90,21 @@ class LinearFit:
     def predict(self, values: dict[str, float]) -> float:
         return float(self.vector(values) @ self.coef)
 
+    def outside(self, values: dict[str, float]) -> list[str]:
+        """The features of `values` outside the range the fit saw (an extrapolation)."""
+        return [
+            f for f, (low, high) in self.ranges.items()
+            if f in values and not low * (1 - 1e-9) <= values[f] <= high * (1 + 1e-9)
+        ]
+
     def interval(
         self, values: dict[str, float], confidence: float = 0.9
     ) -> tuple[float, float, float, float]:
-        """(mean, low, high, sd) of a new observation: parameter and residual uncertainty."""
+        """(mean, low, high, sd) of a new observation: parameter and residual uncertainty.
+
+        With non-negative coefficients and features the mean is ≥ 0; the low end is cut at 0
+        (no energy or time is negative), so the interval always holds its point estimate.
+        """
         if not 0 < confidence < 1:
             raise FitError(f"confidence must be between 0 and 1, not {confidence}")
         x0 = self.vector(values)
@@ -94,7 +114,7 @@ class LinearFit:
         from scipy import stats  # here: scipy takes a second to import
 
         t = float(stats.t.ppf((1 + confidence) / 2, max(self.dof, 1)))
-        return mean, mean - t * sd, mean + t * sd, sd
+        return mean, max(mean - t * sd, 0.0), mean + t * sd, sd
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -103,6 +123,7 @@ class LinearFit:
             "std_errors": self.std_errors.tolist(), "sigma": self.sigma, "dof": self.dof,
             "weighting": self.weighting, "r2": self.r2, "cv_rel_rmse": self.cv_rel_rmse,
             "cv_folds": self.cv_folds, "y": self.y.tolist(), "fitted": self.fitted.tolist(),
+            "ranges": {f: list(r) for f, r in self.ranges.items()},
         }
 
     @classmethod
@@ -116,6 +137,7 @@ class LinearFit:
                 r2=float(data["r2"]), cv_rel_rmse=float(data["cv_rel_rmse"]),
                 cv_folds=int(data["cv_folds"]), y=np.asarray(data["y"], float),
                 fitted=np.asarray(data["fitted"], float),
+                ranges={f: (float(r[0]), float(r[1])) for f, r in data.get("ranges", {}).items()},
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise FitError(f"not a saved fit: {exc!r}") from exc
@@ -124,22 +146,26 @@ class LinearFit:
 def _solve(
     x: np.ndarray, y: np.ndarray, weighting: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(coef, weights, (XᵀWX)⁻¹) of a weighted least-squares fit.
+    """(coef, weights, (XᵀWX)⁻¹) of a weighted non-negative least-squares fit.
 
     Columns are scaled to unit RMS first (FLOPs ~1e12 next to seconds ~1), so that the solve and
-    the inverse see a well-conditioned matrix; the results are scaled back.
+    the inverse see a well-conditioned matrix; the results are scaled back. The inverse is the
+    unconstrained one: a coefficient held at 0 keeps the spread the data leave it (its upper
+    bound is honest, not a false certainty of exactly zero).
     """
+    from scipy.optimize import nnls  # here: scipy takes a second to import
+
     scale = np.sqrt(np.mean(x**2, axis=0))
     scale[scale == 0] = 1.0
     xs = x / scale
     weights = np.ones_like(y)
-    coef = np.linalg.lstsq(xs, y, rcond=None)[0]
+    coef = nnls(xs, y)[0]
     if weighting == "relative":
         for _ in range(_REWEIGHT_ROUNDS):
             fitted = xs @ coef
             ok = fitted > 0
-            weights = 1.0 / np.where(ok, fitted, y)  # a row the fit puts below 0 keeps its own
-            coef = np.linalg.lstsq(xs * weights[:, None], y * weights, rcond=None)[0]
+            weights = 1.0 / np.where(ok, fitted, y)  # a row the fit puts at 0 keeps its own
+            coef = nnls(xs * weights[:, None], y * weights)[0]
     xw = xs * weights[:, None]
     inverse = np.linalg.pinv(xw.T @ xw) / np.outer(scale, scale)
     return coef / scale, weights, inverse
@@ -158,6 +184,8 @@ def fit_linear(
         raise FitError(f"{name}: {x.shape} features for {y.size} rows and {len(features)} names")
     if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
         raise FitError(f"{name}: features and {target} must be finite numbers")
+    if np.any(x < 0):
+        raise FitError(f"{name}: features are counts and sizes, never negative")
     if weighting == "relative" and np.any(y <= 0):
         raise FitError(f"{name}: relative weighting needs positive {target} in every row "
                        f"({int(np.sum(y <= 0))} are ≤ 0); use absolute weighting")
@@ -180,8 +208,9 @@ def fit_linear(
     total = float(np.sum((y - y.mean()) ** 2))
     r2 = 1.0 - float(np.sum((y - fitted) ** 2)) / total if total > 0 else float("nan")
     cv, k = _cross_validate(x, y, weighting, folds)
+    ranges = {f: (float(x[:, i].min()), float(x[:, i].max())) for i, f in enumerate(names)}
     return LinearFit(name, target, names, dropped, coef, cov, sigma, dof, weighting, r2, cv, k,
-                     y, fitted)
+                     y, fitted, ranges)
 
 
 def _cross_validate(
@@ -223,20 +252,47 @@ class EnergyModels:
     def memory_aware(self) -> LinearFit:
         return self.fits["memory_aware"]
 
+    @property
+    def best_name(self) -> str:
+        """The energy model with the lowest cross-validated error (memory-aware on a tie or
+        when no model could be cross-validated)."""
+        return self.comparison()[0]["model"]
+
+    @property
+    def best(self) -> LinearFit:
+        return self.fits[self.best_name]
+
+    @property
+    def time_proportional(self) -> bool:
+        """Every energy domain is an estimate proportional to the process's CPU time: energy is
+        then time × a constant, and any energy model is a time model on this machine."""
+        domains = self.provenance.get("domains", {})
+        return bool(domains) and all(
+            meta.get("provenance") == "estimated" and meta.get("model") in TIME_PROPORTIONAL
+            for meta in domains.values()
+        )
+
     def comparison(self) -> list[dict[str, Any]]:
-        """Energy models side by side on the same rows (the time model is not one of them)."""
-        return [
+        """Energy models on the same rows, best first by cross-validated (out-of-sample) error;
+        the time model is not one of them."""
+        rows = [
             {"model": name, "features": fit.features, "r2": fit.r2,
              "cv_rel_rmse": fit.cv_rel_rmse, "n": fit.n}
             for name, fit in self.fits.items() if name in ENERGY_MODELS
         ]
+        rows.sort(key=lambda r: (math.isnan(r["cv_rel_rmse"]), r["cv_rel_rmse"],
+                                 ENERGY_MODELS.index(r["model"])))
+        for rank, row in enumerate(rows, 1):
+            row["rank"] = rank
+        return rows
 
     def to_json(self) -> dict[str, Any]:
         return {
             "format": MODEL_FORMAT, "target": self.target, "domain": self.domain,
             "levels": self.levels, "hierarchy": self.hierarchy, "provenance": self.provenance,
             "fits": {name: fit.to_json() for name, fit in self.fits.items()},
-            "comparison": self.comparison(), "points": self.points,
+            "comparison": self.comparison(), "best": self.best_name,
+            "time_proportional": self.time_proportional, "points": self.points,
             "breakpoints": [
                 {"level": lv["name"], "size_bytes": lv["size_bytes"]}
                 for lv in self.hierarchy.get("levels", []) if lv["size_bytes"] is not None
@@ -259,6 +315,13 @@ class EnergyModels:
 
 
 ENERGY_MODELS = ("memory_aware", "flops_only", "params_only")
+# estimation models whose energy is the process's CPU time × a constant power
+TIME_PROPORTIONAL = frozenset({PROCESS_MODEL})
+TIME_MODEL_NOTE = (
+    f"the energy is an estimate proportional to the process's CPU time (model {PROCESS_MODEL}): "
+    "on this machine the energy model is effectively a time model; its per-FLOP and per-byte "
+    "costs are time costs × one power, not measured energy"
+)
 
 
 def model_features(levels: Sequence[str]) -> dict[str, list[str]]:

@@ -1,10 +1,13 @@
 """Predicted energy of a network's training, with an interval and the data it rests on.
 
+The energy model used is the one ranked best by cross-validated error (`EnergyModels.best`).
 The memory-aware model needs the run's time. When it is not given, the time model fitted on the
 same sweep predicts it, and its uncertainty is added: var(E) = var(E | time) + s² · var(time),
 s the model's static power (the two fits' errors are treated as independent). Intervals are
 Student-t intervals of a new observation (`LinearFit.interval`): parameter and residual spread;
-a lower bound below zero is shown as zero (no energy or time is negative).
+a lower bound below zero is shown as zero (no energy or time is negative). With non-negative
+coefficients the point estimate is never negative, so the interval always holds it. A feature
+outside the range the fits saw is named in `extrapolated` (and in the notes).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import numpy as np
 
 from fecomlite.model.cache import MemoryHierarchy
 from fecomlite.model.features import ApiFeatures, StepFeatures, run_features
-from fecomlite.model.fit import EnergyModels, FitError
+from fecomlite.model.fit import ENERGY_MODELS, EnergyModels, FitError
 
 
 @dataclass
@@ -32,6 +35,8 @@ class Prediction:
     features: dict[str, float]
     naive: dict[str, tuple[float, float, float]]  # model -> (mean, low, high)
     provenance: dict[str, Any]
+    model: str = "memory_aware"
+    extrapolated: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -41,7 +46,8 @@ class Prediction:
             "time_high_s": self.time_high_s, "time_source": self.time_source,
             "features": self.features,
             "naive": {k: list(v) for k, v in self.naive.items()},
-            "provenance": self.provenance, "notes": self.notes,
+            "provenance": self.provenance, "model": self.model,
+            "extrapolated": self.extrapolated, "notes": self.notes,
         }
 
 
@@ -61,7 +67,7 @@ def predict(
     for level in levels - set(step.bytes_by_level):
         values[f"bytes_{level}"] = 0.0
     notes = _notes(models, step, values)
-    memory = models.memory_aware
+    memory = models.best
     if time_s is None:
         t_mean, t_low, t_high, t_sd = models.fits["time"].interval(values, confidence)
         source = "predicted"
@@ -81,11 +87,15 @@ def predict(
     t = float(stats.t.ppf((1 + confidence) / 2, max(memory.dof, 1)))
     naive = {
         name: models.fits[name].interval(values, confidence)[:3]
-        for name in ("flops_only", "params_only")
+        for name in ENERGY_MODELS if name != models.best_name
     }
-    naive = {name: (m, max(lo, 0.0), hi) for name, (m, lo, hi) in naive.items()}
+    outside = sorted({*memory.outside(values),
+                      *(models.fits["time"].outside(values) if source == "predicted" else [])})
+    if outside:
+        notes.append(f"outside the fitted range in {', '.join(outside)}: an extrapolation")
     return Prediction(mean, max(mean - t * sd, 0.0), mean + t * sd, confidence, t_mean,
-                      max(t_low, 0.0), t_high, source, values, naive, models.provenance, notes)
+                      max(t_low, 0.0), t_high, source, values, naive, models.provenance,
+                      models.best_name, outside, notes)
 
 
 def predict_call(
@@ -115,9 +125,4 @@ def _notes(models: EnergyModels, step: StepFeatures, values: dict[str, float]) -
             notes.append(f"{feature.removeprefix('bytes_')}: this network's working set reaches "
                          "a level no fitted configuration reached; its cost is not in the model "
                          "(the prediction is too low by that much)")
-    for feature in ("flops", "steps"):
-        seen = [p.get(feature) for p in models.points if p.get(feature) is not None]
-        if seen and not min(seen) / 2 <= values[feature] <= max(seen) * 2:
-            notes.append(f"{feature} {values[feature]:.3g} is far outside the fitted range "
-                         f"{min(seen):.3g}–{max(seen):.3g}: an extrapolation")
     return notes

@@ -46,6 +46,9 @@ REGION_SITE = "region:train"
 SWEEP_KIND = "sweep"
 CONFIG_KIND = "sweep-config"
 PROCESS_DOMAIN = "cpu-process"
+# one attribution method for every configuration: a training region is one long call that
+# covers the sensor's intervals, which overlap attribution charges whole
+SWEEP_METHOD = "overlap"
 
 
 @dataclass(frozen=True)
@@ -164,9 +167,19 @@ def feature_columns(config: NetworkConfig, hierarchy: MemoryHierarchy) -> dict[s
     return row
 
 
-def measured_columns(store: Store, run_id: int) -> tuple[dict[str, Any], dict[str, Any]]:
+def measured_columns(
+    store: Store, run_id: int, method: str = SWEEP_METHOD
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(columns, domains) of a finished configuration run: the training region's time and
     energy per domain (mean and σ over repetitions), and each domain's provenance and model.
+
+    Every configuration of a sweep is attributed with the same `method` (named in the column
+    `attribution_method`): `auto` may pick intensity for one configuration and overlap for the
+    next, and energies of the two are not comparable. An energy not above its uncertainty
+    (2σ: attribution and repetitions) is not a number: `energy_J_<d>` is empty and
+    `energy_J_<d>_below` holds the bound it is below. `power_W_<d>` (energy ÷ time) is checked
+    against the mean of the domain's own samples over the region (`sampled_W_<d>`, above idle):
+    `power_check_<d>` is "ok" or says by how much they differ.
 
     Where CPU power is estimated the run also has the domain `cpu-process` (the server's
     est:cpu-process sensor, model process-cpu-share): machine-wide utilisation counts every
@@ -175,7 +188,7 @@ def measured_columns(store: Store, run_id: int) -> tuple[dict[str, Any], dict[st
     """
     from fecomlite.analysis import ADDITIVE_DOMAINS, analyse_run
 
-    analysis = analyse_run(store, run_id, compare_levels=False)
+    analysis = analyse_run(store, run_id, method, compare_levels=False)
     spans = store.db.execute(
         "SELECT e.t_start_ns, e.t_end_ns FROM events e JOIN sites s ON s.id = e.site_id "
         "WHERE e.run_id=? AND s.key=? ORDER BY e.rep", (run_id, REGION_SITE)).fetchall()
@@ -183,30 +196,113 @@ def measured_columns(store: Store, run_id: int) -> tuple[dict[str, Any], dict[st
     if site is None or not spans:
         return {"status": "no training region measured"}, {}
     durations = [(b - a) / 1e9 for a, b in spans]
+    time_s = _mean(durations)
     columns: dict[str, Any] = {
-        "repetitions": len(spans), "time_s": _mean(durations), "time_s_std": _std(durations),
+        "repetitions": len(spans), "time_s": time_s, "time_s_std": _std(durations),
+        "attribution_method": method,
     }
+    used = sorted({info["method"] for info in analysis.domains if info.get("method")})
+    if used and used != [method]:
+        columns["attribution_method"] = f"{method} (fell back to {'+'.join(used)})"
+    sensors = {s["name"]: s for s in store.sensors(run_id)}
     domains: dict[str, Any] = {}
+    raw: dict[str, tuple[float, float]] = {}
     for info in analysis.domains:
         d = info["domain"]
         energy = site["energy"].get(d)
         if energy is None:
             continue
         per_rep = [e for e in energy["per_rep_J"] if e is not None and math.isfinite(e)]
-        columns[f"energy_J_{d}"] = _mean(per_rep)
+        mean, spread = _mean(per_rep), _std(per_rep) or 0.0
+        if mean is None:
+            continue
+        sensor = sensors.get(info["sensor"])
+        readings = _region_readings(store, sensor, spans) if sensor else []
+        # the readings' own scatter over the region: what a flat idle baseline does not know of
+        scatter = (_std(readings) or 0.0) / math.sqrt(len(readings)) * time_s if readings else 0.0
+        sigma = math.sqrt(_finite(energy.get("uncertainty_J")) ** 2 + scatter**2
+                          + spread**2 / len(per_rep))
+        raw[d] = (mean, sigma)
+        columns.update(_energy_columns(d, mean, sigma))
         columns[f"energy_J_{d}_std"] = _std(per_rep)
         columns[f"idle_W_{d}"] = info["idle_W"]
+        if columns[f"energy_J_{d}"] is None:
+            columns[f"power_check_{d}"] = "energy below resolution"
+        elif sensor is not None and time_s:
+            columns.update(_power_check(readings, _finite(sensor.get("period_s")), d,
+                                        mean / time_s, sigma / time_s, info["idle_W"], time_s))
         domains[d] = {
             "provenance": info["provenance"], "model": info["model"], "sensor": info["sensor"],
             "additive": d in ADDITIVE_DOMAINS or d.startswith("gpu:"),
         }
     additive = [d for d, meta in domains.items() if meta["additive"]]
-    columns["energy_J_all"] = sum(columns[f"energy_J_{d}"] for d in additive) if additive else None
+    if additive:
+        columns.update(_energy_columns(
+            "all", sum(raw[d][0] for d in additive),
+            math.sqrt(sum(raw[d][1] ** 2 for d in additive))))
+    else:
+        columns["energy_J_all"] = None
     columns["provenance"] = "; ".join(
         f"{d}: {m['provenance']}" + (f" ({m['model']})" if m["model"] else "")
         for d, m in sorted(domains.items())
     )
     return columns, domains
+
+
+def _energy_columns(domain: str, mean: float, sigma: float) -> dict[str, Any]:
+    """The energy, or (not above 2σ, never negative) empty with the bound it is below."""
+    if mean > 2 * sigma and mean > 0:
+        return {f"energy_J_{domain}": mean, f"energy_J_{domain}_sigma": sigma}
+    return {f"energy_J_{domain}": None, f"energy_J_{domain}_sigma": sigma,
+            f"energy_J_{domain}_below": max(2 * sigma, abs(mean))}
+
+
+def _region_readings(
+    store: Store, sensor: dict[str, Any], spans: Sequence[tuple[int, int]]
+) -> list[float]:
+    """The sensor's power readings inside the region's spans (a counter's are differenced)."""
+    values: list[float] = []
+    for start, end in spans:
+        rows = store.db.execute(
+            "SELECT t_ns, value FROM samples WHERE sensor_id=? AND t_ns>? AND t_ns<=? "
+            "ORDER BY t_ns", (sensor["id"], start, end)).fetchall()
+        if sensor["kind"] == "power":
+            values += [float(v) for _, v in rows]
+        elif len(rows) >= 2:
+            values += [(b[1] - a[1]) / ((b[0] - a[0]) / 1e9)
+                       for a, b in itertools.pairwise(rows) if b[0] > a[0]]
+    return values
+
+
+def _power_check(
+    readings: Sequence[float], period_s: float, domain: str, implied_W: float, sigma_W: float,
+    idle_W: float, region_s: float,
+) -> dict[str, Any]:
+    """The implied mean power (energy ÷ time) against the mean of the readings inside the
+    region, both above idle; a region under two sensor periods is not resolved."""
+    out: dict[str, Any] = {f"power_W_{domain}": implied_W}
+    if not readings:
+        out[f"power_check_{domain}"] = "no samples inside the region"
+        return out
+    sampled = sum(readings) / len(readings) - _finite(idle_W)
+    out[f"sampled_W_{domain}"] = sampled
+    if region_s < 2 * period_s:
+        out[f"power_check_{domain}"] = (
+            f"not resolved: the region ({region_s:.3g} s) is under two sensor periods "
+            f"({period_s:.3g} s)")
+        return out
+    # a reading's interval straddles each end of the region: allow that much, 2σ and 10 %
+    slack = 2 * sigma_W + (0.1 + period_s / region_s) * abs(sampled)
+    if abs(implied_W - sampled) <= slack:
+        out[f"power_check_{domain}"] = "ok"
+    else:
+        out[f"power_check_{domain}"] = (
+            f"implied {implied_W:.3g} W against {sampled:.3g} W in the samples")
+    return out
+
+
+def _finite(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
 
 
 def default_domain(domains: dict[str, dict[str, Any]]) -> tuple[str, str]:
@@ -256,6 +352,7 @@ class SweepResult:
 def run_sweep(
     client: ServerClient, grid: SweepGrid, settings: RunSettings, *, home: Path,
     framework: str = "keras",
+    method: str = SWEEP_METHOD,
     csv_path: Path | None = None,
     on_config: Callable[[int, int, NetworkConfig], None] = lambda i, n, config: None,
 ) -> SweepResult:
@@ -292,7 +389,7 @@ def run_sweep(
                    "run_id": outcome.run_id, "status": outcome.status}
             if outcome.status == "finished":
                 with Store(client.store_path) as store:
-                    measured, found = measured_columns(store, outcome.run_id)
+                    measured, found = measured_columns(store, outcome.run_id, method)
                 row.update(measured)
                 domains.update(found)
             rows.append(row)
@@ -307,7 +404,8 @@ def run_sweep(
             machine = store.run(rows[0]["run_id"])["machine"] if rows else {}
         table = {
             "format": SWEEP_FORMAT, "sweep_id": sweep_id, "framework": framework,
-            "grid": grid.to_json(), "hierarchy": hierarchy.to_json(), "domains": domains,
+            "attribution_method": method, "grid": grid.to_json(),
+            "hierarchy": hierarchy.to_json(), "domains": domains,
             "gpu_hierarchies": gpu_hierarchies(machine),
             "measured_at": "project level, training region (region:train) only",
             "rows": rows, "csv": str(write_csv(rows, csv_path)),

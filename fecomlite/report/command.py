@@ -1,4 +1,5 @@
-"""`fecomlite report`: one run's per-API energy and memory report, or two runs compared."""
+"""`fecomlite report`: one run's per-API energy and memory report, two runs compared, or more
+runs side by side (`fecomlite.report.runs`)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,16 @@ def report_command(
     runs: Annotated[
         list[int] | None,
         typer.Argument(help="Run id. None: the latest run. Two: compare RUN_A (before) with "
-                            "RUN_B (after).", metavar="RUN", show_default=False),
+                            "RUN_B (after). Three or more: the runs side by side.",
+                       metavar="RUN", show_default=False),
+    ] = None,
+    every: Annotated[
+        bool, typer.Option("--all", help="Every finished run side by side.")
+    ] = False,
+    where: Annotated[
+        list[str] | None,
+        typer.Option(help="Only runs where KEY=VALUE (a hyperparameter, setting or run field); "
+                          "repeatable. Lists the runs side by side.", show_default=False),
     ] = None,
     out: Annotated[
         Path | None,
@@ -66,16 +76,20 @@ def report_command(
 
     chosen = [f.value for f in formats] if formats else list(FORMATS)
     runs = list(runs or [])
-    if len(runs) > 2:
-        raise typer.BadParameter("give at most two runs (two are compared)", param_hint="RUN")
     try:
         with Store(store or default_store_path(), create=False) as db:
-            if not runs:
-                runs = [db.latest_run_id()]
-            if len(runs) == 1:
+            if len(runs) > 2 or every or where:
+                from fecomlite.report.runs import runs_report, select_runs, write_runs
+
+                ids = select_runs(db, runs, every=every, where=where or ())
+                folder = out or Path("reports") / f"runs-{ids[0]}-{ids[-1]}"
+                fixed = "overlap" if method == "auto" else method  # one method for every run
+                written = write_runs(runs_report(db, ids, fixed), folder, chosen)
+            elif len(runs) < 2:
+                run_id = runs[0] if runs else db.latest_run_id(("instrumented", "watch", "sweep"))
                 intensity = carbon.resolve(carbon_intensity, region, pue)
-                report = build_report(db, runs[0], method, intensity=intensity)
-                folder = out or Path("reports") / str(runs[0])
+                report = build_report(db, run_id, method, intensity=intensity)
+                folder = out or Path("reports") / str(run_id)
                 written = write_report(report, folder, chosen)
             else:
                 a, b, notes = analyse_pair(db, runs[0], runs[1], method)

@@ -22,7 +22,13 @@ from fecomlite.analysis import RunAnalysis
 from fecomlite.model.cache import MemoryHierarchy
 from fecomlite.model.command import MODEL_RESULT
 from fecomlite.model.features import FeatureError, api_kind, training_step
-from fecomlite.model.fit import EnergyModels, FitError, LinearFit, target_energy
+from fecomlite.model.fit import (
+    TIME_MODEL_NOTE,
+    EnergyModels,
+    FitError,
+    LinearFit,
+    target_energy,
+)
 from fecomlite.model.network import ConfigError, NetworkConfig
 from fecomlite.model.predict import predict, predict_call
 from fecomlite.model.recorded_shapes import features_from_shapes
@@ -72,9 +78,10 @@ def sweep_section(store: Store, sweep_id: int) -> ModelSection:
         "coefficients": coefficient_rows(fit),
         "comparison": [
             {"model": c["model"], "r2": _fixed(c["r2"]), "cv": _percent(c["cv_rel_rmse"]),
-             "n": c["n"], "features": ", ".join(c["features"])}
+             "n": c["n"], "features": ", ".join(c["features"]), "rank": c["rank"]}
             for c in models.comparison()
         ],
+        "best": models.best_name,
         "r2": _fixed(fit.r2), "cv": _percent(fit.cv_rel_rmse), "folds": fit.cv_folds,
         "sigma": _percent(fit.sigma) if fit.weighting == "relative" else _g(fit.sigma),
         "breakpoints": [{"level": b["level"], "size": units.scaled(b["size_bytes"], "B")}
@@ -352,6 +359,7 @@ def _about(models: EnergyModels) -> dict[str, Any]:
                                            if d.get("model")})) or None,
         "levels": ", ".join(models.levels),
         "hierarchy_source": str(models.hierarchy.get("source", "")),
+        "time_model_note": TIME_MODEL_NOTE if models.time_proportional else "",
     }
 
 
