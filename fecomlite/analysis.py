@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from fecomlite import attribution as at
+from fecomlite.batch_codec import PROJECT_SITE
 from fecomlite.calibration import KIND as CALIBRATION_KIND
 from fecomlite.calibration import fit_groups
 from fecomlite.distributed.devices import (
@@ -133,6 +134,21 @@ def _events(store: Store, run_id: int) -> dict[str, np.ndarray]:
     for i, c in ((7, "in_bytes"), (8, "out_bytes")):
         out[c] = np.where(arr[:, i] < 0, np.nan, arr[:, i].astype(float))
     return out
+
+
+def _program_on_main_thread(ev: dict[str, np.ndarray], program: np.ndarray) -> np.ndarray:
+    """Thread ids with each project-level `<program>` event moved onto its process's main thread.
+
+    The server stores that event with thread 0; left there it would count as a second thread
+    running beside the calls the program records itself (regions, a sweep's training), and
+    overlap would give them only half of their intervals. The main thread is the one of the
+    process's first other event in that repetition (the script's own thread)."""
+    tid = ev["tid"].copy()
+    for i in np.flatnonzero(program):
+        inside = ~program & (ev["pid"] == ev["pid"][i]) & (ev["rep"] == ev["rep"][i])
+        if inside.any():  # events are in start order: the first is the main thread's
+            tid[i] = ev["tid"][np.flatnonzero(inside)[0]]
+    return tid
 
 
 def _threads(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
@@ -339,7 +355,9 @@ def analyse_run(
     fit_of = fit_of_api[api_of]
     replay = np.array([s["kind"] == CALIBRATION_KIND for s in sites], bool)[site_of] if n else (
         np.zeros(0, bool))
-    thread = _threads(ev["pid"], ev["tid"])
+    program = np.array([s["api"] == PROJECT_SITE for s in sites], bool)[site_of] if n else (
+        np.zeros(0, bool))
+    thread = _threads(ev["pid"], _program_on_main_thread(ev, program))
     parent, depth = at.nesting(t0, t1, thread)
 
     calls: dict[str, Any] = {

@@ -52,6 +52,10 @@ _INT_RANGES = {
 }
 _TEXT_FIELDS = ("device", "job")  # a distributed process's device ("gpu:N", "cpu") and job id
 
+# The site of a project-level run's one event: the whole program process, stored by the server
+# (thread 0) around the calls the program itself records (regions, a sweep's training).
+PROJECT_SITE = "<program>"
+
 
 class BatchError(ValueError):
     """A batch body that is not in this format."""

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from fecomlite.server.client import ServerClient
 
 PROBE_IMPORT = "import fecomlite.probe as __fecomlite__"
-PROJECT_SITE = "<program>"
+PROJECT_SITE = batch_codec.PROJECT_SITE
 PUMP_DRAIN_S = 5.0  # how long output may still come after the program exited
 TAIL_STEP_S = 0.5  # the tail is checked against the baseline this often (the writer's period)
 MAX_LOOKBACK_S = 60.0  # how far back a gate may look at a machine left alone

@@ -344,3 +344,30 @@ def test_the_programs_own_cpu_share_is_above_idle_and_never_added(tmp_path):
     row = api_row(result, "torch.matmul")
     assert row["energy"]["cpu-process"]["above_idle_J"] > 0
     assert "cpu-process" not in row["all_domains"]["domains"]
+
+
+def test_calls_inside_a_project_level_program_nest_under_it(tmp_path):
+    """The server stores `<program>` on thread 0; a region the program records on its own thread
+    lies inside it, so it takes all of its intervals' energy (it used to get half: two threads)."""
+    with Store(tmp_path / "s.sqlite") as store:
+        run_id = store.create_run(program="sweep.py", level="project", idle={})
+        sensor = store.add_sensor(
+            run_id, name="est:cpu-process", domain="cpu-process", unit="W", kind="power",
+            provenance="estimated", model="process-cpu-share", period_s=0.1)
+        start, end = 1_000 * MS, 11_000 * MS
+        grid = np.arange(start, end + 2_000 * MS, 100 * MS)
+        store.add_samples([(sensor, int(t), 2.0) for t in grid])  # 2 W throughout
+        store.upsert_repetition(run_id, 1, t_start_ns=start, t_end_ns=end,
+                                tail_end_ns=end + 2_000 * MS, exit_code=0)
+        for site, t0, t1, tid in (("region:train", 3_000 * MS, 9_000 * MS, 7),
+                                  ("<program>", start, end, 0)):
+            store.add_batch(run_id, {"sites": [site], "rep": 1, "pid": 4242}, {
+                "site": np.array([0]), "t_start_ns": np.array([t0]),
+                "t_end_ns": np.array([t1]), "tid": np.array([tid], np.uint64),
+                "status": np.zeros(1, np.uint8), "in_bytes": np.full(1, -1),
+                "out_bytes": np.full(1, -1)})
+        result = an.analyse_run(store, run_id, method="overlap")
+    region = api_row(result, "region:train")["energy"]["cpu-process"]
+    program = api_row(result, "<program>")["energy"]["cpu-process"]
+    assert region["above_idle_J"] == pytest.approx(2.0 * 6.0, rel=0.02)
+    assert program["above_idle_J"] == pytest.approx(2.0 * 10.0, rel=0.02)  # inclusive
