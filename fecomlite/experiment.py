@@ -22,6 +22,7 @@ from typing import Any
 
 from fecomlite import batch_codec
 from fecomlite.instrument.project import instrument_path
+from fecomlite.layers import layer_env
 from fecomlite.server.client import ServerClient
 from fecomlite.settings import RunSettings
 
@@ -307,7 +308,7 @@ class OpenRun:
             self.sync,
             spool,
             self.datasize,
-            extra_env,
+            {**layer_env(self.settings), **(extra_env or {})},
         )
         client.rep_start(run_id, rep, extra=extra or {})
         t0 = time.monotonic_ns()

@@ -259,6 +259,11 @@ elif _native is not None:
 else:
     call = _python_call
 
+if os.environ.get("FECOMLITE_TRACE_LAYERS") == "1":  # `run --trace-layers` (fecomlite.layers)
+    from fecomlite import layers as _layers
+
+    _layers.start(record, _capture.gpu_sync if _config.sync else None)
+
 _start_flusher()
 atexit.register(flush)
 os.register_at_fork(after_in_child=_after_fork_in_child)

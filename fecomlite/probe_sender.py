@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from fecomlite import batch_codec
@@ -26,6 +26,9 @@ POST_TIMEOUT_S = 2.0
 
 class Sender:
     """One per process: posts batches over a kept-alive loopback connection, else spools."""
+
+    # header field -> what to send in it now ({} = nothing); e.g. "layers" (fecomlite.layers)
+    extra_headers: ClassVar[dict[str, Callable[[], dict[str, Any]]]] = {}
 
     def __init__(self, config: Any) -> None:
         self.config = config
@@ -62,9 +65,10 @@ class Sender:
         with self._lock:
             names, *columns = drain()
             shapes = self._take_shapes()
-            if not names and not self.hyperparams and not shapes:
+            extra = {k: v for k, take in self.extra_headers.items() if (v := take())}
+            if not names and not self.hyperparams and not shapes and not extra:
                 return
-            meta: dict[str, Any] = {"rep": self.config.rep, "pid": os.getpid()}
+            meta: dict[str, Any] = {"rep": self.config.rep, "pid": os.getpid(), **extra}
             if self.hyperparams:
                 meta["hyperparams"] = self.hyperparams
                 self.hyperparams = {}

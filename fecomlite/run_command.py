@@ -69,6 +69,13 @@ def run_command(
     show_output: Annotated[
         bool, typer.Option(help="Show the program's output instead of logging it.")
     ] = False,
+    trace_layers: Annotated[
+        bool | None,
+        typer.Option(
+            "--trace-layers/--no-trace-layers",
+            help="Time each framework layer (forward, PyTorch backward) inside calls.",
+        ),
+    ] = None,
 ) -> None:
     """Run SCRIPT under the measurement server and store per-call energy and memory."""
     if not script.is_file():
@@ -87,6 +94,7 @@ def run_command(
                 "gate_max_wait_s": gate_max_wait,
                 "sync": sync,
                 "params": dict(_key_value(p) for p in param) if param else None,
+                "trace_layers": trace_layers,
             },
         )
         fraction_list = datasize_analysis.parse_fractions(fractions) if datasize else []

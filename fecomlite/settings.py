@@ -37,6 +37,7 @@ class RunSettings:
     gpu_power_cv_max: float = 0.01
     sync: str = "auto"  # GPU synchronisation at probe boundaries: auto | on | off
     params: dict[str, str] = dataclasses.field(default_factory=dict)  # hyperparameters by hand
+    trace_layers: bool = False  # time each framework layer inside calls (fecomlite.layers)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from fecomlite.layers import facts as layer_facts
+
 SCHEMA_VERSION = 1
 MAX_SHAPE_VARIANTS = 8  # distinct argument shapes kept per call site
 
@@ -326,6 +328,12 @@ class Store:
                 self._merge_hyperparams(run_id, header["hyperparams"])
             if isinstance(header.get("shapes"), dict) and header["shapes"]:
                 self._merge_shapes(run_id, header["shapes"])
+            if isinstance(header.get("layers"), dict) and header["layers"]:  # fecomlite.layers
+                self.put_result(
+                    run_id,
+                    "layers",
+                    layer_facts.merge(self.result(run_id, "layers") or {}, header["layers"]),
+                )
         return len(in_bytes)
 
     def _merge_shapes(self, run_id: int, shapes: dict[str, Any]) -> None:
@@ -382,4 +390,4 @@ def _site_from_key(key: str) -> dict[str, Any]:
     """A site the manifest does not know (a region, or a probe without manifest)."""
     if key.startswith("region:"):
         return {"api": key, "written": key[7:], "kind": "region"}
-    return {"api": key}
+    return layer_facts.site_row(key) or {"api": key}
