@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from fecomlite.analysis import RunAnalysis, analyse_run, mean_ci95
+from fecomlite.report import layers as layer_report
 from fecomlite.report import tables, units
 from fecomlite.report.model_section import model_section
 from fecomlite.report.palette import SERIES_COLORS, domain_color, domain_name
@@ -46,6 +47,7 @@ def build_report(store: Store, run_id: int, method: str = "auto",
                  analysis: RunAnalysis | None = None) -> Report:
     """Analyse run `run_id` (unless `analysis` is given) and gather everything the report shows."""
     a = analysis or analyse_run(store, run_id, method)
+    layer_notes = layer_report.annotate(a, store.result(run_id, "layers") or {})  # --trace-layers
     timeline = TimelineBuilder(store, a)
     datasize = store.result(run_id, "datasize")
     gpu_mem = tables.has_gpu_memory(a.apis)
@@ -88,8 +90,9 @@ def build_report(store: Store, run_id: int, method: str = "auto",
         "tails": [{"key": f"tail-{i}", "title": c["title"]} for i, c in enumerate(tails)],
         "notes": a.notes,
         "method": a.method,
+        "layers": {"tree": layer_report.tree(a), "notes": layer_notes},
     }
-    report_json = {"format": 1, **a.to_json(), "datasize": datasize}
+    report_json = {"format": 1, **a.to_json(), "datasize": datasize, "layer_notes": layer_notes}
     return Report(run_id, a, context, charts, report_json, a.tables_csv())
 
 
