@@ -30,8 +30,10 @@ TORCH_PROGRAM = """
             super().__init__()
             layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
             self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
-            self.body = torch.compile(nn.Sequential(nn.Linear(16, 16), nn.ReLU()),
-                                      backend="aot_eager")
+            self.body = torch.compile(
+                nn.Sequential(nn.Linear(16, 16), nn.GELU(), nn.Linear(16, 16)),
+                backend="aot_eager",
+            )
             self.head = nn.Linear(16, 3)
             self.act = nn.ReLU(inplace=True)
 
@@ -64,22 +66,21 @@ KERAS_PROGRAM = """
             return x * self.w
 
 
-    def make(name, eager):
+    def graph():
         inp = keras.Input((8,))
         h = keras.layers.Dense(16, activation="relu", name="dense_1")(inp)
         h = Scale(name="scale")(h)
-        out = keras.layers.Dense(1, name="out")(h)
-        model = keras.Model(inp, out, name=name)
-        model.compile(optimizer="sgd", loss="mse", run_eagerly=eager)
-        return model
+        return inp, keras.layers.Dense(1, name="out")(h)
 
 
     keras.utils.set_random_seed(0)
     x = np.random.rand(64, 8).astype("float32")
     y = np.random.rand(64, 1).astype("float32")
-    eager_model = make("eager_model", True)
+    eager_model = keras.Model(*graph(), name="eager_model")
+    eager_model.compile(optimizer="sgd", loss="mse", run_eagerly=True)
     eager_model.fit(x, y, epochs=2, batch_size=16, verbose=0)
-    graph_model = make("graph_model", False)
+    graph_model = keras.Model(*graph(), name="graph_model")
+    graph_model.compile(optimizer="sgd", loss="mse")
     graph_model.fit(x, y, epochs=2, batch_size=16, verbose=0)
     print("eager", round(float(eager_model.evaluate(x, y, verbose=0)), 4))
     print("graph", round(float(graph_model.evaluate(x, y, verbose=0)), 4))

@@ -35,6 +35,7 @@ class KerasTracer:
         import tensorflow as tf  # the backend imported it already
 
         self.eager = tf.executing_eagerly
+        self.symbolic_type = self.keras.KerasTensor
         layer_type = self.keras.layers.Layer
         original = layer_type.__call__
 
@@ -47,7 +48,7 @@ class KerasTracer:
     def call(self, original: Any, layer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """`original(layer, *args, **kwargs)`, timed when eager and not the outermost layer."""
         stack = self._stack()
-        frame = safely(self._open, stack, layer)
+        frame = safely(self._open, stack, layer, args, kwargs)
         if frame is None:
             return original(layer, *args, **kwargs)
         t0 = _now()
@@ -65,7 +66,15 @@ class KerasTracer:
             stack = self.local.stack = []
         return stack
 
-    def _open(self, stack: list[tuple[Any, str, str, bool]], layer: Any) -> tuple[Any, ...]:
+    def _open(
+        self,
+        stack: list[tuple[Any, str, str, bool]],
+        layer: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> tuple[Any, ...] | None:
+        if self._symbolic(args, kwargs):  # building a functional model: nothing runs
+            return None
         eager = bool(self.eager())
         if stack:
             _, model, parent_path, _ = stack[-1]
@@ -102,6 +111,13 @@ class KerasTracer:
             params=self._count(layer),
             output_bytes_max=None if raised else nbytes_of((result,), {}),
         )
+
+    def _symbolic(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        for value in (*args, *kwargs.values()):
+            items = value if isinstance(value, (list, tuple)) else (value,)
+            if any(isinstance(v, self.symbolic_type) for v in items):
+                return True
+        return False
 
     def _count(self, layer: Any) -> int | None:
         n = self.params.get(id(layer))

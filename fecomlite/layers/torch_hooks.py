@@ -3,18 +3,21 @@ autograd graph hooks.
 
 Forward: a global forward pre-hook opens a frame and a global forward hook (`always_call`, so it
 runs when the forward raises too) closes it and records `layer:` for every module but the
-outermost one (that is the user's own call, already a probe event). Tensors the forward saves
-for backward are counted through `saved_tensors_hooks` (identity pack/unpack): the activation
-memory a layer adds. Backward: on each output's gradient node a pre-hook marks when the
-gradient reaches the layer; on its inputs' nodes and its own parameters' accumulators a hook
-marks when it left; at the end of the backward pass (an engine callback) each layer's span is
-widened to contain its children's and recorded as `layer-backward:`. No hook is put on a tensor
-(so nothing changes how the user's tensors are saved or printed) and no module is wrapped (full
-backward hooks would make `ReLU(inplace=True)` after a hooked module raise).
+outermost one (that is the user's own call, already a probe event). On a layer's first calls,
+the tensors its forward left in the autograd graph for backward are counted by walking the graph
+(`saved_bytes`): the activation memory a layer adds. (`saved_tensors_hooks` would be cheaper, but
+it turns off autograd's check for tensors modified in place after being saved: a program that
+raises there would compute wrong gradients instead.)
+
+Backward: on each output's gradient node a pre-hook marks when the gradient reaches the layer;
+on its inputs' nodes and its own parameters' accumulators a hook marks when it left; at the end
+of the backward pass (an engine callback) the spans are made to nest (`nest`) and recorded as
+`layer-backward:`. No hook is put on a tensor (so nothing changes how the user's tensors are
+saved or printed) and no module is wrapped (full backward hooks would make
+`ReLU(inplace=True)` after a hooked module raise).
 
 `torch.compile`d modules run as one unit: the hooks do nothing while Dynamo traces
-(`torch.compiler.is_compiling()` is constant there, so no graph break), and no saved-tensor hook
-is pushed inside a compiled module.
+(`torch.compiler.is_compiling()` is constant there, so no graph break).
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ from time import monotonic_ns as _now
 from typing import Any
 
 from fecomlite.layers import Record, facts
+
+SAMPLED_CALLS = 3  # calls of each layer whose saved-for-backward bytes are counted
+MAX_NODES = 10_000  # graph nodes one count visits at most
 
 
 @dataclass
@@ -50,8 +56,6 @@ class _Frame:
     site: str
     t0: int
     inputs: list[Any]
-    saved: dict[int, int] = field(default_factory=dict)  # storage pointer -> bytes
-    hooks: Any = None  # the saved_tensors_hooks context pushed for this frame
     backward: _Backward | None = None
     compiled: bool = False  # a torch.compile'd module, or inside one
     silent: bool = False  # inside a compiled unit: not an event of its own
@@ -68,8 +72,10 @@ class TorchTracer:
         self.tensor = torch.Tensor
         self.param_ptrs: dict[int, set[int]] = {}
         self.counts: dict[int, int] = {}
+        self.sampled: dict[str, int] = {}
         self.names: dict[int, dict[int, str]] = {}
-        self.begun: list[_Backward] = []
+        self.begun: list[_Backward] = []  # spans of the backward pass `task` so far
+        self.task: int | None = None
         self.lock = threading.Lock()
         compiled = getattr(getattr(torch, "_dynamo", None), "eval_frame", None)
         self.compiled_type = getattr(compiled, "OptimizedModule", ())
@@ -130,9 +136,6 @@ class TorchTracer:
             frame.backward = _Backward(
                 facts.site_key(facts.BACKWARD, model, path, cls), up, len(stack)
             )
-            if not frame.compiled:
-                frame.hooks = self.torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
-                frame.hooks.__enter__()
         stack.append(frame)
         if self.sync is not None:
             self.sync()
@@ -147,19 +150,15 @@ class TorchTracer:
             self.sync()
             t1 = _now()
         frame = stack.pop()
-        if frame.hooks is not None:
-            frame.hooks.__exit__(None, None, None)
         parent = stack[-1] if stack else None
         if parent is not None and not frame.silent:
             raised = output is None and sys.exc_info()[0] is not None
             self.record(frame.site, frame.t0, t1, raised)
-            for ptr, size in frame.saved.items():
-                parent.saved.setdefault(ptr, size)
             facts.TABLE.update(
                 frame.site,
                 params=self._count(module),
                 compiled=frame.compiled or None,
-                saved_bytes_max=sum(frame.saved.values()),
+                saved_bytes_max=self._sampled_saved_bytes(frame, output),
                 output_bytes_max=_nbytes(output, self.tensor),
             )
         if output is not None and parent is not None and frame.backward is not None:
@@ -185,23 +184,23 @@ class TorchTracer:
             n = self.counts[id(module)] = sum(p.numel() for p in module.parameters())
         return n
 
-    def _pack(self, tensor: Any) -> Any:
-        stack = self._stack()
-        if stack:
-            frame = stack[-1]
-            storage = tensor.untyped_storage()
-            ptr = storage.data_ptr()
-            if ptr not in self._weights(frame.module) and ptr not in frame.saved:
-                frame.saved[ptr] = storage.nbytes()
-        return tensor
-
-    def _weights(self, module: Any) -> set[int]:
-        ptrs = self.param_ptrs.get(id(module))
-        if ptrs is None:
-            ptrs = self.param_ptrs[id(module)] = {
-                p.untyped_storage().data_ptr() for p in module.parameters()
+    def _sampled_saved_bytes(self, frame: _Frame, output: Any) -> int | None:
+        """Bytes the layer's forward left in the autograd graph for backward, on the first
+        SAMPLED_CALLS calls of each layer (walking the graph costs ~1 µs a node)."""
+        if frame.backward is None or frame.compiled:
+            return None
+        n = self.sampled.get(frame.site, 0)
+        if n >= SAMPLED_CALLS:
+            return None
+        self.sampled[frame.site] = n + 1
+        outs = [t.grad_fn for t in _tensors(output, self.tensor) if t.grad_fn is not None]
+        stop = {t.grad_fn for t in frame.inputs if t.grad_fn is not None}
+        weights = self.param_ptrs.get(id(frame.module))
+        if weights is None:
+            weights = self.param_ptrs[id(frame.module)] = {
+                p.untyped_storage().data_ptr() for p in frame.module.parameters()
             }
-        return ptrs
+        return saved_bytes(outs, stop, weights, self.tensor)
 
     # -- backward -----------------------------------------------------------------------------
 
@@ -227,10 +226,14 @@ class TorchTracer:
             if self.sync is not None:
                 self.sync()
             span.begin = _now()
+            task = self.torch._C._current_graph_task_id()
             with self.lock:
-                first = not self.begun
+                first = task != self.task
+                if first:  # a new backward pass; spans of one that raised are dropped
+                    self.task, stale, self.begun = task, self.begun, []
                 self.begun.append(span)
             if first:
+                _remove_hooks(stale)
                 self.torch.autograd.Variable._execution_engine.queue_callback(self._finish)
         except Exception:  # noqa: BLE001, S110 - a probe never raises into user code
             pass
@@ -241,13 +244,12 @@ class TorchTracer:
             if self.sync is not None:
                 self.sync()
             with self.lock:
-                spans, self.begun = self.begun, []
+                spans, self.begun, self.task = self.begun, [], None
             nest(spans)
             for span in spans:
                 self.record(span.site, span.begin, span.end, False)
                 facts.TABLE.update(span.site, params=span.params)
-                for handle in span.handles:
-                    handle.remove()
+            _remove_hooks(spans)
         except Exception:  # noqa: BLE001, S110 - a probe never raises into user code
             pass
 
@@ -283,6 +285,12 @@ def _as_stack(spans: list[_Backward]) -> None:
         open_spans.append(span)
 
 
+def _remove_hooks(spans: list[_Backward]) -> None:
+    for span in spans:
+        for handle in span.handles:
+            handle.remove()
+
+
 def _begun_parent(span: _Backward) -> _Backward | None:
     """The nearest enclosing layer whose backward was seen (a layer whose output needed no
     gradient has no span of its own)."""
@@ -297,8 +305,29 @@ def _mark_end(span: _Backward) -> None:
         span.end = _now()
 
 
-def _unpack(tensor: Any) -> Any:
-    return tensor
+def saved_bytes(roots: list[Any], stop: set[Any], weights: set[int], tensor_type: type) -> int:
+    """Bytes of the distinct storages that the graph nodes from `roots` back to `stop` keep for
+    backward (their `_saved_*` tensors), parameters' storages not counted. Reading a saved
+    tensor does not change it; at most MAX_NODES nodes are visited."""
+    seen: set[Any] = set()
+    storages: dict[int, int] = {}
+    todo = list(roots)
+    while todo and len(seen) < MAX_NODES:
+        node = todo.pop()
+        if node is None or node in seen or node in stop:
+            continue
+        seen.add(node)
+        for name in dir(node):
+            if not name.startswith("_saved_"):
+                continue
+            value = getattr(node, name, None)
+            for t in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(t, tensor_type):
+                    storage = t.untyped_storage()
+                    if storage.data_ptr() not in weights:
+                        storages[storage.data_ptr()] = storage.nbytes()
+        todo.extend(next_node for next_node, _ in node.next_functions)
+    return sum(storages.values())
 
 
 def _tensors(value: Any, tensor_type: type) -> list[Any]:

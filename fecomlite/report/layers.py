@@ -29,11 +29,11 @@ FACT_FIELDS = (
     "compiled",
 )
 GRAPH_NOTE = (
-    "{model} ({cls}) ran as a compiled graph (tf.function, what keras.Model.fit does "
-    "by default): its {n} layers were seen only while the graph was traced, so they "
-    "cannot be timed one by one and their energy stays in the driving call. Compile "
-    "the model with run_eagerly=True to see them (eager steps are slower, so their "
-    "energy is not the graph's)."
+    "{model} ({cls}) ran as a compiled graph (tf.function: what keras.Model.fit, evaluate and "
+    "predict compile by default): its {n} layers were seen only while the graph was traced, so "
+    "they cannot be timed one by one and their energy stays in the driving call. Compile the "
+    "model with run_eagerly=True to see them (eager steps are slower, so their energy is not "
+    "the graph's)."
 )
 COMPILED_NOTE = (
     "{site}: a torch.compile'd module, timed as one unit (its layers run inside "
