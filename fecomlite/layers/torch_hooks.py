@@ -55,7 +55,7 @@ class _Frame:
     model: str
     site: str
     t0: int
-    inputs: list[Any]
+    inputs: list[Any]  # graph nodes of the inputs, taken before the forward (it may be in place)
     backward: _Backward | None = None
     compiled: bool = False  # a torch.compile'd module, or inside one
     silent: bool = False  # inside a compiled unit: not an event of its own
@@ -127,7 +127,7 @@ class TorchTracer:
             model,
             facts.site_key(facts.FORWARD, model, path, cls),
             0,
-            [a for a in args if isinstance(a, self.tensor) and a.requires_grad],
+            self._input_nodes(args) if self.torch.is_grad_enabled() else [],
             compiled=compiled or bool(stack and stack[-1].compiled),
             silent=bool(stack and stack[-1].compiled),
         )
@@ -164,6 +164,9 @@ class TorchTracer:
         if output is not None and parent is not None and frame.backward is not None:
             self._watch_backward(frame, output)
 
+    def _input_nodes(self, args: tuple[Any, ...]) -> list[Any]:
+        return [self.edge(a).node for a in args if isinstance(a, self.tensor) and a.requires_grad]
+
     def _stack(self) -> list[_Frame]:
         stack = getattr(self.local, "stack", None)
         if stack is None:
@@ -194,7 +197,7 @@ class TorchTracer:
             return None
         self.sampled[frame.site] = n + 1
         outs = [t.grad_fn for t in _tensors(output, self.tensor) if t.grad_fn is not None]
-        stop = {t.grad_fn for t in frame.inputs if t.grad_fn is not None}
+        stop = set(frame.inputs)
         weights = self.param_ptrs.get(id(frame.module))
         if weights is None:
             weights = self.param_ptrs[id(frame.module)] = {
@@ -213,8 +216,8 @@ class TorchTracer:
         span.params = self._count(frame.module)
         for t in outs:
             span.handles.append(self.edge(t).node.register_prehook(lambda *_: self._begin(span)))
-        for t in frame.inputs:
-            span.handles.append(self.edge(t).node.register_prehook(lambda *_: _mark_end(span)))
+        for node in frame.inputs:
+            span.handles.append(node.register_prehook(lambda *_: _mark_end(span)))
         for p in frame.module.parameters(recurse=False):
             if p.requires_grad:
                 span.handles.append(self.edge(p).node.register_hook(lambda *_: _mark_end(span)))
