@@ -5,12 +5,18 @@ server); they alternate round by round, so machine noise hits both alike. The fi
 median wall time of the whole program and the ratio on/off, with the layer events counted.
 
     python benchmarks/layer_overhead.py [--rounds 3] [PROJECT ...]
+    python benchmarks/layer_overhead.py --micro   # µs the hooks add per layer call
+
+`--micro` times training steps of a small PyTorch MLP (8 modules, forward and backward) in child
+processes with the hooks off and on, alternating, in CPU time of the process: the cost per
+layer call, without a whole program's noise.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -36,11 +42,49 @@ def layer_events(home: Path, run_id: int) -> int:
     return int(row[0])
 
 
+MICRO_CHILD = """
+import sys, time
+from fecomlite import layers
+if sys.argv[1] == "1":
+    layers.start(lambda *a: None, None)
+import torch, torch.nn as nn
+net = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(64, 64), nn.ReLU())])
+x = torch.randn(32, 64)
+for _ in range(50):
+    net(x).sum().backward()
+t = time.process_time()
+for _ in range(STEPS):
+    net(x).sum().backward()
+print((time.process_time() - t) / STEPS)
+"""
+MICRO_STEPS = 2000
+MICRO_LAYER_CALLS = 8 * 2  # per step: 8 modules (not the outer Sequential), forward + backward
+
+
+def micro(rounds: int) -> None:
+    code = MICRO_CHILD.replace("STEPS", str(MICRO_STEPS))
+    times: dict[str, list[float]] = {"0": [], "1": []}
+    for _ in range(rounds):
+        for flag in times:
+            out = subprocess.run([sys.executable, "-c", code, flag], capture_output=True,
+                                 text=True, check=True)
+            times[flag].append(float(out.stdout))
+    off, on = statistics.median(times["0"]), statistics.median(times["1"])
+    per_call_us = (on - off) / MICRO_LAYER_CALLS * 1e6
+    print(f"MLP step (8 modules, forward+backward): off {off * 1e6:.0f} µs, on {on * 1e6:.0f} µs "
+          f"({on / off - 1:+.1%}); {per_call_us:.1f} µs per layer event "
+          f"(median of {rounds}, CPU time)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("projects", nargs="*", help="project folder names")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--micro", action="store_true", help="µs per layer call only")
     args = parser.parse_args()
+    if args.micro:
+        micro(args.rounds)
+        return
     home = Path(tempfile.mkdtemp(prefix="fecomlite-layers-"))
     client = ensure_server(home)
     settings = RunSettings(repeat=args.rounds)

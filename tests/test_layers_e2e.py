@@ -14,6 +14,7 @@ from conftest import run_cli
 
 from fecomlite.analysis import analyse_run
 from fecomlite.report.build import build_report
+from fecomlite.report.render import write_report
 from fecomlite.store import Store
 
 FAST = ["--repeat", "1", "--idle", "0.5", "--tail", "0.3", "--gate-max-wait", "2"]
@@ -201,7 +202,38 @@ def test_torch_layers_forward_and_backward_nest_under_the_driving_calls(home, tm
         name for name in apis if name.startswith(("layer:Net/body.", "layer-backward:Net/body."))
     ]
     assert any("torch.compile" in n for n in report.json["layer_notes"])
-    assert report.context["layers"]["tree"]
+    rows = layer_tree_in_chromium(report, tmp_path / "report")
+    depth = {label: indent for label, indent in rows}
+    assert (
+        depth["encoder.layers.0.self_attn (MultiheadAttention)"]
+        > depth["encoder.layers.0 (TransformerEncoderLayer)"]
+        > depth["encoder (TransformerEncoder)"]
+    )
+    assert (
+        depth["↩ encoder.layers.0.self_attn (MultiheadAttention) backward"]
+        > depth["↩ encoder.layers.0 (TransformerEncoderLayer) backward"]
+    )
+
+
+def layer_tree_in_chromium(report, out: Path) -> list[tuple[str, float]]:
+    """(label, indentation in px) of each row of the page's layer tree, as Chromium lays it out."""
+    from playwright.sync_api import sync_playwright
+
+    write_report(report, out, ["html"])
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto((out / "index.html").as_uri())
+        cells = page.locator("#layers tbody tr td:first-child")
+        rows = [
+            (
+                " ".join(cells.nth(i).inner_text().split()),
+                float(cells.nth(i).evaluate("e => parseFloat(getComputedStyle(e).paddingLeft)")),
+            )
+            for i in range(cells.count())
+        ]
+        browser.close()
+    return rows
 
 
 @pytest.mark.slow

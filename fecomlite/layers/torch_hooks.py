@@ -165,7 +165,11 @@ class TorchTracer:
             self._watch_backward(frame, output)
 
     def _input_nodes(self, args: tuple[Any, ...]) -> list[Any]:
-        return [self.edge(a).node for a in args if isinstance(a, self.tensor) and a.requires_grad]
+        return [self._node(a) for a in args if isinstance(a, self.tensor) and a.requires_grad]
+
+    def _node(self, tensor: Any) -> Any:
+        """The graph node a tensor's gradient goes to (a leaf's: its accumulator, slower)."""
+        return tensor.grad_fn or self.edge(tensor).node
 
     def _stack(self) -> list[_Frame]:
         stack = getattr(self.local, "stack", None)
@@ -215,10 +219,12 @@ class TorchTracer:
         span = frame.backward
         span.params = self._count(frame.module)
         for t in outs:
-            span.handles.append(self.edge(t).node.register_prehook(lambda *_: self._begin(span)))
+            span.handles.append(self._node(t).register_prehook(lambda *_: self._begin(span)))
         for node in frame.inputs:
             span.handles.append(node.register_prehook(lambda *_: _mark_end(span)))
-        for p in frame.module.parameters(recurse=False):
+        if frame.inputs:  # the inputs' gradients come last (accumulating the weights' is cheap)
+            return
+        for p in frame.module.parameters(recurse=False):  # a first layer: its weights' then
             if p.requires_grad:
                 span.handles.append(self.edge(p).node.register_hook(lambda *_: _mark_end(span)))
 
