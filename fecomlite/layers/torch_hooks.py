@@ -10,10 +10,10 @@ it turns off autograd's check for tensors modified in place after being saved: a
 raises there would compute wrong gradients instead.)
 
 Backward: on each output's gradient node a pre-hook marks when the gradient reaches the layer;
-on its inputs' nodes and its own parameters' accumulators a hook marks when it left; at the end
-of the backward pass (an engine callback) the spans are made to nest (`nest`) and recorded as
-`layer-backward:`. No hook is put on a tensor (so nothing changes how the user's tensors are
-saved or printed) and no module is wrapped (full backward hooks would make
+on its inputs' nodes (a first layer's: its weights' accumulators) a hook marks when it left; at
+the end of the backward pass (an engine callback) the spans are made to nest (`nest`) and
+recorded as `layer-backward:`. No hook is put on a tensor (so nothing changes how the user's
+tensors are saved or printed) and no module is wrapped (full backward hooks would make
 `ReLU(inplace=True)` after a hooked module raise).
 
 `torch.compile`d modules run as one unit: the hooks do nothing while Dynamo traces
