@@ -478,7 +478,7 @@ def choose_sites(
     others = 0
     for row in sorted(rows, key=site_cost, reverse=True):
         api, kind = str(row.get("api", "")), str(row.get("kind", ""))
-        if row["key"].startswith(PREFIX) or kind in ("region", KIND):
+        if row["key"].startswith(PREFIX) or kind in ("region", KIND, "layer"):
             continue
         allowed, reason = verdict(api, kind)
         if not allowed:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
 from fecomlite import batch_codec
+from fecomlite.layers import layer_env
 from fecomlite.settings import RunSettings
 
 if TYPE_CHECKING:
@@ -376,7 +377,7 @@ class OpenRun:
             self.sync,
             spool,
             self.datasize,
-            {**carbon_environment(self.settings), **(extra_env or {})},
+            {**carbon_environment(self.settings), **layer_env(self.settings), **(extra_env or {})},
         )
         if not self.quiet:
             env.setdefault("PYTHONUNBUFFERED", "1")  # as live through the pipe as on a terminal

@@ -293,6 +293,12 @@ else:
 
 _compilers.register_with_dynamo((call, _python_call, _call_with_gpu_sync))
 _source.serve_original_sources()
+
+if os.environ.get("FECOMLITE_TRACE_LAYERS") == "1":  # `run --trace-layers` (fecomlite.layers)
+    from fecomlite import layers as _layers
+
+    _layers.start(record, _capture.gpu_sync if _config.sync else None)
+
 _start_flusher()
 atexit.register(flush)
 os.register_at_fork(before=_worker_exit.before_fork, after_in_child=_after_fork_in_child)

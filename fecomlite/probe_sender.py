@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from fecomlite import batch_codec
@@ -38,6 +38,9 @@ STORE_ENV = "FECOMLITE_STORE"  # the run's store identity, which spool records n
 
 class Sender:
     """One per process: posts batches over a kept-alive loopback connection, else spools."""
+
+    # header field -> what to send in it now ({} = nothing); e.g. "layers" (fecomlite.layers)
+    extra_headers: ClassVar[dict[str, Callable[[], dict[str, Any]]]] = {}
 
     def __init__(self, config: Any) -> None:
         self.config = config
@@ -102,7 +105,8 @@ class Sender:
             names, *columns = drain()
             shapes = self._take_shapes()
             callees = self._take_names()
-            if (not names and not self.hyperparams and not shapes and not callees
+            extra = {k: v for k, take in self.extra_headers.items() if (v := take())}
+            if (not names and not self.hyperparams and not shapes and not callees and not extra
                     and self.lost == self._lost_told):
                 return  # (after losses, even an empty batch goes: its `total` tells them)
             n = len(columns[0]) // 4
@@ -113,6 +117,7 @@ class Sender:
                 **rank_fields(),
                 "proc": self.proc,
                 "seq": self._seq,
+                **extra,
             }
             self._seq += 1
             meta["total"] = self._total

@@ -118,6 +118,13 @@ def run_command(
             help="The summary: a table, or CSV or JSON on stdout (messages then go to stderr).",
         ),
     ] = Format.table,
+    trace_layers: Annotated[
+        bool | None,
+        typer.Option(
+            "--trace-layers/--no-trace-layers",
+            help="Time each framework layer (forward, PyTorch backward) inside calls.",
+        ),
+    ] = None,
 ) -> None:
     """Run SCRIPT under the measurement server and store per-call energy and memory.
 
@@ -156,6 +163,7 @@ def run_command(
                 "region": region,
                 "pue": pue,
                 "mlflow": mlflow,
+                "trace_layers": trace_layers,
             },
         )
         fraction_list = _fractions(fractions) if datasize else []

@@ -42,6 +42,7 @@ class RunSettings:
     region: str | None = None  # or a country code from the bundled table of annual averages
     pue: float | None = None  # the data centre's power usage effectiveness (default 1)
     mlflow: bool = False  # log the finished run to MLflow (fecomlite/mlflow_log.py)
+    trace_layers: bool = False  # time each framework layer inside calls (fecomlite.layers)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from fecomlite.layers import facts as layer_facts
 from fecomlite.probe_names import adopted
 
 SCHEMA_VERSION = 2
@@ -488,6 +489,12 @@ class Store:
                 self._merge_shapes(run_id, header["shapes"])
             if isinstance(header.get("names"), dict) and header["names"]:
                 self._name_sites(run_id, header["names"], manifest or {})
+            if isinstance(header.get("layers"), dict) and header["layers"]:  # fecomlite.layers
+                self.put_result(
+                    run_id,
+                    "layers",
+                    layer_facts.merge(self.result(run_id, "layers") or {}, header["layers"]),
+                )
         return len(in_bytes)
 
     def _name_sites(self, run_id: int, names: dict[str, Any], manifest: dict[str, Any]) -> None:
@@ -502,6 +509,7 @@ class Store:
             self.db.execute(
                 "UPDATE sites SET api=?, written=? WHERE id=?", (api, written, ids[key])
             )
+
     def put_process(self, run_id: int, pid: int, fields: dict[str, Any]) -> None:
         """The rank of process `pid` (`fecomlite.distributed.identity.rank_fields`); a device
         named later (CUDA initialised after the first batch) replaces "cpu"."""
@@ -583,4 +591,4 @@ def _site_from_key(key: str) -> dict[str, Any]:
     """A site the manifest does not know (a region, or a probe without manifest)."""
     if key.startswith("region:"):
         return {"api": key, "written": key[7:], "kind": "region"}
-    return {"api": key}
+    return layer_facts.site_row(key) or {"api": key}

@@ -19,6 +19,7 @@ from fecomlite.analysis import RunAnalysis, analyse_run, mean_ci95
 from fecomlite.carbon import Intensity
 from fecomlite.distributed.ranks import add_rank_figures
 from fecomlite.distributed.report_section import rank_section
+from fecomlite.report import layers as layer_report
 from fecomlite.report import tables, units
 from fecomlite.report.co2e import add_co2e, csv_with_co2e
 from fecomlite.report.model_section import model_section
@@ -51,6 +52,7 @@ def build_report(store: Store, run_id: int, method: str = "auto",
     """Analyse run `run_id` (unless `analysis` is given) and gather everything the report shows."""
     a = analysis or analyse_run(store, run_id, method)
     ranks = add_rank_figures(a, store.processes(run_id))  # distributed runs only
+    layer_notes = layer_report.annotate(a, store.result(run_id, "layers") or {})  # --trace-layers
     timeline = TimelineBuilder(store, a)
     datasize = store.result(run_id, "datasize")
     gpu_mem = tables.has_gpu_memory(a.apis)
@@ -99,9 +101,10 @@ def build_report(store: Store, run_id: int, method: str = "auto",
         "load": a.load,
         "stacked": ", ".join(domain_name(d["domain"]) for d in stacked_domains(a)),
         "co2e": co2e,
+        "layers": {"tree": layer_report.tree(a), "notes": layer_notes},
     }
     report_json = {"format": 1, **a.to_json(), "ranks": ranks, "datasize": datasize,
-                   "co2e": co2e}
+                   "co2e": co2e, "layer_notes": layer_notes}
     csv_tables = a.tables_csv()
     if co2e:
         rows = {"apis": a.apis, "sites": a.sites}

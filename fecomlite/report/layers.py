@@ -1,0 +1,152 @@
+"""The layer tree of a `--trace-layers` run: API → layer → its children, forward and backward.
+
+Layer events are attributed like calls (`fecomlite.layers`); here each layer API row gets
+`kind: "layer"`, its phase, model, path, class, parameter count and memory facts (result
+"layers"), and `parent_api`: the API whose calls most often enclose its calls (the call that
+drove it). The HTML tree shows inclusive and self energy over the additive domains, so a
+parent's self energy is what its children's inclusive energy leaves of its own.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from fecomlite.analysis import RunAnalysis
+from fecomlite.layers import facts
+from fecomlite.report import units
+
+FACT_FIELDS = (
+    "phase",
+    "model",
+    "path",
+    "class",
+    "params",
+    "saved_bytes_max",
+    "output_bytes_max",
+    "compiled",
+)
+GRAPH_NOTE = (
+    "{model} ({cls}) ran as a compiled graph (tf.function: what keras.Model.fit, evaluate and "
+    "predict compile by default): its {n} layers were seen only while the graph was traced, so "
+    "they cannot be timed one by one and their energy stays in the driving call. Compile the "
+    "model with run_eagerly=True to see them (eager steps are slower, so their energy is not "
+    "the graph's)."
+)
+COMPILED_NOTE = (
+    "{site}: a torch.compile'd module, timed as one unit (its layers run inside "
+    "the compiled code, where no hook can see them)."
+)
+KERAS_BACKWARD_NOTE = (
+    "Keras layers have forward entries only: gradients are computed by a "
+    "GradientTape inside train_step, which no layer hook sees."
+)
+
+
+def annotate(a: RunAnalysis, layer_facts: dict[str, Any]) -> list[str]:
+    """Add kind/parent_api and the layer facts to `a.apis` rows in place; notes for the report."""
+    parents = parent_apis(a)
+    for row in a.apis:
+        parts = facts.parse(row["api"])
+        if parts is None:
+            continue
+        known = {**parts, **(layer_facts.get(row["api"]) or {})}
+        row.update({k: known.get(k) for k in FACT_FIELDS}, kind="layer")
+        row["parent_api"] = parents.get(row["api"])
+    return _notes(a, layer_facts)
+
+
+def parent_apis(a: RunAnalysis) -> dict[str, str]:
+    """Each API's most frequent enclosing API (APIs whose calls are all top-level: none)."""
+    api, parent = a.calls["api"], a.calls["parent"]
+    nested = parent >= 0
+    pairs = Counter(zip(api[nested].tolist(), api[parent[nested]].tolist(), strict=True))
+    best: dict[int, tuple[int, int]] = {}
+    for (child, up), n in pairs.items():
+        if child != up and n > best.get(child, (0, -1))[0]:
+            best[child] = (n, up)
+    return {a.api_names[c]: a.api_names[up] for c, (_, up) in best.items()}
+
+
+def _notes(a: RunAnalysis, layer_facts: dict[str, Any]) -> list[str]:
+    notes = []
+    for site, fact in sorted(layer_facts.items()):
+        if fact.get("phase") == "graph":
+            notes.append(
+                GRAPH_NOTE.format(
+                    model=fact.get("model"), cls=fact.get("class"), n=fact.get("traced")
+                )
+            )
+        elif fact.get("compiled") and fact.get("phase") == "forward":
+            notes.append(COMPILED_NOTE.format(site=site))
+    if any(
+        r.get("kind") == "layer" and r.get("phase") == "forward" and _is_keras(r, layer_facts)
+        for r in a.apis
+    ):
+        notes.append(KERAS_BACKWARD_NOTE)
+    return notes
+
+
+def _is_keras(row: dict[str, Any], layer_facts: dict[str, Any]) -> bool:
+    """Keras layer facts carry no saved-tensor count (PyTorch's always do)."""
+    fact = layer_facts.get(row["api"]) or {}
+    return bool(fact) and "saved_bytes_max" not in fact
+
+
+def tree(a: RunAnalysis) -> list[dict[str, Any]]:
+    """Nodes for the template: the layers and the calls above them (the call that drove a layer
+    and the calls enclosing that one), each with its children, most costly first."""
+    parents = parent_apis(a)
+    shown: set[str] = set()
+    for row in a.apis:
+        name = row["api"]
+        while row.get("kind") == "layer" and name is not None and name not in shown:
+            shown.add(name)
+            name = parents.get(name)
+    if not shown:
+        return []
+    by_parent: dict[str | None, list[dict[str, Any]]] = {}
+    for row in a.apis:
+        if row["api"] in shown:
+            up = parents.get(row["api"])
+            by_parent.setdefault(up if up in shown else None, []).append(row)
+    return [_node(r, by_parent, set()) for r in _by_energy(by_parent.get(None, []))]
+
+
+def _node(
+    row: dict[str, Any], by_parent: dict[Any, list[dict[str, Any]]], seen: set[str]
+) -> dict[str, Any]:
+    seen = seen | {row["api"]}
+    inclusive, own = _energy(row)
+    is_layer = row.get("kind") == "layer"
+    label = row["api"]
+    if is_layer:
+        label = f"{row.get('path')} ({row.get('class')})"
+    children = [c for c in by_parent.get(row["api"], []) if c["api"] not in seen]
+    return {
+        "label": label,
+        "phase": row.get("phase") if is_layer else "call",
+        "calls": row["calls"],
+        "time": units.scaled(row["total_time_s"], "s"),
+        "inclusive": units.scaled(inclusive, "J"),
+        "self": units.scaled(own, "J"),
+        "params": f"{row['params']:,}" if is_layer and row.get("params") is not None else "",
+        "saved": units.scaled(row.get("saved_bytes_max"), "B") if is_layer else "",
+        "output": units.scaled(row.get("output_bytes_max"), "B") if is_layer else "",
+        "compiled": bool(row.get("compiled")),
+        "children": [_node(c, by_parent, seen) for c in _by_energy(children)],
+    }
+
+
+def _energy(row: dict[str, Any]) -> tuple[float, float]:
+    """(inclusive, self) energy above idle over the additive domains."""
+    cross = row.get("all_domains") or {}
+    domains = cross.get("domains") or []
+    own = float(np.nansum([row["energy"][d]["self_J"] for d in domains])) if domains else np.nan
+    return float(cross.get("above_idle_J", np.nan)), own
+
+
+def _by_energy(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(rows, key=lambda r: -np.nan_to_num(_energy(r)[0], nan=-1.0))

@@ -1,0 +1,127 @@
+"""fecomlite.layers without a framework: site keys, facts, the import watcher, stack repair."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from fecomlite.layers import facts, layer_env, on_import
+from fecomlite.layers.torch_hooks import _Backward, nest
+from fecomlite.settings import RunSettings
+from fecomlite.store import _site_from_key
+
+
+def test_site_keys_name_model_path_and_class_and_parse_back():
+    key = facts.site_key(facts.BACKWARD, "Net", "encoder.layers.0.self_attn", "MultiheadAttention")
+    assert key == "layer-backward:Net/encoder.layers.0.self_attn (MultiheadAttention)"
+    assert facts.parse(key) == {
+        "phase": "backward",
+        "model": "Net",
+        "path": "encoder.layers.0.self_attn",
+        "class": "MultiheadAttention",
+    }
+    assert facts.parse("region:epoch") is None
+    assert facts.parse("train.py:3:4") is None
+
+
+def test_store_names_layer_sites_as_layers():
+    row = _site_from_key("layer:functional/dense_1 (Dense)")
+    assert row == {
+        "api": "layer:functional/dense_1 (Dense)",
+        "written": "dense_1 (Dense)",
+        "kind": "layer",
+    }
+    assert _site_from_key("layer-backward:Net/head (Linear)")["written"] == "head (Linear) backward"
+    assert _site_from_key("train.py:1:0") == {"api": "train.py:1:0"}
+
+
+def test_facts_are_sent_when_they_change_and_maxima_only_grow():
+    table = facts.FactsTable()
+    site = "layer:Net/fc (Linear)"
+    table.update(site, params=10, saved_bytes_max=100, compiled=None)
+    first = table.take_changed()
+    assert first == {
+        site: {
+            "phase": "forward",
+            "model": "Net",
+            "path": "fc",
+            "class": "Linear",
+            "params": 10,
+            "saved_bytes_max": 100,
+        }
+    }
+    table.update(site, params=10, saved_bytes_max=50)
+    assert table.take_changed() == {}
+    table.update(site, saved_bytes_max=400)
+    assert table.take_changed()[site]["saved_bytes_max"] == 400
+
+
+def test_merge_keeps_maxima_across_batches_and_ignores_foreign_keys():
+    stored = facts.merge({}, {"layer:M/a (A)": {"saved_bytes_max": 300, "params": 4}})
+    stored = facts.merge(
+        stored,
+        {"layer:M/a (A)": {"saved_bytes_max": 200, "params": 4}, "train.py:1:0": {"params": 1}},
+    )
+    assert stored == {"layer:M/a (A)": {"saved_bytes_max": 300, "params": 4}}
+
+
+def test_overlapping_backward_spans_are_made_to_nest():
+    """As recorded from nn.TransformerEncoder: one graph node's pre-hooks end layers.1 (t=100)
+    just after layers.0 and its norm2 began (t=99); layers.0 has no span end of its own."""
+    encoder = _Backward("layer-backward:M/encoder (E)", None, 1, begin=1, end=1)
+    layer1 = _Backward("layer-backward:M/encoder.layers.1 (L)", encoder, 2, begin=2, end=100)
+    layer0 = _Backward("layer-backward:M/encoder.layers.0 (L)", encoder, 2, begin=120)
+    norm2 = _Backward("layer-backward:M/encoder.layers.0.norm2 (N)", layer0, 3, begin=99, end=130)
+    attn = _Backward(
+        "layer-backward:M/encoder.layers.0.self_attn (A)", layer0, 3, begin=140, end=200
+    )
+    spans = [encoder, layer1, layer0, norm2, attn]
+    nest(spans)
+    parent_of = {id(s): s.parent for s in spans}
+    for s in spans:
+        assert s.begin <= s.end
+        if parent_of[id(s)] is not None:  # inside its parent
+            assert parent_of[id(s)].begin <= s.begin and s.end <= parent_of[id(s)].end
+        for other in spans:  # any two: disjoint or nested
+            disjoint = s.end <= other.begin or other.end <= s.begin
+            nested = (s.begin <= other.begin and other.end <= s.end) or (
+                other.begin <= s.begin and s.end <= other.end
+            )
+            assert disjoint or nested, (s.site, other.site)
+    assert (layer0.begin, layer0.end) == (100, 200) and (norm2.begin, norm2.end) == (100, 130)
+    assert (encoder.begin, encoder.end) == (1, 200)
+
+
+def test_watcher_runs_the_callback_after_the_module_executed(tmp_path, monkeypatch):
+    (tmp_path / "fakeframework.py").write_text("READY = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+    on_import.when_imported({"fakeframework": lambda m: seen.append(m.READY)})
+    try:
+        assert seen == []
+        module = importlib.import_module("fakeframework")
+        assert seen == [True]
+        assert not isinstance(module.__spec__.loader, on_import._Loader)
+        assert not any(isinstance(f, on_import._Watcher) for f in sys.meta_path)
+    finally:
+        sys.modules.pop("fakeframework", None)
+
+
+def test_a_failing_callback_does_not_fail_the_import(tmp_path, monkeypatch):
+    (tmp_path / "fakeframework2.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def broken(module):
+        raise RuntimeError("tracer bug")
+
+    on_import.when_imported({"fakeframework2": broken})
+    try:
+        assert importlib.import_module("fakeframework2").X == 1
+    finally:
+        sys.modules.pop("fakeframework2", None)
+
+
+def test_the_setting_reaches_the_program_only_at_method_level():
+    assert layer_env(RunSettings()) == {}
+    assert layer_env(RunSettings(trace_layers=True)) == {"FECOMLITE_TRACE_LAYERS": "1"}
+    assert layer_env(RunSettings(trace_layers=True, level="project")) == {}
