@@ -64,7 +64,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "export": (
         "fecomlite.export.command",
         "export_command",
-        "Export a run as a Perfetto/Chrome trace or as OpenMetrics text.",
+        "Write a run as a Perfetto/Chrome trace or as OpenMetrics text.",
+    ),
+    "merge": (
+        "fecomlite.distributed.merge_command",
+        "merge_command",
+        "Merge the stores of a job's nodes (clocks aligned) into one store, and write its report.",
     ),
 }
 

@@ -386,7 +386,7 @@ class OpenRun:
         log_fd = os.open(
             self.log_dir / f"rep-{rep}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600
         )  # argv, output: private
-        with open(log_fd, "wb") as log:
+        with open(log_fd, "wb", buffering=0) as log:  # unbuffered: a full disk fails a write
             proc = subprocess.Popen(
                 [*program_command(self.program.script, self.program.launcher),
                  *self.program.argv],
@@ -439,13 +439,17 @@ def tee_output(
 
     def pump(source: BinaryIO, terminal: TextIO) -> None:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        show = True
+        show = keep = True
         with contextlib.suppress(OSError, ValueError), source:  # ValueError: log closed
             while chunk := os.read(source.fileno(), 65536):
                 if rename is not None:
                     chunk = chunk.replace(*rename)
-                with lock:
-                    log.write(chunk)
+                if keep:
+                    try:
+                        with lock:
+                            log.write(chunk)
+                    except OSError:  # a full disk: the output still shows, and is drained
+                        keep = False
                 if show:
                     try:
                         terminal.write(decoder.decode(chunk))

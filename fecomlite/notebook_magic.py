@@ -28,6 +28,7 @@ from fecomlite.instrument.names import DEFAULT_ROOTS, Roots
 from fecomlite.instrument.notebook import instrument_notebook
 from fecomlite.measure import Measurement, measure
 from fecomlite.measure_sampler import _intervals
+from fecomlite.probe_names import adopted
 from fecomlite.sensors.estimate import ABOVE_IDLE_MODELS
 
 CELL = "cell"
@@ -38,6 +39,7 @@ class _CellSink:
     """Stands in for the probe's sender while a measured cell runs: the events stay here."""
 
     batches: list[tuple[list[str], list[bytes]]] = field(default_factory=list)
+    names: dict[str, dict[str, Any]] = field(default_factory=dict)  # site → the callee it ran
 
     def send(self, drain: Any) -> None:
         names, *columns = drain()
@@ -46,6 +48,18 @@ class _CellSink:
 
     def add_shapes(self, site: str, shapes: dict[str, Any]) -> None:
         """Shapes are for the run store; a cell's table does not show them."""
+
+    def add_name(self, site: str, named: dict[str, str] | None) -> None:
+        """The public name of the callee the site ran (`probe_names`), as the store keeps it: a
+        site seen running different callees keeps its static name."""
+        known = self.names.get(site)
+        self.names[site] = (named or {}) if known is None or known == named else {}
+
+    def api_of(self, key: str, site: dict[str, Any]) -> str:
+        """The site's API as a run's report names it: the callee that ran, else the static."""
+        found = self.names.get(key)
+        named = adopted(site, found) if found and site else None
+        return named[0] if named else site.get("api", key)
 
     def events(self) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
         """(site of each event, t0, t1, thread) over every batch."""
@@ -97,9 +111,10 @@ def api_table(m: Measurement, sink: _CellSink, sites: dict[str, dict]) -> list[d
     keys, t0, t1, tid = sink.events()
     if not keys:
         return []
-    apis = sorted({sites.get(k, {}).get("api", k) for k in keys})
+    api_of = {k: sink.api_of(k, sites.get(k, {})) for k in set(keys)}
+    apis = sorted(set(api_of.values()))
     index = {a: i for i, a in enumerate(apis)}
-    group = np.array([index[sites.get(k, {}).get("api", k)] for k in keys], np.int64)
+    group = np.array([index[api_of[k]] for k in keys], np.int64)
     rows = [
         {
             "api": a,

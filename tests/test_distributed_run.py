@@ -39,7 +39,7 @@ def test_two_ranks_under_nproc_per_node_print_as_torchrun_and_report_both_ranks(
     script = tmp_path / "ddp" / "train.py"
     script.parent.mkdir()
     script.write_text(textwrap.dedent(DDP_PROGRAM))
-    fast = ["--repeat", "1", "--idle", "0", "--tail", "0.2", "--no-gate", "--show-output"]
+    fast = ["--repeat", "1", "--idle", "0", "--tail", "0.2", "--no-gate"]
     result = run_cli(
         tmp_path, "run", "--home", str(home), "--nproc-per-node", "2", *fast, str(script)
     )

@@ -163,7 +163,6 @@ def test_inside_a_run_the_block_is_a_region_and_the_figures_come_back(home, tmp_
         "1",
         "--carbon-intensity",
         "300",
-        "--show-output",
         *FAST,
     )
     assert result.returncode == 0, result.stdout + result.stderr

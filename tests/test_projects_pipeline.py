@@ -34,7 +34,9 @@ def test_project_runs_instrumented_and_reports(project: Path, home: Path, tmp_pa
     )
     assert report.returncode == 0, report.stdout + report.stderr
     html = (out / "index.html").read_text()
-    apis = {row["api"]: row for row in json.loads((out / "report.json").read_text())["apis"]}
+    report_json = json.loads((out / "report.json").read_text())
+    apis = {row["api"]: row for row in report_json["apis"]}
+    reliable = {d["domain"]: d.get("reliable", True) for d in report_json["domains"]}
     assert apis and all(api in html for api in apis)
     if project.name == "torch_cnn":
         names = set(apis)
@@ -44,8 +46,11 @@ def test_project_runs_instrumented_and_reports(project: Path, home: Path, tmp_pa
         for name in names:
             if name.endswith((".backward", ".step")):
                 energy = apis[name]["energy"]["cpu-package"]
-                # above idle, or below it only within its noise (a busy shared machine's
-                # baseline can sit above the run's level: the report shows that as ≈ 0)
+                # above idle, or below it only within its noise; on a machine other processes
+                # kept busy the report flags the package unreliable, and says why
                 assert energy["provenance"] == "estimated"
-                assert energy["above_idle_J"] >= -2 * energy["uncertainty_J"]
+                if reliable["cpu-package"]:
+                    assert energy["above_idle_J"] >= -2 * energy["uncertainty_J"]
+                else:
+                    assert report_json["load"]["busy"] and report_json["load"]["text"]
                 assert apis[name]["memory"]["rss_peak_max_B"] > 0
