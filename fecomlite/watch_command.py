@@ -29,6 +29,7 @@ from fecomlite import attribution as at
 from fecomlite.report.units import scaled
 from fecomlite.server.client import ServerClient, ServerError, ensure_server
 from fecomlite.store import Store, default_home
+from fecomlite.terminal import plain
 
 console = Console()
 STOP_WAIT_S = 10.0  # after Ctrl-C, how long a started command may take to exit
@@ -245,12 +246,12 @@ def watch_command(
         def started(run_id: int, pid: int, notes: list[str]) -> None:
             console.print(f"watching pid {pid} as run [bold]{run_id}[/]; Ctrl-C stops watching")
             for note in notes:
-                console.print(f"[yellow]note:[/] {note}")
+                console.print(f"[yellow]note:[/] {plain(note)}")
 
         started_at = time.monotonic()
         outcome = watch(client, parsed, idle_s=idle, tail_s=tail, on_start=started)
     except (WatchError, ServerError) as exc:
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {plain(exc)}")
         raise typer.Exit(2) from exc
     with Store(client.store_path) as store:
         console.print(summary_table(watch_summary(store, outcome.run_id)))

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from fecomlite.store import Store, StoreError, default_store_path
+from fecomlite.terminal import plain
 
 console = Console()
 
@@ -80,11 +81,11 @@ def export_command(
                 )
                 text = openmetrics(a, intensity)
     except (StoreError, ValueError) as exc:
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {plain(exc)}")
         raise typer.Exit(1) from exc
     if out is not None and str(out) == "-":
         typer.echo(text, nl=False)
         return
     path = out or Path(f"run-{run_id}{SUFFIX[fmt]}")
     path.write_text(text, encoding="utf-8")
-    console.print(f"wrote [bold]{path}[/]")
+    console.print(f"wrote [bold]{plain(path)}[/]")

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from fecomlite.store import Store, StoreError, default_store_path
+from fecomlite.terminal import plain
 
 console = Console()
 
@@ -96,7 +97,7 @@ def report_command(
                 folder = out or Path("reports") / f"compare-{runs[0]}-{runs[1]}"
                 written = write_comparison(compare_runs(a, b, notes), folder, chosen)
     except (StoreError, ValueError) as exc:  # carbon.CarbonError is a ValueError
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {plain(exc)}")
         raise typer.Exit(1) from exc
     for path in written:
-        console.print(f"wrote [bold]{path}[/]")
+        console.print(f"wrote [bold]{plain(path)}[/]")
