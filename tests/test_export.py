@@ -8,9 +8,9 @@ import json
 
 import jsonschema
 import pytest
+from click.testing import CliRunner  # fecomlite.cli.app is a click group
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from report_helpers import build_run
-from click.testing import CliRunner  # fecomlite.cli.app is a click group
 
 from fecomlite.analysis import analyse_run
 from fecomlite.cli import app

@@ -101,7 +101,8 @@ def run_traced(home: Path, tmp_path: Path, body: str) -> tuple[Store, int, str, 
     )
     store = Store(home / "store.sqlite", create=False)
     run_id = max(r["id"] for r in store.runs())
-    log = next((home / "logs").glob("prog-*/rep-1.log")).read_text()
+    logs = (home / "logs").glob("prog-*/rep-1.log")  # the module's runs share the home
+    log = max(logs, key=lambda p: p.stat().st_mtime_ns).read_text()  # this run's: the newest
     return store, run_id, log, plain.stdout + plain.stderr
 
 

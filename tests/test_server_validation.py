@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner  # fecomlite.cli.app is a click group
 from test_server_http import raw_request
 from test_server_support import FakeSensorForTests, encode_batch, served
-from click.testing import CliRunner  # fecomlite.cli.app is a click group
 
 from fecomlite import batch_codec
 from fecomlite.cli import app
