@@ -200,6 +200,12 @@ def flush() -> None:
     _capture.safely(_sender.send, drain_columns)
 
 
+def final_flush() -> None:
+    """The process's last batch: posted even while the server is backed off (its `total` is
+    the only word the server gets of events lost before it), then spooled if need be."""
+    _capture.safely(_sender.send, drain_columns, True)
+
+
 def _flusher_loop(stop: threading.Event) -> None:
     last_resample = _now()
     while not stop.wait(FLUSH_EVERY_S):
@@ -239,14 +245,14 @@ class _WorkerExit:
             self.registered = True
 
     def in_child(self) -> None:
-        sys.modules["multiprocessing.util"].Finalize(None, flush, exitpriority=0)
+        sys.modules["multiprocessing.util"].Finalize(None, final_flush, exitpriority=0)
 
 
 _worker_exit = _WorkerExit()
 
 
 def _on_signal(signum: int, frame: Any) -> None:
-    flush()
+    final_flush()
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
@@ -300,6 +306,6 @@ if os.environ.get("FECOMLITE_TRACE_LAYERS") == "1":  # `run --trace-layers` (fec
     _layers.start(record, _capture.gpu_sync if _config.sync else None)
 
 _start_flusher()
-atexit.register(flush)
+atexit.register(final_flush)
 os.register_at_fork(before=_worker_exit.before_fork, after_in_child=_after_fork_in_child)
 _install_signal_handlers()

@@ -99,8 +99,9 @@ class Sender:
             names, self.names = self.names, {}
         return names
 
-    def send(self, drain: Callable[[], tuple[Any, ...]]) -> None:
-        """Drain the probe's buffer and send it as one batch (docs/internals.md §2)."""
+    def send(self, drain: Callable[[], tuple[Any, ...]], final: bool = False) -> None:
+        """Drain the probe's buffer and send it as one batch (docs/internals.md §2); `final`:
+        the process's last, posted whatever the server last answered."""
         with self._lock:
             names, *columns = drain()
             shapes = self._take_shapes()
@@ -128,7 +129,7 @@ class Sender:
                 meta["shapes"] = shapes
             if callees:
                 meta["names"] = callees
-            if self._host and self._post(batch_codec.encode(meta, names, tuple(columns))):
+            if self._host and self._post(batch_codec.encode(meta, names, tuple(columns)), final):
                 self._lost_told = self.lost
                 return
             if self.config.run:
@@ -146,8 +147,8 @@ class Sender:
                 )
             self.lost += n
 
-    def _post(self, body: bytes) -> bool:
-        if time.monotonic() < self._down_until and self.lost == self._lost_told:
+    def _post(self, body: bytes, force: bool = False) -> bool:
+        if not force and time.monotonic() < self._down_until and self.lost == self._lost_told:
             return False  # (after a loss, every batch tries: it may be the last one to tell)
         import http.client  # on the flusher thread: it costs the user's program ~20 ms at import
 
