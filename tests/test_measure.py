@@ -90,11 +90,11 @@ def test_nested_blocks_each_have_their_own_window():
 
 
 def test_one_measure_object_on_several_threads_gives_each_its_own_measurement():
-    shared = fecomlite.measure("shared")
+    reused = fecomlite.measure("reused")
     results: dict[str, object] = {}
 
     def work(name: str, seconds: float) -> None:
-        with shared as m:
+        with reused as m:
             time.sleep(seconds)
         results[name] = m
 

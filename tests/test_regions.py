@@ -67,7 +67,7 @@ def test_one_object_on_two_threads_keeps_each_threads_start(tmp_path, path):
         tmp_path,
         """
 import threading, time, fecomlite
-r = fecomlite.region("shared")
+r = fecomlite.region("reused")
 b_inside, a_left = threading.Event(), threading.Event()
 def a():
     with r:
@@ -85,7 +85,7 @@ time.sleep(0.1)
 """,
         path,
     )
-    first, second = [e for e in spans(tmp_path) if e[0] == "region:shared"]
+    first, second = [e for e in spans(tmp_path) if e[0] == "region:reused"]
     assert first[3] != second[3], "the two spans must be on two threads"
     assert first[1] < second[1] < first[2] < second[2]  # A: [a0, a1], B: [b0, b1], a0<b0<a1<b1
 
