@@ -443,13 +443,13 @@ def analyse_run(
             d["recording_s"] - d["program_s"] - d["tail_s"], 0.0)
         d["above_noise_J"] = d["idle_sigma_W"] * d["recording_s"]
         rate = abs(d["program_J"]) / d["program_s"] if d["program_s"] > 0 else 0.0
-        d["resolution_J"] = 2 * max(len(reps), 1) * _finite_or_0(d["period_s"]) * rate
-        d["outside_calls_noise_J"] = math.hypot(_finite_or_0(d["noise_J"]), d["resolution_J"])
+        d["resolution_J"] = 2 * max(len(reps), 1) * finite_or_zero(d["period_s"]) * rate
+        d["outside_calls_noise_J"] = math.hypot(finite_or_zero(d["noise_J"]), d["resolution_J"])
     notes += _share_notes(domains)
     load = machine_load(store, sensors, baseline, reps)
     for d in domains:
         d["reliable"] = not (load["busy"] and d["domain"] in HOST_DOMAINS and d["role"] != "share")
-    above_by_domain = {d["domain"]: d["program_J"] if d["program_J"] > _finite_or_0(d["noise_J"])
+    above_by_domain = {d["domain"]: d["program_J"] if d["program_J"] > finite_or_zero(d["noise_J"])
                        else math.nan for d in domains}
     site_rows = _aggregate(calls, site_of, len(sites), dom_info, above_by_domain, reps,
                            results, fit_of_api[api_of_site])
@@ -674,7 +674,7 @@ def _share_notes(domains: list[dict[str, Any]]) -> list[str]:
         text = (f"{d['domain']} is the program's own share of {whole['domain']}, counted from "
                 f"0 W; {whole['domain']} above idle is the whole machine's power less its idle "
                 "baseline. The two are never added.")
-        if d["program_J"] > whole["program_J"] + _finite_or_0(whole["noise_J"]):
+        if d["program_J"] > whole["program_J"] + finite_or_zero(whole["noise_J"]):
             text += (f" Here the share ({_joules(d['program_J'])}) exceeds the whole above idle "
                      f"({_joules(whole['program_J'])}): the baseline was not idle (other "
                      f"processes were running), so {whole['domain']} above idle is too low.")
@@ -682,8 +682,9 @@ def _share_notes(domains: list[dict[str, Any]]) -> list[str]:
     return notes
 
 
-def _finite_or_0(value: float) -> float:
-    return value if math.isfinite(value) else 0.0
+def finite_or_zero(value: Any) -> float:
+    """A figure that may be missing (None, NaN, not a number) as a term of a sum: 0."""
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
 
 
 def _joules(value: float) -> str:
@@ -748,7 +749,7 @@ def _aggregate(
             # calls' time (what subtracting an idle level that drifts can be off by)
             sigma = math.hypot(
                 at.group_uncertainty(results[domain], idx, int(api_of_group[g])),
-                _finite_or_0(info.get("idle_sigma_W", math.nan)) * busy_s)
+                finite_or_zero(info.get("idle_sigma_W", math.nan)) * busy_s)
             row["energy"][domain] = {
                 "sensor": info["sensor"], "provenance": info["provenance"],
                 "model": info["model"], "method": info["method"],
@@ -778,7 +779,7 @@ def _cross_domain(energy: dict[str, dict[str, Any]]) -> dict[str, Any]:
     estimated = any(e["provenance"] != "measured" for e in parts.values())
     return {
         "above_idle_J": float(sum(e["above_idle_J"] for e in parts.values())),
-        "uncertainty_J": math.sqrt(sum(_finite_or_0(e["uncertainty_J"]) ** 2
+        "uncertainty_J": math.sqrt(sum(finite_or_zero(e["uncertainty_J"]) ** 2
                                        for e in parts.values())),
         "total_J": float(sum(e["total_J"] for e in parts.values())),
         "provenance": "estimated" if estimated else "measured",

@@ -186,7 +186,7 @@ def measured_columns(
     process of a shared machine, the program's own CPU time only its own work. It is above idle
     by construction and never summed with cpu-package.
     """
-    from fecomlite.analysis import ADDITIVE_DOMAINS, analyse_run
+    from fecomlite.analysis import ADDITIVE_DOMAINS, analyse_run, finite_or_zero
 
     analysis = analyse_run(store, run_id, method, compare_levels=False)
     spans = store.db.execute(
@@ -220,7 +220,7 @@ def measured_columns(
         readings = _region_readings(store, sensor, spans) if sensor else []
         # the readings' own scatter over the region: what a flat idle baseline does not know of
         scatter = (_std(readings) or 0.0) / math.sqrt(len(readings)) * time_s if readings else 0.0
-        sigma = math.sqrt(_finite(energy.get("uncertainty_J")) ** 2 + scatter**2
+        sigma = math.sqrt(finite_or_zero(energy.get("uncertainty_J")) ** 2 + scatter**2
                           + spread**2 / len(per_rep))
         raw[d] = (mean, sigma)
         columns.update(_energy_columns(d, mean, sigma))
@@ -229,7 +229,7 @@ def measured_columns(
         if columns[f"energy_J_{d}"] is None:
             columns[f"power_check_{d}"] = "energy below resolution"
         elif sensor is not None and time_s:
-            columns.update(_power_check(readings, _finite(sensor.get("period_s")), d,
+            columns.update(_power_check(readings, finite_or_zero(sensor.get("period_s")), d,
                                         mean / time_s, sigma / time_s, info["idle_W"], time_s))
         domains[d] = {
             "provenance": info["provenance"], "model": info["model"], "sensor": info["sensor"],
@@ -280,11 +280,13 @@ def _power_check(
 ) -> dict[str, Any]:
     """The implied mean power (energy ÷ time) against the mean of the readings inside the
     region, both above idle; a region under two sensor periods is not resolved."""
+    from fecomlite.analysis import finite_or_zero  # loaded with the analysis, not at import
+
     out: dict[str, Any] = {f"power_W_{domain}": implied_W}
     if not readings:
         out[f"power_check_{domain}"] = "no samples inside the region"
         return out
-    sampled = sum(readings) / len(readings) - _finite(idle_W)
+    sampled = sum(readings) / len(readings) - finite_or_zero(idle_W)
     out[f"sampled_W_{domain}"] = sampled
     if region_s < 2 * period_s:
         out[f"power_check_{domain}"] = (
@@ -300,9 +302,6 @@ def _power_check(
             f"implied {implied_W:.3g} W against {sampled:.3g} W in the samples")
     return out
 
-
-def _finite(value: Any) -> float:
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
 
 
 def default_domain(domains: dict[str, dict[str, Any]]) -> tuple[str, str]:

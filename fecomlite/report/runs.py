@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from fecomlite.analysis import GPU_MEMORY_DOMAINS, RSS_SENSOR, analyse_run
+from fecomlite.analysis import GPU_MEMORY_DOMAINS, RSS_SENSOR, analyse_run, finite_or_zero
 from fecomlite.report.compare import Comparison as RunsReport  # the same page's parts
 from fecomlite.report.palette import SERIES_COLORS
 from fecomlite.store import Store, StoreError
@@ -101,8 +101,8 @@ def run_row(store: Store, run_id: int, method: str = "overlap") -> dict[str, Any
         n = max(len(per_rep), 1)
         mean = statistics.fmean(per_rep) if per_rep else d["program_J"]
         spread = statistics.stdev(per_rep) / math.sqrt(n) if len(per_rep) > 1 else 0.0
-        sigma = math.sqrt(spread**2 + (_finite(d.get("noise_J")) / n) ** 2
-                          + (_finite(d.get("resolution_J")) / n) ** 2)
+        sigma = math.sqrt(spread**2 + (finite_or_zero(d.get("noise_J")) / n) ** 2
+                          + (finite_or_zero(d.get("resolution_J")) / n) ** 2)
         resolved = mean > 2 * sigma and mean > 0  # else: the bound it is below, never < 0
         energy[d["domain"]] = {
             "above_idle_J": mean if resolved else None, "sigma_J": sigma,
@@ -266,6 +266,3 @@ def _file_hash(path: str) -> str | None:
     except OSError:
         return None
 
-
-def _finite(value: Any) -> float:
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
