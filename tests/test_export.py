@@ -8,12 +8,11 @@ import json
 
 import jsonschema
 import pytest
-from click.testing import CliRunner  # fecomlite.cli.app is a click group
+from cli_runner import invoke
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from report_helpers import build_run
 
 from fecomlite.analysis import analyse_run
-from fecomlite.cli import app
 from fecomlite.store import Store
 
 # The Trace Event Format (Google's "Trace Event Format" document) for the phases written here:
@@ -107,7 +106,7 @@ def analysed(stored):
 def export(stored, *options: str) -> str:
     store_path, run = stored
     args = ["export", str(run), "--store", str(store_path), *options, "--out", "-"]
-    result = CliRunner().invoke(app, args)
+    result = invoke(args)
     assert result.exit_code == 0, result.output
     return result.stdout
 

@@ -12,12 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner  # fecomlite.cli.app is a click group
+from cli_runner import invoke
 from test_server_http import raw_request
 from test_server_support import FakeSensorForTests, encode_batch, served
 
 from fecomlite import batch_codec
-from fecomlite.cli import app
 from fecomlite.server import app as server_app
 from fecomlite.store import Store
 
@@ -102,8 +101,8 @@ def test_ingest_refuses_a_spool_of_another_store_and_stores_nothing(tmp_path: Pa
             1, 1, [EVENT], run=str(run), store=a.store_id))
     with served(tmp_path / "b", [FakeSensorForTests("p")]) as b:
         b.create_run("y.py", [], "method", {})  # run 1 of b: the spool's run id exists here
-        result = CliRunner().invoke(app, ["ingest", str(foreign), "--home", str(tmp_path / "b")],
-                                    env={"COLUMNS": "300"})
+        result = invoke(["ingest", str(foreign), "--home", str(tmp_path / "b")],
+                        env={"COLUMNS": "300"})
     assert result.exit_code == 1
     assert "was written for another fecomlite store" in result.output
     assert foreign.exists()  # kept, for the home it belongs to

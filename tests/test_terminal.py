@@ -46,14 +46,12 @@ def test_the_run_summary_prints_regions_parameters_and_programs_as_text(tmp_path
 def test_report_and_export_print_a_markup_like_path_as_text(tmp_path):
     """An error naming a user's path (here a store folder named `[bold red]x`) is printed as it
     is, not parsed as markup (which swallowed the brackets, or raised MarkupError on `[/]`)."""
-    from click.testing import CliRunner
-
-    from fecomlite.cli import app
+    from cli_runner import invoke
 
     folder = tmp_path / "[bold red]x"
     folder.mkdir()
     (folder / "s.sqlite").write_bytes(b"not a fecomlite store, nor SQLite at all" * 100)
     for command in (["report"], ["export", "--format", "perfetto"]):
-        done = CliRunner().invoke(app, [*command, "--store", str(folder / "s.sqlite")])
-        assert done.exit_code == 1, (command, done.output, done.exception)
+        done = invoke([*command, "--store", str(folder / "s.sqlite")])
+        assert done.exit_code == 1, (command, done.output)
         assert "[bold red]x" in " ".join(done.output.split()) and "error" in done.output
