@@ -21,7 +21,8 @@ seen = set()
 def hook(event, args):
     if event in ("open", "os.listdir", "os.scandir") and args and isinstance(args[0], str):
         path = os.path.abspath(args[0])
-        if path.startswith(forbidden + os.sep) and not path.startswith(clone + os.sep):
+        ours = path.startswith((clone + os.sep, sys.prefix + os.sep, sys.base_prefix + os.sep))
+        if path.startswith(forbidden + os.sep) and not ours:  # (the interpreter's files are its)
             seen.add(path)
 
 sys.addaudithook(hook)
