@@ -5,7 +5,8 @@ from setuptools import Extension, setup
 
 setup(
     ext_modules=[
-        Extension("fecomlite._fastprobe", ["fecomlite/_fastprobe.c"], optional=True),
-        Extension("fecomlite._ticker", ["fecomlite/_ticker.c"], optional=True),
+        Extension("fecomlite.runtime._fastprobe", ["fecomlite/runtime/_fastprobe.c"],
+                  optional=True),
+        Extension("fecomlite.server._ticker", ["fecomlite/server/_ticker.c"], optional=True),
     ]
 )

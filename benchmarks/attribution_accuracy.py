@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fecomlite import attribution as at
+from fecomlite.analysis import attribution as at
 from fecomlite.sensors.replay import load_trace
 
 HERE = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from fecomlite import attribution as at
+from fecomlite.analysis import attribution as at
 
 MS = 1_000_000
 

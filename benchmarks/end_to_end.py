@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from fecomlite.experiment import prepare_program, program_env
+from fecomlite.runner.experiment import prepare_program, program_env
+from fecomlite.runner.settings import RunSettings
 from fecomlite.server.client import ensure_server
-from fecomlite.settings import RunSettings
 
 PROJECTS = Path(__file__).resolve().parents[1] / "projects"
 

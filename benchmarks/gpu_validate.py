@@ -115,7 +115,7 @@ def workload_seconds(log: Path) -> float:
 
 
 def validate(home: Path, run_id: int, plan: list) -> dict:
-    from fecomlite.analysis import analyse_run
+    from fecomlite.analysis.run_analysis import analyse_run
     from fecomlite.store import Store
 
     with Store(home / "store.sqlite") as store:

@@ -23,10 +23,10 @@ from pathlib import Path
 
 from end_to_end import PROJECTS, timed
 
-from fecomlite.experiment import prepare_program, program_env
-from fecomlite.layers import ENV
+from fecomlite.runner.experiment import prepare_program, program_env
+from fecomlite.runner.settings import RunSettings
+from fecomlite.runtime.layers import ENV
 from fecomlite.server.client import ensure_server
-from fecomlite.settings import RunSettings
 from fecomlite.store import Store
 
 DEFAULT_PROJECTS = ("torch_cnn", "torch_mlp_jit", "keras_mlp")
@@ -44,7 +44,7 @@ def layer_events(home: Path, run_id: int) -> int:
 
 MICRO_CHILD = """
 import sys, time
-from fecomlite import layers
+from fecomlite.runtime import layers
 if sys.argv[1] == "1":
     layers.start(lambda *a: None, None)
 import torch, torch.nn as nn

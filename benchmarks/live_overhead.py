@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from fecomlite import batch_codec
+from fecomlite.runtime import batch_codec
 from fecomlite.server.client import ServerClient, ensure_server
 
 EVENTS_PER_S = 5000

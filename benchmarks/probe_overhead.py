@@ -20,7 +20,7 @@ import time
 os.environ.pop("FECOMLITE_URL", None)  # no server: events are spooled, as a standalone run does
 os.environ["FECOMLITE_SPOOL"] = os.path.join(tempfile.mkdtemp(), "bench.spool")
 
-import fecomlite.probe as __fecomlite__  # noqa: E402 - after the environment is set
+import fecomlite.runtime.probe as __fecomlite__  # noqa: E402 - after the environment is set
 
 
 def original(n: int) -> float:

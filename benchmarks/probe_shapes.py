@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from fecomlite.probe_capture import call_shapes, nbytes_of
+from fecomlite.runtime.capture import call_shapes, nbytes_of
 
 
 def cases() -> list[tuple[str, Callable[..., Any], tuple[Any, ...]]]:

@@ -22,7 +22,7 @@ os.environ["FECOMLITE_RUN"] = "bench"
 os.environ["FECOMLITE_SPOOL"] = os.path.join(tempfile.mkdtemp(), "bench.spool")
 
 import fecomlite  # noqa: E402 - after the environment is set
-import fecomlite.probe as __fecomlite__  # noqa: E402
+import fecomlite.runtime.probe as __fecomlite__  # noqa: E402
 
 
 def step(i: int) -> int:

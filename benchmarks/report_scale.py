@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fecomlite.analysis import analyse_run
+from fecomlite.analysis.run_analysis import analyse_run
 from fecomlite.report.build import build_report
 from fecomlite.report.command import report_command
 from fecomlite.report.render import write_report

@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "untouched.",
     ),
     "run": (
-        "fecomlite.run_command",
+        "fecomlite.runner.command",
         "run_command",
         "Run SCRIPT under the measurement server and store per-call energy and memory.",
     ),
@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Write the HTML report (self-contained, opens offline) with JSON and CSV beside it.",
     ),
     "attribute": (
-        "fecomlite.attribute_command",
+        "fecomlite.analysis.command",
         "attribute_command",
         "Attribute the energy of your own meter's trace to your own call timings.",
     ),
@@ -42,12 +42,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "The local measurement server: run it, see it (status), stop it.",
     ),
     "ingest": (
-        "fecomlite.ingest_command",
+        "fecomlite.runner.ingest",
         "ingest_command",
         "Store the events of spool files in the run they name (or a new run), then delete them.",
     ),
     "watch": (
-        "fecomlite.watch_command",
+        "fecomlite.server.watch",
         "watch_command",
         "Measure any process, uninstrumented: memory and power over time, live and in the store.",
     ),
@@ -67,7 +67,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Write a run as a Perfetto/Chrome trace or as OpenMetrics text.",
     ),
     "merge": (
-        "fecomlite.distributed.merge_command",
+        "fecomlite.report.merge_command",
         "merge_command",
         "Merge the stores of a job's nodes (clocks aligned) into one store, and write its report.",
     ),

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fecomlite import analysis as an
-from fecomlite import attribution as at
+from fecomlite.analysis import attribution as at
+from fecomlite.analysis import run_analysis as an
 from fecomlite.sensors.replay import load_trace
 from fecomlite.store import Store
 

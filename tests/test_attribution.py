@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fecomlite import attribution as at
+from fecomlite.analysis import attribution as at
 from fecomlite.sensors.replay import load_trace
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -10,8 +10,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from fecomlite import attribution as at
-from fecomlite.attribute_command import attribute_command
+from fecomlite.analysis import attribution as at
+from fecomlite.analysis.command import attribute_command
 from fecomlite.sensors.replay import load_trace
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

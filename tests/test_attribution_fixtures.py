@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fecomlite import attribution as at
+from fecomlite.analysis import attribution as at
 from fecomlite.sensors.replay import load_trace
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

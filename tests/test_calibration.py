@@ -14,20 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fecomlite.analysis import analyse_run
-from fecomlite.calibration import (
-    PREFIX,
-    Replayer,
-    choose_sites,
-    fit_groups,
-    replay_sites,
-    run_calibration,
-    runtime_refusal,
-    verdict,
-)
-from fecomlite.experiment import prepare_program, run_experiment
+from fecomlite.analysis.calibration import fit_groups
+from fecomlite.analysis.run_analysis import analyse_run
+from fecomlite.runner.calibration import choose_sites, replay_sites, run_calibration
+from fecomlite.runner.experiment import prepare_program, run_experiment
+from fecomlite.runner.settings import RunSettings
+from fecomlite.runtime.calibration_replay import PREFIX, Replayer, runtime_refusal, verdict
 from fecomlite.server.client import ensure_server
-from fecomlite.settings import RunSettings
 from fecomlite.store import Store
 
 # -- the allow-list ---------------------------------------------------------------------------
@@ -230,7 +223,7 @@ def test_the_probe_hands_listed_sites_to_the_replayer_and_replays_at_exit(tmp_pa
     script = tmp_path / "prog.py"
     script.write_text(textwrap.dedent("""\
         import numpy as np
-        import fecomlite.probe as __fecomlite__
+        import fecomlite.runtime.probe as __fecomlite__
         def forward(x):  # a module's own code, instrumented: one wrapped call inside
             return __fecomlite__.call("prog.py:4:11", np.tanh, x)
         a = np.ones((50, 50))
@@ -260,7 +253,7 @@ def test_the_probe_hands_listed_sites_to_the_replayer_and_replays_at_exit(tmp_pa
              "FECOMLITE_CALIBRATE_REPORT": str(report)})
     assert plain.returncode == calibrated.returncode == 0, calibrated.stderr
     assert (calibrated.stdout, calibrated.stderr) == (plain.stdout, plain.stderr) != ("", "")
-    from fecomlite import batch_codec
+    from fecomlite.runtime import batch_codec
 
     rows = []
     with open(spool, "rb") as f:
@@ -586,7 +579,7 @@ def test_torch_modules_replay_only_in_eval_mode_and_without_gradients(make_repla
 def test_keras_layers_replay_with_training_false():
     import keras
 
-    from fecomlite.calibration import inference_arguments
+    from fecomlite.runtime.calibration_replay import inference_arguments
 
     layer = keras.layers.Dropout(0.9)
     x = np.ones((4, 64), dtype="float32")

@@ -9,11 +9,11 @@ import json
 import pytest
 from report_helpers import build_run, html_tables
 
-from fecomlite import carbon
-from fecomlite.analysis import ADDITIVE_DOMAINS
+from fecomlite.analysis import carbon
+from fecomlite.analysis.run_analysis import ADDITIVE_DOMAINS
 from fecomlite.report.build import build_report
 from fecomlite.report.render import write_report
-from fecomlite.settings import SettingsError, resolve
+from fecomlite.runner.settings import SettingsError, resolve
 from fecomlite.store import Store
 
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from fecomlite import probe_source
 from fecomlite.instrument.project import ORIGINALS, instrument_path
+from fecomlite.runtime import source as probe_source
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_TIMEOUT_S = 300
@@ -312,7 +312,7 @@ def test_no_original_is_kept_where_lines_moved(tmp_path: Path) -> None:
 def test_every_probe_entry_point_compiles_to_the_plain_calls_graph() -> None:
     """The C path, the pure-Python fallback and the GPU-synchronising path alike: one graph,
     no break under fullgraph=True, nothing of the probe in it."""
-    from fecomlite import probe
+    from fecomlite.runtime import probe
 
     torch = importlib.import_module("torch")
     dynamo = importlib.import_module("torch._dynamo")  # registered by the probe's import hook

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from report_helpers import MIXED, NVML, read_csv
 
-from fecomlite import attribution as at
-from fecomlite.analysis import analyse_run
+from fecomlite.analysis import attribution as at
+from fecomlite.analysis.run_analysis import analyse_run
 from fecomlite.store import Store
 
 GPUS = {0: (NVML, 100), 1: (MIXED, 200)}  # gpu index: (trace, pid of the rank using it)

@@ -16,9 +16,9 @@ import textwrap
 
 import pytest
 
-from fecomlite.distributed.merge import PID_STRIDE
 from fecomlite.server.client import live_client
 from fecomlite.store import Store
+from fecomlite.store.merge import PID_STRIDE
 
 PROGRAM = """
     import numpy as np

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
-from fecomlite.distributed.identity import cuda_device, rank_fields
-from fecomlite.distributed.launch import LaunchError, resolve_launch
+from fecomlite.runner.launch import LaunchError, resolve_launch
+from fecomlite.runtime.identity import cuda_device, rank_fields
 
 DDP_PROGRAM = """
     import torch

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from test_probe import run_script
 
-from fecomlite import batch_codec
+from fecomlite.runtime import batch_codec
 
 PROGRAM = """
     import math
     import multiprocessing as mp
-    import fecomlite.probe as __fecomlite__
+    import fecomlite.runtime.probe as __fecomlite__
 
     def work(n):
         for i in range(n):

@@ -12,7 +12,7 @@ from cli_runner import invoke
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from report_helpers import build_run
 
-from fecomlite.analysis import analyse_run
+from fecomlite.analysis.run_analysis import analyse_run
 from fecomlite.store import Store
 
 # The Trace Event Format (Google's "Trace Event Format" document) for the phases written here:

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from report_helpers import build_run
 
-from fecomlite.analysis import analyse_run
+from fecomlite.analysis.run_analysis import analyse_run
 from fecomlite.report.build import build_report
 from fecomlite.store import Store
 

@@ -282,17 +282,17 @@ def test_notebooks_stay_notebooks(tmp_path: Path) -> None:
     sources = [c["source"] for c in out["cells"]]
     assert sources[0] == [
         "%matplotlib inline\n",
-        "import fecomlite.probe as __fecomlite__; import torch\n",
+        "import fecomlite.runtime.probe as __fecomlite__; import torch\n",
         "files = !ls\n",
         'x = __fecomlite__.call("explore.ipynb[0]:4:4", torch.ones, 1)',
     ]
     assert sources[1] == (  # the import in cell 0 reaches here: cells share one namespace
-        "import fecomlite.probe as __fecomlite__\nfor i in range(2):\n    !echo {i}\n"
+        "import fecomlite.runtime.probe as __fecomlite__\nfor i in range(2):\n    !echo {i}\n"
         '    y = __fecomlite__.call("explore.ipynb[1]:3:8", torch.zeros, i)\n'
     )
     assert sources[2] == ["%%bash\n", "echo torch.ones(1)\n"]
     assert sources[3].startswith(
-        "import fecomlite.probe as __fecomlite__; text = '''\n%not a magic"
+        "import fecomlite.runtime.probe as __fecomlite__; text = '''\n%not a magic"
     )
     assert 'torch.eye(2)?\nprint(__fecomlite__.call("explore.ipynb[3]:5:6"' in sources[3]
     assert sources[4] == ["def broken(:\n"]

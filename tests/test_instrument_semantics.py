@@ -190,16 +190,16 @@ def _probe_stand_in(log: list[str]) -> types.ModuleType:
 def _stand_in(log: list[str]) -> Iterator[None]:
     import fecomlite
 
-    saved = sys.modules.get("fecomlite.probe"), fecomlite.__dict__.get("probe")
+    saved = sys.modules.get("fecomlite.runtime.probe"), fecomlite.__dict__.get("probe")
     stand_in = _probe_stand_in(log)
-    sys.modules["fecomlite.probe"] = stand_in
-    fecomlite.probe = stand_in  # type: ignore[attr-defined]
+    sys.modules["fecomlite.runtime.probe"] = stand_in
+    fecomlite.runtime.probe = stand_in  # type: ignore[attr-defined]
     sys.path.insert(0, str(CASES))
     try:
         yield
     finally:
         sys.path.remove(str(CASES))
-        for name, value in (("fecomlite.probe", saved[0]),):
+        for name, value in (("fecomlite.runtime.probe", saved[0]),):
             if value is None:
                 sys.modules.pop(name, None)
             else:
@@ -207,7 +207,7 @@ def _stand_in(log: list[str]) -> Iterator[None]:
         if saved[1] is None:
             fecomlite.__dict__.pop("probe", None)
         else:
-            fecomlite.probe = saved[1]  # type: ignore[attr-defined]
+            fecomlite.runtime.probe = saved[1]  # type: ignore[attr-defined]
 
 
 def _execute(source: str, log: list[str]) -> str:

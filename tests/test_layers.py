@@ -1,13 +1,14 @@
-"""fecomlite.layers without a framework: site keys, facts, the import watcher, stack repair."""
+"""fecomlite.runtime.layers without a framework: site keys, facts, the import watcher, stack
+repair."""
 
 from __future__ import annotations
 
 import importlib
 import sys
 
-from fecomlite.layers import facts, layer_env, on_import
-from fecomlite.layers.torch_hooks import _Backward, nest
-from fecomlite.settings import RunSettings
+from fecomlite.runner.settings import RunSettings
+from fecomlite.runtime.layers import facts, layer_env, on_import
+from fecomlite.runtime.layers.torch_hooks import _Backward, nest
 from fecomlite.store import _site_from_key
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import run_cli
 
-from fecomlite.analysis import analyse_run
+from fecomlite.analysis.run_analysis import analyse_run
 from fecomlite.report.build import build_report
 from fecomlite.report.render import write_report
 from fecomlite.store import Store
@@ -138,7 +138,7 @@ def assert_layers_nest_and_conserve_energy(a) -> None:
 def assert_each_layer_under_its_enclosing_layer(a, sep: str) -> None:
     """Every layer event's parent is the event of the nearest enclosing layer of the same phase
     (`encoder.layers.0.norm2` under `encoder.layers.0`), or a call when no layer encloses it."""
-    from fecomlite.layers import facts
+    from fecomlite.runtime.layers import facts
 
     for row in range(a.calls["api"].size):
         parts = facts.parse(a.api_names[a.calls["api"][row]])

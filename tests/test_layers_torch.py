@@ -13,7 +13,7 @@ import pytest
 
 PROGRAM = """
     import json, sys
-    from fecomlite import layers
+    from fecomlite.runtime import layers
 
     events = []
     if sys.argv[1] == "on":

@@ -62,7 +62,7 @@ GROWER = textwrap.dedent("""
     import sys, time
     STEP, STEPS, PAUSE = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
     if len(sys.argv) > 4:
-        import fecomlite.probe as __fecomlite__
+        import fecomlite.runtime.probe as __fecomlite__
         call = __fecomlite__.call
     else:
         call = lambda site, f, *a: f(*a)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from report_helpers import build_run
 
-from fecomlite.analysis import BUSY_SHARE, analyse_run
+from fecomlite.analysis.run_analysis import BUSY_SHARE, analyse_run
 from fecomlite.store import Store
 
 

@@ -13,8 +13,8 @@ from conftest import run_cli
 from test_run_e2e import FAST, write
 
 import fecomlite
-from fecomlite.analysis import ADDITIVE_DOMAINS
-from fecomlite.measure_sampler import monitor
+from fecomlite.analysis.run_analysis import ADDITIVE_DOMAINS
+from fecomlite.api.sampler import monitor
 from fecomlite.store import Store
 
 MB = 1 << 20
@@ -185,8 +185,8 @@ def test_a_gpu_gives_measured_energy_and_process_gpu_memory():
     """The H200 trace replayed as NVML (a test fake named so): the GPU's counter, per window."""
     from fakesys.nvml import ReplayNvmlForTests
 
-    from fecomlite.measure import Measurement
-    from fecomlite.measure_sampler import Monitor
+    from fecomlite.api.measure import Measurement
+    from fecomlite.api.sampler import Monitor
 
     nvml = ReplayNvmlForTests(energy_read_s=0, processes=((os.getpid(), 3 << 30),))
     mon = Monitor({"nvml": nvml})

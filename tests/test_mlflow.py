@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from report_helpers import build_run
 
-from fecomlite.analysis import analyse_run
-from fecomlite.mlflow_log import log_run, metric_name
+from fecomlite.analysis.run_analysis import analyse_run
+from fecomlite.runner.mlflow_log import log_run, metric_name
 from fecomlite.store import Store
 
 mlflow = pytest.importorskip("mlflow")

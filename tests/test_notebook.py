@@ -14,8 +14,8 @@ from conftest import run_cli
 from IPython.testing.globalipapp import start_ipython
 from test_run_e2e import FAST
 
-from fecomlite import probe
-from fecomlite.notebook_magic import CellReport
+from fecomlite.api.notebook_magic import CellReport
+from fecomlite.runtime import probe
 from fecomlite.store import Store
 
 
@@ -46,7 +46,7 @@ def notebook(path: Path, *cells: str) -> Path:
 def run_notebook(path: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
     return subprocess.run(
-        [sys.executable, "-m", "fecomlite.notebook_run", str(path)],
+        [sys.executable, "-m", "fecomlite.runner.notebook", str(path)],
         cwd=path.parent,
         env=env,
         capture_output=True,

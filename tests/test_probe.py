@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import fecomlite.probe as probe
-from fecomlite import batch_codec
-from fecomlite.probe_capture import DataSizeHandler, nbytes_of
+import fecomlite.runtime.probe as probe
+from fecomlite.runtime import batch_codec
+from fecomlite.runtime.capture import DataSizeHandler, nbytes_of
 
 CALLS = [probe.call, probe._python_call]
 IDS = ["native" if probe._native is not None else "native-missing", "python"]
@@ -142,7 +142,7 @@ def test_without_a_server_events_are_spooled_and_the_program_finishes(tmp_path):
         tmp_path,
         """
         import math
-        import fecomlite.probe as __fecomlite__
+        import fecomlite.runtime.probe as __fecomlite__
         print(sum(__fecomlite__.call("prog.py:3:0", math.sqrt, i) for i in range(1000)))
     """,
         FECOMLITE_URL="http://127.0.0.1:9",
@@ -161,7 +161,7 @@ def test_an_uncaught_exception_keeps_the_events_before_it(tmp_path):
     result = run_script(
         tmp_path,
         """
-        import fecomlite.probe as __fecomlite__
+        import fecomlite.runtime.probe as __fecomlite__
         for i in range(50):
             __fecomlite__.call("prog.py:3:0", abs, i)
         raise RuntimeError("halfway")
@@ -176,7 +176,7 @@ def test_sigterm_flushes_before_the_process_dies(tmp_path):
     script.write_text(
         textwrap.dedent("""
         import sys, time
-        import fecomlite.probe as __fecomlite__
+        import fecomlite.runtime.probe as __fecomlite__
         __fecomlite__.FLUSH_EVERY_S = 3600
         for i in range(20):
             __fecomlite__.call("prog.py:4:0", abs, i)
@@ -218,7 +218,7 @@ def test_an_awaited_call_is_timed_to_the_end_of_its_await(tmp_path):
         tmp_path,
         """
         import asyncio
-        import fecomlite.probe as __fecomlite__
+        import fecomlite.runtime.probe as __fecomlite__
 
         async def nap(seconds, value):
             await asyncio.sleep(seconds)

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from fecomlite import batch_codec
 from fecomlite.instrument import instrument_path
-from fecomlite.probe_hyperparams import Hyperparams, TrainingStepReader
+from fecomlite.runtime import batch_codec
+from fecomlite.runtime.hyperparams import Hyperparams, TrainingStepReader
 from fecomlite.store import Store
 from tests.test_probe_names import resolves
 
@@ -319,7 +319,7 @@ def test_a_training_step_is_read_at_its_first_call_and_then_takes_the_fast_path(
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    import fecomlite.probe as probe
+    import fecomlite.runtime.probe as probe
 
     sink, site = FakeSink(), "t.py:9:0"
     reader = TrainingStepReader(

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F  # noqa: N812 - as users write it
 from torch import nn
 
-from fecomlite.probe_names import adopted, runtime_name
-from fecomlite.probe_sender import Sender
+from fecomlite.runtime.names import adopted, runtime_name
+from fecomlite.runtime.sender import Sender
 from fecomlite.store import Store
 
 

@@ -10,11 +10,11 @@ import pytest
 from test_probe import run_script, spooled
 from test_store import make_batch
 
-from fecomlite import batch_codec
 from fecomlite.model.features import conv2d, dense, embedding, matmul
 from fecomlite.model.recorded_shapes import features_from_shapes
-from fecomlite.probe_capture import call_shapes, record_shapes, shape_of
-from fecomlite.probe_sender import Sender
+from fecomlite.runtime import batch_codec
+from fecomlite.runtime.capture import call_shapes, record_shapes, shape_of
+from fecomlite.runtime.sender import Sender
 from fecomlite.store import MAX_SHAPE_VARIANTS, Store
 
 
@@ -26,7 +26,7 @@ def shapes_sent(tmp_path) -> list[dict]:
 def test_a_numpy_matmul_sends_its_shapes_once(tmp_path):
     result = run_script(tmp_path, """
         import numpy as np
-        import fecomlite.probe as __fecomlite__
+        import fecomlite.runtime.probe as __fecomlite__
         a, b = np.ones((4, 8), np.float32), np.ones((8, 3), np.float64)
         for _ in range(10):
             y = __fecomlite__.call("prog.py:5:8", np.matmul, a, b)
@@ -45,7 +45,7 @@ def test_a_numpy_matmul_sends_its_shapes_once(tmp_path):
 def test_a_torch_linear_call_sends_its_weight_shapes(tmp_path):
     result = run_script(tmp_path, """
         import torch
-        import fecomlite.probe as __fecomlite__
+        import fecomlite.runtime.probe as __fecomlite__
         fc = torch.nn.Linear(16, 5)
         x = torch.ones(32, 16)
         y = __fecomlite__.call("prog.py:6:4", fc, x)

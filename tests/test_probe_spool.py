@@ -10,7 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from fecomlite import batch_codec
+from fecomlite.runtime import batch_codec
 
 REPO = Path(__file__).resolve().parents[1]
 # batches of growing size until the file-size limit cuts one short; then small ones again
@@ -18,7 +18,7 @@ PROGRAM = textwrap.dedent("""
     import resource, signal
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
     resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
-    import fecomlite.probe as probe
+    import fecomlite.runtime.probe as probe
     for size in (100, 200, 400, 800, 1600, 5):
         for i in range(size):
             probe.record("loop.py:1:0", i, i + 1)

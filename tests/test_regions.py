@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from test_probe import run_script
 
-from fecomlite import batch_codec
+from fecomlite.runtime import batch_codec
 
-WITHOUT_C = "import sys; sys.modules['fecomlite._fastprobe'] = None\n"
+WITHOUT_C = "import sys; sys.modules['fecomlite.runtime._fastprobe'] = None\n"
 PATHS = {"c": "", "python": WITHOUT_C}
 
 
@@ -43,7 +43,7 @@ def test_one_object_entered_inside_itself_records_nested_spans(tmp_path, path):
         tmp_path,
         """
 import time, fecomlite
-from fecomlite import regions
+from fecomlite.runtime import regions
 r = fecomlite.region("r")
 with r:
     time.sleep(0.01)
@@ -119,7 +119,7 @@ def test_the_c_region_is_used_when_built(tmp_path):
     result = run_in_a_run(
         tmp_path, "import fecomlite\nprint(type(fecomlite.region('x')).__mro__[1])", "c"
     )
-    assert "fecomlite._fastprobe.Region" in result.stdout
+    assert "fecomlite.runtime._fastprobe.Region" in result.stdout
 
 
 def test_outside_a_run_a_region_costs_nothing_and_records_nothing(tmp_path):
@@ -129,7 +129,7 @@ def test_outside_a_run_a_region_costs_nothing_and_records_nothing(tmp_path):
 import sys, fecomlite
 with fecomlite.region("r"):
     pass
-print("fecomlite.probe" in sys.modules, "fecomlite._fastprobe" in sys.modules)
+print("fecomlite.runtime.probe" in sys.modules, "fecomlite.runtime._fastprobe" in sys.modules)
 """,
     )
     assert result.stdout.split() == ["False", "False"]

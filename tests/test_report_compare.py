@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from report_helpers import build_run, html_tables
 
-from fecomlite.analysis import analyse_run
+from fecomlite.analysis.run_analysis import analyse_run
 from fecomlite.report.compare import compare_runs, difference
 from fecomlite.report.render import write_comparison
 from fecomlite.store import Store

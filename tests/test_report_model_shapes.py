@@ -13,9 +13,9 @@ from fecomlite.model.command import MODEL_RESULT
 from fecomlite.model.features import dense, matmul
 from fecomlite.model.fit import EnergyModels
 from fecomlite.model.predict import predict_call
-from fecomlite.probe_capture import call_shapes
 from fecomlite.report.build import build_report
 from fecomlite.report.model_section import NO_SHAPES
+from fecomlite.runtime.capture import call_shapes
 from fecomlite.store import Store
 
 LINEAR = "torch.nn.Linear.__call__"

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
-from fecomlite.experiment import PROBE_IMPORT, tee_output
+from fecomlite.runner.experiment import PROBE_IMPORT, tee_output
+from fecomlite.runner.workcopy import CopyError, ScriptError, check_syntax, work_copy
 from fecomlite.server.client import live_client
-from fecomlite.workcopy import CopyError, ScriptError, check_syntax, work_copy
 
 
 def write(folder: Path, name: str, text: str) -> Path:
@@ -198,7 +198,7 @@ def test_json_owns_stdout_and_the_programs_output_goes_to_stderr(home, tmp_path)
 
 
 def test_a_standalone_spool_follows_fecomlite_home(tmp_path, monkeypatch):
-    from fecomlite.probe_sender import spool_path
+    from fecomlite.runtime.sender import spool_path
 
     monkeypatch.setenv("FECOMLITE_HOME", str(tmp_path / "home"))
     assert spool_path("") == tmp_path / "home" / "spool" / f"{os.getpid()}.spool"

@@ -1,4 +1,4 @@
-"""The sampler's C tick thread (fecomlite/_ticker.c) and the replay of what it read
+"""The sampler's C tick thread (fecomlite/server/_ticker.c) and the replay of what it read
 (server/capture.py): files read on a grid of ticks, contents and times as of the tick, the
 thread's own descriptors, errors, and real /proc sensors decoded as if read at that moment."""
 
@@ -28,7 +28,7 @@ from fecomlite.store import Store
 
 # Skipped where no C compiler built the tick thread; never in CI, which must test it.
 pytestmark = pytest.mark.skipif(not capture.AVAILABLE and not os.environ.get("CI"),
-                                reason="fecomlite._ticker is not built")
+                                reason="fecomlite.server._ticker is not built")
 TICK_NS = 5_000_000
 MB = 10**6
 

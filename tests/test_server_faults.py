@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
-from fecomlite.probe_sender import POST_TIMEOUT_S
+from fecomlite.runtime.sender import POST_TIMEOUT_S
 from fecomlite.server.client import ServerClient, ensure_server, live_client
 from fecomlite.store import Store
 
@@ -26,7 +26,7 @@ SITE = "loop.py:3:4"
 # calls a site in a loop for the given seconds, then prints how many calls it made
 LOOP = textwrap.dedent(f"""
     import sys, time
-    import fecomlite.probe as __fecomlite__
+    import fecomlite.runtime.probe as __fecomlite__
     def f():
         return 1
     calls, end = 0, time.monotonic() + float(sys.argv[1])

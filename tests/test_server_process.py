@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_server_support import FakeSensorForTests, encode_batch, served
 
-from fecomlite import batch_codec
+from fecomlite.runtime import batch_codec
 from fecomlite.server.client import ServerError, ensure_server
 from fecomlite.store import Store
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from fecomlite import batch_codec
+from fecomlite.runtime import batch_codec
 from fecomlite.server.client import ServerClient
 from fecomlite.server.runtime import open_server, serve
 from fecomlite.server.state import read_state

@@ -16,7 +16,7 @@ from cli_runner import invoke
 from test_server_http import raw_request
 from test_server_support import FakeSensorForTests, encode_batch, served
 
-from fecomlite import batch_codec
+from fecomlite.runtime import batch_codec
 from fecomlite.server import app as server_app
 from fecomlite.store import Store
 

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from fecomlite import batch_codec
+from fecomlite.runtime import batch_codec
 from fecomlite.store import APPLICATION_ID, SCHEMA_VERSION, Store, StoreError, private_home
 
 

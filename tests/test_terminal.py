@@ -8,10 +8,10 @@ import io
 from rich.console import Console
 from test_store import make_batch
 
-from fecomlite import batch_codec
-from fecomlite.analysis import analyse_run
+from fecomlite.analysis.run_analysis import analyse_run
+from fecomlite.report.summary import summary_table
+from fecomlite.runtime import batch_codec
 from fecomlite.store import Store
-from fecomlite.summary import summary_table
 from fecomlite.terminal import plain
 
 NASTY = ["[/]", "[link=file:///etc/passwd]click[/link]", "[bold red]x", "a\x1b[2Jb\x07"]

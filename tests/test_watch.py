@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 from fecomlite.report.build import build_report
 from fecomlite.report.render import write_report
 from fecomlite.server.client import live_client
+from fecomlite.server.watch import Target, WatchError, watch, watch_command, watch_summary
 from fecomlite.store import Store
-from fecomlite.watch_command import Target, WatchError, watch, watch_command, watch_summary
 
 MB = 1_000_000
 

@@ -62,7 +62,7 @@ def export_command(
     pue: Annotated[float | None, typer.Option(help="Data-centre PUE (default 1).")] = None,
 ) -> None:
     """Write a run as a Perfetto/Chrome trace or as OpenMetrics text."""
-    from fecomlite import carbon
+    from fecomlite.analysis import carbon
 
     try:
         with Store(store or default_store_path(), create=False) as db:
@@ -72,7 +72,7 @@ def export_command(
 
                 text = json.dumps(trace(db, run_id), separators=(",", ":"), allow_nan=False)
             else:
-                from fecomlite.analysis import analyse_run
+                from fecomlite.analysis.run_analysis import analyse_run
                 from fecomlite.export.openmetrics import text as openmetrics
 
                 a = analyse_run(db, run_id)

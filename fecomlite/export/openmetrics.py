@@ -17,8 +17,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.openmetrics.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from fecomlite.analysis import RunAnalysis
-from fecomlite.carbon import Intensity
+from fecomlite.analysis.carbon import Intensity
+from fecomlite.analysis.run_analysis import RunAnalysis
 from fecomlite.report.co2e import run_energy_J
 
 PREFIX = "fecomlite"

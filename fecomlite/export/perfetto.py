@@ -14,8 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fecomlite import attribution as at
-from fecomlite.analysis import _samples, choose_energy_sensors  # the analysis's own reads
+from fecomlite.analysis import attribution as at
+from fecomlite.analysis.run_analysis import (  # the analysis's own reads
+    _samples,
+    choose_energy_sensors,
+)
 from fecomlite.store import Store
 
 SENSOR_PID = 0  # the pseudo-process that holds the counter tracks
@@ -54,20 +57,12 @@ def trace(store: Store, run_id: int) -> dict[str, Any]:
 
 
 def _call_rows(store: Store, run_id: int) -> list[tuple[Any, ...]]:
-    return store.db.execute(
-        "SELECT e.rep, e.pid, e.tid, e.t_start_ns, e.t_end_ns, e.status, e.in_bytes, "
-        "e.out_bytes, s.api, s.key, s.written, s.kind FROM events e JOIN sites s "
-        "ON s.id = e.site_id WHERE e.run_id=? ORDER BY e.t_start_ns",
-        (run_id,),
-    ).fetchall()
+    return store.calls_with_sites(run_id)
 
 
 def _origin(store: Store, run_id: int, events: list[Any], reps: list[dict[str, Any]]) -> int:
     """The earliest instant the run recorded: its zero on the trace's time axis."""
-    first_sample = store.db.execute(
-        "SELECT min(t_ns) FROM samples WHERE sensor_id IN (SELECT id FROM sensors WHERE run_id=?)",
-        (run_id,),
-    ).fetchone()[0]
+    first_sample = store.first_sample_ns(run_id)
     starts = [e[3] for e in events[:1]] + [r["t_start_ns"] for r in reps if r["t_start_ns"]]
     candidates = [*starts, *([first_sample] if first_sample is not None else [])]
     return min(candidates) if candidates else 0

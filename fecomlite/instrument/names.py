@@ -23,7 +23,7 @@ Names of objects that framework calls return (see ``resolve.py``):
   ``tensorflow.constant/numpy``; ``loss.backward()`` after ``loss = F.nll_loss(...)`` is
   ``torch.nn.functional.nll_loss/backward``). This says exactly what is known, never a guessed
   type, and is only the fallback: the probe names each call it sees from the callee that ran
-  (``fecomlite.probe_names``), so ``torch.Tensor.backward`` replaces it in a report;
+  (``fecomlite.runtime.names``), so ``torch.Tensor.backward`` replaces it in a report;
 * a graph-compiled unit is ``compiler[target]``: ``tensorflow.function[train_step]``.
 
 No name has ``()`` in it: such a name reads as a chain of calls, and a label cut short then

@@ -555,7 +555,7 @@ def _decode(data: bytes, notebook: bool) -> tuple[str, str]:
 
 def _keep_original(source: Path, target: Path, rel: str, rewrite: Rewrite) -> None:
     """The user's text beside the copy (``.fecomlite/original/<rel>``), which the probe has
-    ``linecache`` serve for the copy (``fecomlite/probe_source.py``): tracebacks, ``inspect``
+    ``linecache`` serve for the copy (``fecomlite/runtime/source.py``): tracebacks, ``inspect``
     and TorchScript then read what the user wrote. Only where no line moved."""
     if rewrite.inserted_lines:
         return

@@ -31,10 +31,10 @@ from fecomlite.instrument.resolve import (
     iterated_names,
 )
 from fecomlite.instrument.scopes import resolve_scopes
-from fecomlite.probe_hyperparams import TRAINING_STEPS
+from fecomlite.runtime.hyperparams import TRAINING_STEPS
 
 PROBE = "__fecomlite__"
-IMPORT = f"import fecomlite.probe as {PROBE}"
+IMPORT = f"import fecomlite.runtime.probe as {PROBE}"
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 _COOKIE = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+")

@@ -36,6 +36,7 @@ from fecomlite.model.sweep import (
     CONFIG_KIND,
     DEFAULT_GRID,
     FRAMEWORKS,
+    MODEL_RESULT,
     TINY_GRID,
     default_domain,
     feature_columns,
@@ -45,14 +46,12 @@ from fecomlite.model.sweep import (
     load_sweep,
     measured_columns,
     parse_list,
-    run_sweep,
 )
 from fecomlite.report.units import scaled
 from fecomlite.store import Store, StoreError, default_home
 
 console = Console()
 errors = Console(stderr=True)
-MODEL_RESULT = "model"
 
 HomeOption = Annotated[
     Path | None, typer.Option(help="fecomlite's folder: store, server state (./.fecomlite).")
@@ -102,8 +101,9 @@ def sweep_command(
     an idle baseline, then per repetition a stability gate (10 samples, at most --gate-max-wait),
     the program, and a tail. Its energy and time are the training region's, without start-up.
     """
+    from fecomlite.runner.settings import RunSettings
+    from fecomlite.runner.sweep import run_sweep
     from fecomlite.server.client import ServerError, ensure_server
-    from fecomlite.settings import RunSettings
 
     options = {"widths": widths, "depths": depths, "shapes": shapes, "batch_sizes": batch_sizes,
                "dataset_sizes": dataset_sizes}

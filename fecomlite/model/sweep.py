@@ -19,19 +19,16 @@ import itertools
 import json
 import math
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fecomlite.model.cache import MemoryHierarchy, cpu_hierarchy, hierarchy_for
+from fecomlite.model.cache import MemoryHierarchy, hierarchy_for
 from fecomlite.model.features import training_step
 from fecomlite.model.network import ConfigError, NetworkConfig
 
 if TYPE_CHECKING:
-    from fecomlite.server.client import ServerClient
-    from fecomlite.settings import RunSettings
     from fecomlite.store import Store
 
 if sys.version_info >= (3, 11):
@@ -45,6 +42,7 @@ FC_PROGRAM = Path(__file__).with_name("fc_program.py")
 REGION_SITE = "region:train"
 SWEEP_KIND = "sweep"
 CONFIG_KIND = "sweep-config"
+MODEL_RESULT = "model"  # the fitted models, a result of the sweep run
 PROCESS_DOMAIN = "cpu-process"
 # one attribution method for every configuration: a training region is one long call that
 # covers the sensor's intervals, which overlap attribution charges whole
@@ -186,12 +184,10 @@ def measured_columns(
     process of a shared machine, the program's own CPU time only its own work. It is above idle
     by construction and never summed with cpu-package.
     """
-    from fecomlite.analysis import ADDITIVE_DOMAINS, analyse_run, finite_or_zero
+    from fecomlite.analysis.run_analysis import ADDITIVE_DOMAINS, analyse_run, finite_or_zero
 
     analysis = analyse_run(store, run_id, method, compare_levels=False)
-    spans = store.db.execute(
-        "SELECT e.t_start_ns, e.t_end_ns FROM events e JOIN sites s ON s.id = e.site_id "
-        "WHERE e.run_id=? AND s.key=? ORDER BY e.rep", (run_id, REGION_SITE)).fetchall()
+    spans = store.site_spans(run_id, REGION_SITE)
     site = next((s for s in analysis.sites if s["key"] == REGION_SITE), None)
     if site is None or not spans:
         return {"status": "no training region measured"}, {}
@@ -263,9 +259,7 @@ def _region_readings(
     """The sensor's power readings inside the region's spans (a counter's are differenced)."""
     values: list[float] = []
     for start, end in spans:
-        rows = store.db.execute(
-            "SELECT t_ns, value FROM samples WHERE sensor_id=? AND t_ns>? AND t_ns<=? "
-            "ORDER BY t_ns", (sensor["id"], start, end)).fetchall()
+        rows = store.samples(sensor["id"], start, end, after_start=True)
         if sensor["kind"] == "power":
             values += [float(v) for _, v in rows]
         elif len(rows) >= 2:
@@ -280,7 +274,9 @@ def _power_check(
 ) -> dict[str, Any]:
     """The implied mean power (energy ÷ time) against the mean of the readings inside the
     region, both above idle; a region under two sensor periods is not resolved."""
-    from fecomlite.analysis import finite_or_zero  # loaded with the analysis, not at import
+    from fecomlite.analysis.run_analysis import (
+        finite_or_zero,  # loaded with the analysis, not at import
+    )
 
     out: dict[str, Any] = {f"power_W_{domain}": implied_W}
     if not readings:
@@ -337,84 +333,6 @@ def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     return path
 
 
-# -- running ------------------------------------------------------------------------------------
-
-
-@dataclass
-class SweepResult:
-    sweep_id: int
-    status: str  # finished | interrupted
-    table: dict[str, Any]
-    csv_path: Path
-
-
-def run_sweep(
-    client: ServerClient, grid: SweepGrid, settings: RunSettings, *, home: Path,
-    framework: str = "keras",
-    method: str = SWEEP_METHOD,
-    csv_path: Path | None = None,
-    on_config: Callable[[int, int, NetworkConfig], None] = lambda i, n, config: None,
-) -> SweepResult:
-    """Measure every configuration of `grid` (the settings' level is forced to project, see the
-    module docstring); store and write the table; returns it."""
-    from fecomlite.experiment import prepare_program, run_experiment
-    from fecomlite.store import Store
-
-    if framework not in FRAMEWORKS:
-        raise ConfigError(f"framework must be one of {FRAMEWORKS}, not {framework!r}")
-    configs = grid.configurations()
-    settings = replace(settings, level="project")
-    hierarchy = cpu_hierarchy()
-    used = {"grid": grid.to_json(), "framework": framework, "run_settings": settings.to_json()}
-    with Store(client.store_path) as store:
-        sweep_id = store.create_run(
-            kind=SWEEP_KIND, program=str(FC_PROGRAM), level="project", settings=used,
-            status="running", t_start_ns=time.monotonic_ns(),
-        )
-    rows: list[dict[str, Any]] = []
-    domains: dict[str, Any] = {}
-    status = "finished"
-    try:
-        for i, config in enumerate(configs):
-            on_config(i, len(configs), config)
-            argv = ["--config", json.dumps(config.to_json()), "--framework", framework]
-            program = prepare_program(FC_PROGRAM, argv, settings, home / "work")
-            outcome = run_experiment(
-                client, program, settings, kind=CONFIG_KIND, parent_id=sweep_id,
-                extra={"network": config.to_json(), "framework": framework, "sweep": sweep_id},
-                log_dir=home / "logs" / f"sweep-{sweep_id}" / config.key,
-            )
-            row = {**feature_columns(config, hierarchy), "framework": framework,
-                   "run_id": outcome.run_id, "status": outcome.status}
-            if outcome.status == "finished":
-                with Store(client.store_path) as store:
-                    measured, found = measured_columns(store, outcome.run_id, method)
-                row.update(measured)
-                domains.update(found)
-            rows.append(row)
-            if outcome.status == "interrupted":
-                status = "interrupted"
-                break
-    except KeyboardInterrupt:
-        status = "interrupted"
-    finally:
-        csv_path = csv_path or home / "sweeps" / f"sweep-{sweep_id}.csv"
-        with Store(client.store_path) as store:
-            machine = store.run(rows[0]["run_id"])["machine"] if rows else {}
-        table = {
-            "format": SWEEP_FORMAT, "sweep_id": sweep_id, "framework": framework,
-            "attribution_method": method, "grid": grid.to_json(),
-            "hierarchy": hierarchy.to_json(), "domains": domains,
-            "gpu_hierarchies": gpu_hierarchies(machine),
-            "measured_at": "project level, training region (region:train) only",
-            "rows": rows, "csv": str(write_csv(rows, csv_path)),
-        }
-        with Store(client.store_path) as store:
-            store.put_result(sweep_id, "sweep", table)
-            store.update_run(sweep_id, status=status, t_end_ns=time.monotonic_ns())
-    return SweepResult(sweep_id, status, table, csv_path)
-
-
 def gpu_hierarchies(machine: dict[str, Any]) -> list[dict[str, Any]]:
     """The L2 breakpoints of the machine's GPUs, for the report: the sweep trains on the CPU, so
     the features use the CPU's levels, but a GPU's L2 is where its energy per FLOP would jump."""
@@ -434,7 +352,7 @@ def load_sweep(store: Store, sweep_id: int) -> dict[str, Any]:
 
 
 def latest_sweep_id(store: Store) -> int:
-    row = store.db.execute("SELECT max(id) FROM runs WHERE kind=?", (SWEEP_KIND,)).fetchone()
-    if row is None or row[0] is None:
+    ids = store.run_ids((SWEEP_KIND,))
+    if not ids:
         raise ConfigError(f"no sweep in {store.path}; run `fecomlite sweep` first")
-    return int(row[0])
+    return ids[-1]

@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from fecomlite.analysis import RunAnalysis, analyse_run, mean_ci95
-from fecomlite.carbon import Intensity
-from fecomlite.distributed.ranks import add_rank_figures
-from fecomlite.distributed.report_section import rank_section
+from fecomlite.analysis.carbon import Intensity
+from fecomlite.analysis.ranks import add_rank_figures
+from fecomlite.analysis.run_analysis import RunAnalysis, analyse_run, mean_ci95
 from fecomlite.report import layers as layer_report
 from fecomlite.report import tables, units
 from fecomlite.report.co2e import add_co2e, csv_with_co2e
+from fecomlite.report.distributed import rank_section
 from fecomlite.report.model_section import model_section
 from fecomlite.report.palette import SERIES_COLORS, domain_color, domain_name, shade
 from fecomlite.report.timeline import TimelineBuilder
@@ -396,7 +396,7 @@ def _intensities(a: RunAnalysis) -> list[dict[str, Any]]:
 def _replays(store: Store, a: RunAnalysis) -> dict[str, Any] | None:
     """The calibration replays on their own: each replayed site's power alone beside the fitted
     intensity of its API, and what was skipped and why (`fecomlite run --calibrate`)."""
-    from fecomlite.calibration import replay_table
+    from fecomlite.analysis.calibration import replay_table
 
     result = store.result(a.run["id"], "calibration")
     if not result:

@@ -14,8 +14,8 @@ import io
 import math
 from typing import Any
 
-from fecomlite.analysis import ADDITIVE_DOMAINS, RunAnalysis
-from fecomlite.carbon import Intensity, from_settings
+from fecomlite.analysis.carbon import Intensity, from_settings
+from fecomlite.analysis.run_analysis import ADDITIVE_DOMAINS, RunAnalysis
 from fecomlite.report.tables import Column, Group
 
 

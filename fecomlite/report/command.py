@@ -70,7 +70,7 @@ def report_command(
 ) -> None:
     """Write the HTML report (self-contained, opens offline) with JSON and CSV beside it."""
     # Imported here so that `fecomlite --help` and the other commands do not load scipy.
-    from fecomlite import carbon
+    from fecomlite.analysis import carbon
     from fecomlite.report.build import build_report
     from fecomlite.report.compare import analyse_pair, compare_runs
     from fecomlite.report.render import FORMATS, write_comparison, write_report

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from fecomlite.analysis import RunAnalysis, analyse_run, mean_ci95
+from fecomlite.analysis.run_analysis import RunAnalysis, analyse_run, mean_ci95
 from fecomlite.report import tables, units
 from fecomlite.report.palette import domain_color, domain_name, shade
 

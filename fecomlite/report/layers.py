@@ -1,6 +1,6 @@
 """The layer tree of a `--trace-layers` run: API → layer → its children, forward and backward.
 
-Layer events are attributed like calls (`fecomlite.layers`); here each layer API row gets
+Layer events are attributed like calls (`fecomlite.runtime.layers`); here each layer API row gets
 `kind: "layer"`, its phase, model, path, class, parameter count and memory facts (result
 "layers"), and `parent_api`: the API whose calls most often enclose its calls (the call that
 drove it). The HTML tree shows inclusive and self energy over the additive domains, so a
@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from fecomlite.analysis import RunAnalysis
-from fecomlite.layers import facts
+from fecomlite.analysis.run_analysis import RunAnalysis
 from fecomlite.report import units
+from fecomlite.runtime.layers import facts
 
 FACT_FIELDS = (
     "phase",

@@ -18,9 +18,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from fecomlite.analysis import RunAnalysis
+from fecomlite.analysis.run_analysis import RunAnalysis
 from fecomlite.model.cache import MemoryHierarchy
-from fecomlite.model.command import MODEL_RESULT
 from fecomlite.model.features import FeatureError, api_kind, training_step
 from fecomlite.model.fit import (
     TIME_MODEL_NOTE,
@@ -32,7 +31,13 @@ from fecomlite.model.fit import (
 from fecomlite.model.network import ConfigError, NetworkConfig
 from fecomlite.model.predict import predict, predict_call
 from fecomlite.model.recorded_shapes import features_from_shapes
-from fecomlite.model.sweep import CONFIG_KIND, REGION_SITE, SWEEP_KIND, measured_columns
+from fecomlite.model.sweep import (
+    CONFIG_KIND,
+    MODEL_RESULT,
+    REGION_SITE,
+    SWEEP_KIND,
+    measured_columns,
+)
 from fecomlite.report import units
 from fecomlite.report.palette import SERIES_COLORS
 from fecomlite.store import Store
@@ -188,8 +193,7 @@ def fit_chart(points: list[dict[str, Any]]) -> dict[str, Any]:
 
 def latest_model(store: Store, prefer: int | None = None) -> tuple[int, EnergyModels] | None:
     """(sweep id, models) of sweep `prefer` if it has a fitted model, else of the latest one."""
-    ids = [r[0] for r in store.db.execute(
-        "SELECT id FROM runs WHERE kind=? ORDER BY id DESC", (SWEEP_KIND,))]
+    ids = store.run_ids((SWEEP_KIND,), newest_first=True)
     if prefer in ids:
         ids.remove(prefer)
         ids.insert(0, prefer)

@@ -24,7 +24,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from fecomlite.analysis import GPU_MEMORY_DOMAINS, RSS_SENSOR, analyse_run, finite_or_zero
+from fecomlite.analysis.run_analysis import (
+    GPU_MEMORY_DOMAINS,
+    RSS_SENSOR,
+    analyse_run,
+    finite_or_zero,
+)
 from fecomlite.report.compare import Comparison as RunsReport  # the same page's parts
 from fecomlite.report.palette import SERIES_COLORS
 from fecomlite.store import Store, StoreError
@@ -40,13 +45,9 @@ def select_runs(
     (a hyperparameter, a setting, or a run field such as kind or program)."""
     conditions = [_condition(text) for text in where]
     if every:
-        marks = ",".join("?" * len(LISTED_KINDS))
-        ids = [r[0] for r in store.db.execute(
-            f"SELECT id FROM runs WHERE kind IN ({marks}) AND status='finished' ORDER BY id",
-            LISTED_KINDS)]
+        ids = store.run_ids(LISTED_KINDS, status="finished")
     elif not ids:
-        ids = [r[0] for r in store.db.execute(
-            "SELECT id FROM runs WHERE status='finished' ORDER BY id")]
+        ids = store.run_ids(status="finished")
     chosen = [int(i) for i in ids
               if all(_value_of(store.run(int(i)), key) == value for key, value in conditions)]
     if not chosen:
@@ -149,9 +150,7 @@ def _peak(store: Store, sensors: Sequence[dict[str, Any]],
     for start, end in spans:
         total = 0.0
         for s in sensors:
-            (value,) = store.db.execute(
-                "SELECT max(value) FROM samples WHERE sensor_id=? AND t_ns BETWEEN ? AND ?",
-                (s["id"], start, end)).fetchone()
+            value = store.max_sample(s["id"], start, end)
             if value is None:
                 break
             total += value

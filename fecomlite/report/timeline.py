@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from fecomlite import attribution as at
-from fecomlite.analysis import RunAnalysis
+from fecomlite.analysis import attribution as at
+from fecomlite.analysis.run_analysis import RunAnalysis
 from fecomlite.report.palette import (
     MEMORY_COLORS,
     SERIES_COLORS,
@@ -33,9 +33,7 @@ TAIL_LEAD_S = 1.0  # how much of the program's end the tail chart shows before t
 
 def samples(store: Store, sensor_id: int) -> tuple[np.ndarray, np.ndarray]:
     """One sensor's samples, ordered by time, as (t_ns int64, value float64)."""
-    rows = store.db.execute(
-        "SELECT t_ns, value FROM samples WHERE sensor_id=? ORDER BY t_ns", (sensor_id,)
-    ).fetchall()
+    rows = store.samples(sensor_id)
     t = np.fromiter((r[0] for r in rows), np.int64, len(rows))
     v = np.fromiter((r[1] for r in rows), np.float64, len(rows))
     return t, v

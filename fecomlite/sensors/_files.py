@@ -3,7 +3,8 @@
 Re-opening a file costs several syscalls and a path walk; `pread` on a kept descriptor is one
 syscall, and sysfs/procfs regenerate the content on every read at offset 0.
 
-The server's sampler may read these files on a C thread instead (fecomlite/_ticker.c) and hand
+The server's sampler may read these files on a C thread instead (fecomlite/server/_ticker.c) and
+hand
 the contents back later: while `replaying(tick)` is active on a thread, a `KernelFile` there
 returns what was read at that tick, and `monotonic()` returns when, so a sensor's own read code
 decodes a capture exactly as if it were reading now.

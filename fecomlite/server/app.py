@@ -40,7 +40,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from fecomlite.batch_codec import BatchError, check_value
+from fecomlite.runtime.batch_codec import BatchError, check_value
 from fecomlite.server import live, metrics
 from fecomlite.server.replies import Reply, Stream
 from fecomlite.server.service import MeasurementService, RunNotFound, StoreFailure

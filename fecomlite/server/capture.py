@@ -2,7 +2,8 @@
 
 A Python thread that wakes at 200 Hz was most of the server's CPU while recording: on a VM each
 wake-up costs ~35 µs and the interpreter then runs on cold caches. Here the tick thread
-(fecomlite/_ticker.c) does the waking and the `pread`s without the GIL, and the sampler's writer
+(fecomlite/server/_ticker.c) does the waking and the `pread`s without the GIL, and the sampler's
+writer
 drains what it read a few times a second and runs each sensor's own `read()` on it, tick by
 tick, with the files and the clock showing that tick (sensors/_files.py `replaying`). So a value
 is the one the sensor would have read at that moment, stamped with that moment (the middle of
@@ -21,7 +22,7 @@ from fecomlite.sensors._files import Tick, replaying
 from fecomlite.sensors.base import Sensor
 
 try:
-    from fecomlite._ticker import Ticker
+    from fecomlite.server._ticker import Ticker
 except ImportError:  # built without a C compiler: the sampler reads everything in Python
     Ticker = None
 
@@ -39,7 +40,7 @@ class Capture:
 
     def __init__(self, plan: Sequence[tuple[int, Sensor]], tick_s: float) -> None:
         if Ticker is None:
-            raise RuntimeError("fecomlite._ticker is not built")
+            raise RuntimeError("fecomlite.server._ticker is not built")
         self.plan = list(plan)
         self._ticker = Ticker(round(tick_s * 1e9))
         self._entries: list[tuple[int, int, int, int]] = []

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from fecomlite import batch_codec
+from fecomlite.runtime import batch_codec
 from fecomlite.server.idle import IDLE_EXIT_S
 from fecomlite.server.state import ServerState, pid_alive, read_state
 from fecomlite.store import StoreError, default_home, private_home
@@ -139,7 +139,8 @@ class ServerClient:
                           timeout=seconds + SLACK_S)
 
     def post_batch(self, run_id: int, token: str, body: bytes) -> int:
-        """What the probe does: post one encoded batch (`fecomlite.batch_codec`) with the run's
+        """What the probe does: post one encoded batch (`fecomlite.runtime.batch_codec`) with the
+        run's
         token; returns how many events were stored."""
         reply = self._call("POST", f"/api/runs/{run_id}/events", body, admin=False,
                            headers={"X-Fecomlite-Token": token,

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from fecomlite import attribution as at
-from fecomlite.analysis import choose_energy_sensors
+from fecomlite.analysis import attribution as at
+from fecomlite.analysis.run_analysis import choose_energy_sensors
 from fecomlite.server.series import StoredSensor
 from fecomlite.store import Store
 
@@ -42,7 +42,8 @@ FRESH_S = 5.0  # a value older than this is no longer "now"
 ROWS_PER_QUERY = 50_000
 LIVE_METHOD = "live-overlap"
 ENERGY_KINDS = ("counter", "power")
-MOVING_AVERAGE_S = 0.5  # as fecomlite.analysis: such a power sensor smears a call over a second
+# as fecomlite.analysis.run_analysis: such a power sensor smears a call over a second
+MOVING_AVERAGE_S = 0.5
 PEAK_DOMAINS = ("process-memory", "gpu-memory", "process-gpu-memory")
 
 

@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from fecomlite import __version__, batch_codec
+from fecomlite import __version__
+from fecomlite.runtime import batch_codec
 from fecomlite.server import spool
 from fecomlite.server.gate import GateThresholds, gated, wait_for_stable
 from fecomlite.server.monitor import Monitor
@@ -312,10 +313,7 @@ class MeasurementService:
         for row in store.sensors(run_id):
             if not wanted(row["domain"], row["kind"]):
                 continue
-            rows = store.db.execute(
-                "SELECT t_ns, value FROM samples WHERE sensor_id=? AND t_ns>=? AND t_ns<=? "
-                "ORDER BY t_ns", (row["id"], t0, t1 if t1 is not None else 2**63 - 1),
-            ).fetchall()
+            rows = store.samples(row["id"], t0, t1)
             out.append(Series(
                 row["name"], row["domain"], row["unit"], row["kind"], row["provenance"],
                 row["model"], np.array([r[0] for r in rows], dtype=np.int64),
@@ -336,7 +334,8 @@ class MeasurementService:
         return run is not None and hmac.compare_digest(run.token.encode(), token.encode())
 
     def post_events(self, run_id: int, body: bytes) -> int:
-        """Store one probe batch (`fecomlite.batch_codec`) whole, once: a batch stored before
+        """Store one probe batch (`fecomlite.runtime.batch_codec`) whole, once: a batch stored
+        before
         (a retry, or one that timed out at the sender) stores nothing and returns 0. The caller
         checked the token."""
         run = self._run(run_id)

@@ -1,6 +1,7 @@
 """Ingest spool files: the batches a probe wrote to disk because no server answered.
 
-A spool file is a sequence of length-prefixed binary batches (`fecomlite.batch_codec`), whose
+A spool file is a sequence of length-prefixed binary batches (`fecomlite.runtime.batch_codec`),
+whose
 headers carry "run" and "store" (the store's identity) when the process was started by a run
 (docs/internals.md §2), and always the batch's id. A spool naming another store is refused whole,
 before anything is stored, with a message that says so. Batches naming a run this store holds go
@@ -16,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fecomlite import batch_codec
+from fecomlite.runtime import batch_codec
 from fecomlite.store import Store, StoreError
 
 SPOOL_GLOB = "*.spool"

@@ -1,0 +1,156 @@
+"""The short table `fecomlite run` prints: the costliest APIs, with provenance on every figure;
+the same rows as CSV or JSON (`--format`), and what the table's marks mean."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from typing import Any
+
+from rich.table import Table
+
+from fecomlite.analysis.run_analysis import RunAnalysis
+from fecomlite.report.units import scaled
+from fecomlite.terminal import plain
+
+
+def summary_table(analysis: RunAnalysis, top: int = 10) -> Table:
+    """Top APIs by above-idle energy of the run's first energy domain (measured first)."""
+    run = analysis.run
+    table = Table(
+        title=f"run {run['id']}: {plain(run['program'])} ({plain(run['level'])} level, "
+        f"{len(analysis.repetitions)} repetitions, {_status(run)})",
+        title_justify="left",
+    )
+    table.add_column("API", overflow="fold")
+    table.add_column("calls", justify="right")
+    table.add_column("time", justify="right")
+    for domain in analysis.domains:
+        what = f"share of {domain['of']}" if domain.get("role") == "share" else "above idle"
+        flag = ", unreliable: busy machine" if not domain.get("reliable", True) else ""
+        table.add_column(f"{plain(domain['domain'])} {what}\n({plain(_provenance(domain))}{flag})",
+                         justify="right")
+    for row in analysis.apis[:top]:
+        cells = [plain(row["api"]), str(row["calls"]), scaled(row["total_time_s"], "s")]
+        for domain in analysis.domains:
+            energy = row["energy"].get(domain["domain"], {})
+            cells.append(_energy_cell(energy))
+        table.add_row(*cells)
+    caption = []
+    if (analysis.load or {}).get("busy"):
+        caption.append(analysis.load["text"])
+    # where each was read ("sources") is in the report; the terminal gets the values
+    hyperparams = {k: v for k, v in (run.get("hyperparams") or {}).items() if k != "sources"}
+    if hyperparams:
+        shown = ", ".join(f"{plain(k)}={plain(v)}" for k, v in hyperparams.items())
+        caption.append(f"hyperparameters: {shown}")
+    if caption:
+        table.caption = "\n".join(caption)
+    return table
+
+
+def _status(run: dict[str, Any]) -> str:
+    """The run's status; an incomplete run says how many events it lost."""
+    lost = run.get("lost_events")
+    return f"{run['status']}: {lost} events lost" if lost else str(run["status"])
+
+
+def _provenance(domain: dict[str, Any]) -> str:
+    if domain["provenance"] == "measured":
+        return "measured"
+    return f"estimated: {domain['model']}" if domain.get("model") else "estimated"
+
+
+def _energy_cell(energy: dict[str, Any]) -> str:
+    value = energy.get("above_idle_J", math.nan)
+    if not math.isfinite(value):
+        return "-"
+    spread = energy.get("uncertainty_J")
+    text = scaled(value, "J")
+    if value < 0 and spread is not None and -value <= 2 * spread:
+        text = "≈ 0"  # below idle only by noise, as in the report's tables
+    if spread and math.isfinite(spread):
+        text += f" ± {scaled(spread, 'J')}"
+    if _below_resolution(energy):
+        text += " *"
+    return text
+
+
+def _below_resolution(energy: dict[str, Any]) -> bool:
+    """Mostly calls shorter than the sensor's update period (their share is apportioned)."""
+    return energy.get("below_resolution_share", 0) > 0.5
+
+
+def summary_notes(analysis: RunAnalysis, top: int = 10) -> list[str]:
+    """What the marks in `summary_table` mean, for the marks it shows."""
+    cells = [
+        row["energy"].get(d["domain"], {}) for row in analysis.apis[:top] for d in analysis.domains
+    ]
+    notes = []
+    if any(
+        math.isfinite(c.get("uncertainty_J") or math.nan) and c.get("uncertainty_J") for c in cells
+    ):
+        notes.append(
+            "± : one standard deviation of the energy attributed to the API's calls "
+            "(the attribution's uncertainty)."
+        )
+    if any(_below_resolution(c) for c in cells):
+        notes.append(
+            "* : most of this energy comes from calls shorter than the sensor's update "
+            "period; it is apportioned by time within each reading, not seen directly."
+        )
+    if any(not math.isfinite(c.get("above_idle_J", math.nan)) for c in cells):
+        notes.append("- : no reading of that sensor covered the API's calls.")
+    return notes
+
+
+def summary_rows(analysis: RunAnalysis) -> list[dict[str, Any]]:
+    """Every API of the run, costliest first, one flat record each (units in the keys)."""
+    rows = []
+    for row in analysis.apis:
+        record: dict[str, Any] = {
+            "api": row["api"],
+            "calls": row["calls"],
+            "time_s": row["total_time_s"],
+        }
+        for domain in analysis.domains:
+            energy = row["energy"].get(domain["domain"], {})
+            name = domain["domain"]
+            record[f"{name}_above_idle_J"] = _number(energy.get("above_idle_J"))
+            record[f"{name}_uncertainty_J"] = _number(energy.get("uncertainty_J"))
+            record[f"{name}_provenance"] = _provenance(domain)
+            record[f"{name}_below_resolution"] = _below_resolution(energy)
+        rows.append(record)
+    return rows
+
+
+def summary_csv(analysis: RunAnalysis) -> str:
+    rows = summary_rows(analysis)
+    out = io.StringIO()
+    columns = list(rows[0]) if rows else ["api", "calls", "time_s"]
+    writer = csv.DictWriter(out, columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def summary_json(analysis: RunAnalysis) -> str:
+    run = analysis.run
+    return json.dumps(
+        {
+            "run": run["id"],
+            "program": run["program"],
+            "level": run["level"],
+            "status": run["status"],
+            "repetitions": len(analysis.repetitions),
+            "apis": summary_rows(analysis),
+        },
+        indent=1,
+    )
+
+
+def _number(value: Any) -> float | None:
+    """JSON has no NaN: a missing figure is null (an empty CSV cell)."""
+    return float(value) if value is not None and math.isfinite(value) else None

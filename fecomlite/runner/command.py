@@ -1,0 +1,440 @@
+"""`fecomlite run`: measure a script, method by method or as a whole, with gated repetitions.
+
+Imports beyond typer wait until the command runs, so `fecomlite run --help` answers at once.
+The script is instrumented (and a syntax error in it reported) before any server starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import functools
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from fecomlite.terminal import plain, without_control
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from fecomlite.runner.experiment import Program, RunOutcome
+    from fecomlite.runner.settings import RunSettings
+    from fecomlite.server.client import ServerClient
+
+DEFAULT_FRACTIONS = "0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1.0"
+QUICK = {"repeat": 1, "idle_s": 1.0, "gate": False, "tail_s": 0.5}  # `--quick`: rough figures
+
+
+class Format(str, enum.Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+console: Console  # set by run_command: stderr when stdout carries CSV or JSON
+
+
+def run_command(
+    script: Annotated[
+        Path, typer.Argument(help="The script to measure (original or instrumented).")
+    ],
+    args: Annotated[
+        list[str] | None, typer.Argument(help="Arguments for the script, after `--`.")
+    ] = None,
+    level: Annotated[
+        str | None, typer.Option(help="method: every framework call; project: the whole script.")
+    ] = None,
+    repeat: Annotated[int | None, typer.Option(help="Repetitions (default 3).")] = None,
+    api: Annotated[
+        list[str] | None, typer.Option(help="Another API root to wrap (e.g. numpy); repeatable.")
+    ] = None,
+    idle: Annotated[
+        float | None, typer.Option(help="Seconds of idle baseline (default 5).")
+    ] = None,
+    tail: Annotated[
+        float | None, typer.Option(help="Seconds sampled after each repetition.")
+    ] = None,
+    gate: Annotated[
+        bool | None, typer.Option("--gate/--no-gate", help="Wait for stable power/temperature.")
+    ] = None,
+    gate_max_wait: Annotated[
+        float | None, typer.Option(help="Longest wait of the stability gate, s (default 120).")
+    ] = None,
+    sync: Annotated[
+        str | None, typer.Option(help="GPU sync at probe boundaries: auto | on | off.")
+    ] = None,
+    param: Annotated[
+        list[str] | None, typer.Option(help="A hyperparameter by hand, KEY=VALUE; repeatable.")
+    ] = None,
+    datasize: Annotated[
+        str | None,
+        typer.Option(help="Data-size experiment: a site key (file:line:col) or an API name."),
+    ] = None,
+    fractions: Annotated[
+        str, typer.Option(help="Fractions of the first dimension for --datasize.")
+    ] = DEFAULT_FRACTIONS,
+    calibrate: Annotated[
+        bool, typer.Option(help="Replay the costliest side-effect-free calls alone afterwards.")
+    ] = False,
+    top: Annotated[int, typer.Option(help="Call sites replayed by --calibrate.")] = 5,
+    carbon_intensity: Annotated[
+        float | None, typer.Option(help="Grid carbon intensity, gCO2e/kWh, for CO2e figures.")
+    ] = None,
+    region: Annotated[
+        str | None, typer.Option(help="Or a country code (e.g. FRA) from the bundled table.")
+    ] = None,
+    pue: Annotated[float | None, typer.Option(help="Data-centre PUE for CO2e (default 1).")] = None,
+    mlflow: Annotated[
+        bool | None, typer.Option("--mlflow/--no-mlflow", help="Log the run to MLflow.")
+    ] = None,
+    home: Annotated[
+        Path | None, typer.Option(help="fecomlite's folder: store, server state (./.fecomlite).")
+    ] = None,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet", "-q", help="Only log the program's output (rep-N.log), do not also show it."
+        ),
+    ] = False,
+    nproc_per_node: Annotated[
+        int | None,
+        typer.Option(help="Ranks on this machine, launched by torchrun (docs/distributed.md)."),
+    ] = None,
+    quick: Annotated[
+        bool,
+        typer.Option(
+            "--quick",
+            help="Rough figures fast: 1 repetition, 1 s idle baseline, no "
+            "stability gate, 0.5 s tail (options given override these).",
+        ),
+    ] = False,
+    output_format: Annotated[
+        Format,
+        typer.Option(
+            "--format",
+            help="The summary: a table, or CSV or JSON on stdout (messages then go to stderr).",
+        ),
+    ] = Format.table,
+    trace_layers: Annotated[
+        bool | None,
+        typer.Option(
+            "--trace-layers/--no-trace-layers",
+            help="Time each framework layer (forward, PyTorch backward) inside calls.",
+        ),
+    ] = None,
+) -> None:
+    """Run SCRIPT under the measurement server and store per-call energy and memory.
+
+    `fecomlite run -- torchrun [OPTIONS] SCRIPT [ARGS]` runs a launcher you name."""
+    from fecomlite.runner.experiment import prepare_program
+    from fecomlite.runner.launch import LaunchError, resolve_launch
+    from fecomlite.runner.settings import SettingsError, find_project_config, resolve
+    from fecomlite.runner.workcopy import CopyError, ScriptError
+    from fecomlite.server.client import ServerError, ensure_server
+    from fecomlite.store import StoreError, default_home, private_home
+
+    try:
+        launch = resolve_launch(script, list(args or []), nproc_per_node)
+    except LaunchError as exc:
+        raise typer.BadParameter(str(exc), param_hint="SCRIPT") from exc
+    script, args = launch.script, launch.args
+    global console
+    console = _console(stderr=output_format is not Format.table)
+    if not script.is_file():
+        raise typer.BadParameter(f"{script} is not a file", param_hint="SCRIPT")
+    try:
+        config_path, config = find_project_config(script.resolve().parent)
+        settings = resolve(
+            {**config, **(QUICK if quick else {})},
+            {
+                "level": level,
+                "repeat": repeat,
+                "api": api,
+                "idle_s": idle,
+                "tail_s": tail,
+                "gate": gate,
+                "gate_max_wait_s": gate_max_wait,
+                "sync": sync,
+                "params": dict(_key_value(p) for p in param) if param else None,
+                "carbon_intensity": carbon_intensity,
+                "region": region,
+                "pue": pue,
+                "mlflow": mlflow,
+                "trace_layers": trace_layers,
+            },
+        )
+        fraction_list = _fractions(fractions) if datasize else []
+    except (SettingsError, ValueError) as exc:
+        console.print(f"[red]error:[/] {plain(exc)}")
+        raise typer.Exit(2) from exc
+    home = (home or default_home()).resolve()
+    if config_path:
+        console.print(f"settings from [bold]{plain(config_path)}[/]")
+    if quick:
+        console.print(
+            "[yellow]quick mode[/]: one repetition, 1 s idle baseline, no stability "
+            "gate: rough figures"
+        )
+    try:
+        private_home(home)  # before the instrumented copy is written into it
+        program = prepare_program(script, list(args or []), settings, home / "work")
+    except ScriptError as exc:
+        console.print(f"[red]cannot run {script}[/]: a syntax error")
+        console.print(str(exc), markup=False, highlight=False)
+        raise typer.Exit(2) from exc
+    except CopyError as exc:
+        console.print(f"[red]cannot instrument {script.parent}[/]: {exc}", highlight=False)
+        raise typer.Exit(2) from exc
+    except (StoreError, OSError) as exc:  # e.g. a read-only or full home
+        console.print(f"[red]error:[/] {plain(exc)}")
+        raise typer.Exit(1) from None
+    program.launcher = launch.prefix
+    for note in program.skipped:
+        console.print(f"note: {note}", markup=False, highlight=False)
+    try:
+        client = ensure_server(home)
+    except (ServerError, StoreError, OSError) as exc:  # e.g. a read-only or full home
+        console.print(f"[red]error:[/] {plain(exc)}")
+        raise typer.Exit(1) from None
+    _say_server(client)
+    after = functools.partial(_calibration, top=top) if calibrate else None
+    with contextlib.redirect_stdout(sys.stdout if output_format is Format.table else sys.stderr):
+        # CSV or JSON own stdout: the program's output shows on stderr meanwhile
+        outcome = _measure(client, program, settings, home, quiet=quiet, after=after)
+        if calibrate and outcome.status == "finished":
+            _print_calibration(client, outcome.run_id)
+        if datasize and outcome.status == "finished":
+            _datasize_runs(
+                client, program, settings, home, outcome.run_id, datasize, fraction_list, quiet
+            )
+    _summarise(client, outcome, output_format)
+    if settings.mlflow and outcome.status == "finished":
+        _log_to_mlflow(client, outcome.run_id)
+    if outcome.status != "finished":
+        raise typer.Exit(outcome.exit_code or 1)
+
+
+def _fractions(text: str) -> list[float]:
+    from fecomlite.analysis.datasize import parse_fractions
+
+    return parse_fractions(text)
+
+
+def _calibration(run: Any, top: int) -> object:
+    from fecomlite.runner.calibration import run_calibration
+
+    return run_calibration(run, top=top)
+
+
+def _console(stderr: bool) -> Console:
+    """Piped output keeps whole names (rich would otherwise fit everything into 80 columns)."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else 1000)
+
+
+def _say_server(client: ServerClient) -> None:
+    from fecomlite.server.idle import IDLE_EXIT_S
+
+    if client.started:
+        console.print(
+            "started a measurement server in the background: "
+            f"[bold]{client.view_url}[/] (live view), pid {client.pid}, store {client.store_path}. "
+            "It exits by itself after "
+            f"{IDLE_EXIT_S / 60:g} min unused; `fecomlite server stop` stops it now."
+        )
+    else:
+        console.print(
+            f"measurement server: [bold]{client.view_url}[/] (live view), pid {client.pid}"
+        )
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        from fecomlite.runner.settings import SettingsError
+
+        raise SettingsError(f"--param takes KEY=VALUE, not {text!r}")
+    return key.strip(), value.strip()
+
+
+def _measure(
+    client: ServerClient, program: Program, settings: RunSettings, home: Path, **options: Any
+) -> RunOutcome:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from fecomlite.runner.experiment import run_experiment, unique_dir
+    from fecomlite.server.client import ServerError
+
+    stages = {"idle": "idle baseline", "gate": "stability gate", "run": "running", "tail": "tail"}
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
+        total = settings.repeat + (1 if options.get("after") else 0)  # + the calibration replays
+        task = progress.add_task("repetitions", total=total)
+
+        def on_progress(stage: str, rep: int) -> None:
+            progress.update(
+                task, completed=max(rep - 1, 0), description=f"rep {rep}: {stages[stage]}"
+            )
+
+        log_dir = unique_dir(home / "logs" / f"{program.original.stem}-{_stamp()}")
+        try:
+            outcome = run_experiment(
+                client,
+                program,
+                settings,
+                log_dir=log_dir,
+                on_progress=on_progress,
+                **options,
+            )
+        except ServerError as exc:
+            spools = sorted(log_dir.glob("*.spool"))
+            console.print(
+                f"[red]the measurement server stopped answering[/] ({plain(exc)}). What it "
+                f"stored is kept in {client.store_path}"
+                + (
+                    f"; the program's events since are in {log_dir}/*.spool: "
+                    f"`fecomlite ingest {log_dir}/*.spool` adds them."
+                    if spools
+                    else "."
+                ),
+                highlight=False,
+            )
+            raise typer.Exit(3) from exc
+        progress.update(task, completed=len(outcome.repetitions), description="repetitions")
+    if outcome.status == "failed":
+        console.print(
+            f"[red]the program exited with status {outcome.exit_code}[/]; "
+            f"measurements up to the failure are kept. Log: {plain(outcome.logs[-1])}"
+        )
+        if options.get("quiet"):  # otherwise its output, the error included, has just shown
+            _print_log_tail(outcome.logs[-1])
+    elif outcome.status == "interrupted":
+        console.print("[yellow]interrupted[/]: measurements so far are kept.")
+    elif outcome.status == "incomplete":
+        console.print(
+            f"[red]incomplete[/]: {outcome.lost_events} events could be neither sent nor "
+            "spooled (see the program's log: a full disk?); the figures miss them."
+        )
+    return outcome
+
+
+def _print_calibration(client: ServerClient, run_id: int) -> None:
+    from fecomlite.store import Store
+
+    with Store(client.store_path) as store:
+        result = store.result(run_id, "calibration") or {}
+    for item in result.get("replayed", []):
+        console.print(
+            f"calibration: replayed [bold]{plain(item.get('api'))}[/] ({plain(item.get('site'))})"
+        )
+    for item in result.get("skipped", []):
+        console.print(
+            f"calibration: skipped {item.get('api')} ({item.get('site')}): {item.get('reason')}",
+            markup=False,
+        )
+
+
+def _stamp() -> str:
+    import time
+
+    return time.strftime("%Y%m%d-%H%M%S")
+
+
+def _print_log_tail(log: Path, lines: int = 15) -> None:
+    if log.is_file():
+        text = log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+        console.print(without_control("\n".join(text)), markup=False, highlight=False)
+
+
+def _datasize_runs(
+    client: ServerClient,
+    program: Program,
+    settings: RunSettings,
+    home: Path,
+    parent: int,
+    target: str,
+    fractions: list[float],
+    quiet: bool,
+) -> None:
+    from fecomlite.analysis import datasize as datasize_analysis
+    from fecomlite.analysis.datasize import datasize_point
+    from fecomlite.runner.experiment import run_experiment, unique_dir
+    from fecomlite.store import Store
+
+    points = []
+    for fraction in fractions:
+        console.print(f"data size: [bold]{plain(target)}[/] at {fraction:g}")
+        outcome = run_experiment(
+            client,
+            program,
+            settings,
+            kind="datasize",
+            parent_id=parent,
+            datasize=f"{target}={fraction}",
+            extra={"fraction": fraction},
+            log_dir=unique_dir(
+                home / "logs" / f"{program.original.stem}-{_stamp()}-ds{fraction:g}"
+            ),
+            quiet=quiet,
+        )
+        with Store(client.store_path) as store:
+            points += datasize_point(store, outcome.run_id, target, fraction)
+    with Store(client.store_path) as store:
+        store.put_result(
+            parent, "datasize", {"target": target, **datasize_analysis.summarise(points)}
+        )
+
+
+def _log_to_mlflow(client: ServerClient, run_id: int) -> None:
+    from fecomlite.runner import mlflow_log
+    from fecomlite.store import Store
+
+    try:
+        with Store(client.store_path) as store:
+            mlflow_id = mlflow_log.log_run(store, run_id)
+    except ImportError:
+        console.print("MLflow is not installed: `pip install 'fecomlite[mlflow]'`; run kept.")
+        return
+    console.print(f"logged to MLflow ({mlflow_log.tracking_uri()}): run [bold]{mlflow_id}[/]")
+
+
+def _summarise(client: ServerClient, outcome: RunOutcome, output_format: Format) -> None:
+    from fecomlite.analysis.run_analysis import analyse_run
+    from fecomlite.report.summary import summary_csv, summary_json, summary_notes, summary_table
+    from fecomlite.store import Store
+
+    with Store(client.store_path) as store:
+        analysis = analyse_run(store, outcome.run_id)
+        idle = store.result(outcome.run_id, "idle_baseline") or {}
+    if idle.get("reused_from_run") is not None:
+        console.print(
+            f"idle baseline: reused from run {idle['reused_from_run']}, measured "
+            f"{idle['age_s']:g} s ago over {idle['seconds']:g} s; a "
+            f"{idle['check']['seconds']:g} s check now agrees with it",
+            highlight=False,
+        )
+    if output_format is Format.csv:
+        sys.stdout.write(summary_csv(analysis))
+    elif output_format is Format.json:
+        sys.stdout.write(summary_json(analysis) + "\n")
+    else:
+        console.print(summary_table(analysis))
+        for note in summary_notes(analysis):
+            console.print(note, markup=False, highlight=False)
+    console.print(
+        f"run [bold]{outcome.run_id}[/] stored in [bold]{client.store_path}[/]; "
+        f"`fecomlite report {outcome.run_id}` renders it."
+    )
+    if outcome.logs:
+        console.print(f"the program's output is logged in {outcome.logs[0].parent}/rep-N.log")

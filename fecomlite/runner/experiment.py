@@ -1,0 +1,497 @@
+"""One measured run: instrument, baseline, gated repetitions, tails, and what comes back.
+
+The orchestration of `fecomlite run`. The measurement server does the sampling and storing; this
+module decides the order of things and starts the user's program with the environment the probe
+reads (docs/internals.md §2). A failing or interrupted program still leaves a finished run with
+everything measured up to that point.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import dataclasses
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
+
+from fecomlite.runner.settings import RunSettings
+from fecomlite.runtime import batch_codec
+from fecomlite.runtime.layers import layer_env
+
+if TYPE_CHECKING:
+    from fecomlite.server.client import ServerClient
+
+PROBE_IMPORT = "import fecomlite.runtime.probe as __fecomlite__"
+PROJECT_SITE = batch_codec.PROJECT_SITE
+PUMP_DRAIN_S = 5.0  # how long output may still come after the program exited
+TAIL_STEP_S = 0.5  # the tail is checked against the baseline this often (the writer's period)
+MAX_LOOKBACK_S = 60.0  # how far back a gate may look at a machine left alone
+
+
+@dataclasses.dataclass
+class Program:
+    """What is executed: the (instrumented) script, its folder, and its manifest."""
+
+    script: Path  # the file run by Python
+    cwd: Path
+    argv: list[str]
+    manifest_path: Path | None
+    manifest: dict[str, Any]
+    original: Path  # the user's script
+    copy_reused: bool = False  # the instrumented copy of an earlier run, unchanged
+    skipped: list[str] = dataclasses.field(default_factory=list)  # files left uninstrumented
+    launcher: list[str] = dataclasses.field(default_factory=lambda: [sys.executable])
+
+
+@dataclasses.dataclass
+class RepetitionResult:
+    rep: int
+    exit_code: int
+    seconds: float
+    gate: dict[str, Any]
+
+
+@dataclasses.dataclass
+class RunOutcome:
+    run_id: int
+    status: str  # finished | failed | interrupted | incomplete (events lost: `lost_events`)
+    exit_code: int
+    repetitions: list[RepetitionResult]
+    logs: list[Path]
+    lost_events: int = 0
+
+
+def is_instrumented(script: Path) -> bool:
+    """An instrumented copy imports the probe (the instrumenter refuses to wrap it twice)."""
+    try:
+        return PROBE_IMPORT in script.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+def find_manifest(script: Path) -> Path | None:
+    for folder in script.resolve().parents:
+        candidate = folder / ".fecomlite" / "manifest.json"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def prepare_program(
+    script: Path, argv: list[str], settings: RunSettings, work_dir: Path
+) -> Program:
+    """Instrument the script's folder into `work_dir` (method level), or use it as it is.
+    Raises `fecomlite.runner.workcopy.ScriptError` when the script itself cannot be instrumented."""
+    from fecomlite.runner.workcopy import check_syntax, work_copy
+
+    script = script.resolve()
+    check_syntax(script)
+    if settings.level == "project":
+        return Program(script, Path.cwd(), argv, None, {}, script)
+    if is_instrumented(script):
+        manifest_path = find_manifest(script)
+        manifest = _read_manifest(manifest_path)
+        return Program(script, Path.cwd(), argv, manifest_path, manifest, script)
+    copy = work_copy(script, work_dir, settings.api)
+    return Program(
+        copy.script,
+        Path.cwd(),
+        argv,
+        copy.manifest,
+        _read_manifest(copy.manifest),
+        script,
+        copy_reused=copy.reused,
+        skipped=copy.skipped,
+    )
+
+
+def _read_manifest(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def gpu_present() -> bool:
+    """Whether NVML sees a GPU: then method-level runs synchronise it at probe boundaries."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return pynvml.nvmlDeviceGetCount() > 0
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return False
+
+
+def program_command(script: Path, launcher: list[str]) -> list[str]:
+    """How the script runs: a notebook's cells through IPython, anything else by `launcher`
+    (Python, or torchrun's command for a distributed job)."""
+    if script.suffix == ".ipynb":
+        return [*launcher, "-m", "fecomlite.runner.notebook", str(script)]
+    return [*launcher, str(script)]
+
+
+def carbon_environment(settings: RunSettings) -> dict[str, str]:
+    """The carbon intensity the run was given, for `fecomlite.measure()` in the program."""
+    from fecomlite.analysis import carbon
+
+    return carbon.environment(carbon.from_settings(settings.to_json()))
+
+
+def sync_enabled(settings: RunSettings) -> bool:
+    if settings.level != "method" or settings.sync == "off":
+        return False
+    return settings.sync == "on" or gpu_present()
+
+
+def program_env(
+    client: ServerClient,
+    run_id: int,
+    token: str,
+    rep: int,
+    program: Program,
+    sync: bool,
+    spool: Path,
+    datasize: str | None,
+    extra_env: dict[str, str] | None = None,
+) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
+    env.update(
+        FECOMLITE_URL=client.url,
+        FECOMLITE_RUN=str(run_id),
+        FECOMLITE_REP=str(rep),
+        FECOMLITE_TOKEN=token,
+        FECOMLITE_SPOOL=str(spool),
+        FECOMLITE_SYNC="1" if sync else "0",
+        FECOMLITE_STORE=client.store_id,
+    )
+    if program.manifest_path is not None:
+        env["FECOMLITE_MANIFEST"] = str(program.manifest_path)
+    if datasize:
+        env["FECOMLITE_DATASIZE"] = datasize
+    env.update(extra_env or {})
+    return env
+
+
+def project_level_batch(program: Program, rep: int, pid: int, t0: int, t1: int, code: int) -> bytes:
+    """Project level: the whole process, imports included, is one call of `<program>`."""
+    from array import array
+
+    columns = (
+        array("i", [0]).tobytes(),
+        array("q", [t0]).tobytes(),
+        array("q", [t1]).tobytes(),
+        array("Q", [0]).tobytes(),
+        bytes([1 if code else 0]),
+        array("q", [-1]).tobytes(),
+        array("q", [-1]).tobytes(),
+    )
+    meta = {"rep": rep, "pid": pid, "proc": os.urandom(8).hex(), "seq": 0}  # its id, once
+    return batch_codec.encode(meta, [PROJECT_SITE], columns)
+
+
+def run_experiment(
+    client: ServerClient,
+    program: Program,
+    settings: RunSettings,
+    *,
+    kind: str = "instrumented",
+    parent_id: int | None = None,
+    datasize: str | None = None,
+    extra: dict[str, Any] | None = None,
+    log_dir: Path,
+    on_progress: Callable[[str, int], None] = lambda stage, rep: None,
+    quiet: bool = False,
+    after: Callable[[OpenRun], object] | None = None,
+) -> RunOutcome:
+    """Baseline, then for each repetition: gate, run, tail. Always finishes the run it made.
+
+    `after`, when every repetition succeeded, may add repetitions to the run before it is
+    finished (`fecomlite.runner.calibration.run_calibration`: replays of the costliest calls)."""
+    sync = sync_enabled(settings)
+    manifest = dict(program.manifest.get("sites", {}))
+    if settings.level == "project":
+        manifest[PROJECT_SITE] = {
+            "api": PROJECT_SITE,
+            "written": program.original.name,
+            "kind": "program",
+            "file": program.original.name,
+            "function": "<module>",
+        }
+    used = {**settings.to_json(), "sync_used": sync, "datasize": datasize, **(extra or {})}
+    run_id, token = client.create_run(
+        program=str(program.original),
+        argv=program.argv,
+        level=settings.level,
+        settings=used,
+        kind=kind,
+        parent_id=parent_id,
+        manifest=manifest,
+    )
+    log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    outcome = RunOutcome(run_id, "finished", 0, [], [])
+    run = OpenRun(
+        client,
+        program,
+        settings,
+        run_id,
+        token,
+        sync,
+        datasize,
+        log_dir,
+        quiet,
+        outcome,
+        on_progress,
+    )
+    try:
+        on_progress("idle", 0)
+        if settings.idle_s > 0:
+            run.baseline = measure_idle(client, run_id, settings)
+        for rep in range(1, settings.repeat + 1):
+            result = run.repetition(rep)
+            if result.exit_code != 0:
+                outcome.status, outcome.exit_code = "failed", result.exit_code
+                break
+        if after is not None and outcome.status == "finished":
+            after(run)
+    except KeyboardInterrupt:
+        outcome.status, outcome.exit_code = "interrupted", 130
+    finally:
+        for spool in log_dir.glob("*.spool"):  # events the probe could not post
+            client.ingest(spool)
+            spool.unlink()
+        finished = client.finish_run(run_id, outcome.status, outcome.exit_code)
+        outcome.status = str(finished.get("status", outcome.status))
+        outcome.lost_events = int(finished.get("lost_events", 0))
+        if settings.params:
+            client.hyperparams(run_id, settings.params)
+    return outcome
+
+
+def unique_dir(path: Path) -> Path:
+    """A new folder (0700) at `path`, or `path-2`, `path-3`...: two runs started in the same
+    second never share one (nor overwrite each other's logs)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for n in range(1, 10_000):
+        candidate = path if n == 1 else path.with_name(f"{path.name}-{n}")
+        try:
+            candidate.mkdir(mode=0o700)
+            return candidate
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free folder name like {path}")
+
+
+@dataclasses.dataclass
+class OpenRun:
+    """A run still recording and accepting events: what adding a repetition to it takes."""
+
+    client: ServerClient
+    program: Program
+    settings: RunSettings
+    run_id: int
+    token: str
+    sync: bool
+    datasize: str | None
+    log_dir: Path
+    quiet: bool  # the program's output only in rep-N.log, not also on the terminal
+    outcome: RunOutcome
+    on_progress: Callable[[str, int], None]
+    baseline: dict[str, Any] | None = None  # the run's idle baseline, measured or reused
+    quiet_since_ns: int = dataclasses.field(default_factory=time.monotonic_ns)
+
+    def repetition(
+        self,
+        rep: int,
+        extra_env: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> RepetitionResult:
+        """Pause (after the first), gate, run the program once with the probe's environment
+        plus `extra_env`, tail; `extra` is stored with the repetition."""
+        settings = self.settings
+        if rep > 1:
+            time.sleep(random.uniform(*settings.pause_s))
+        self.on_progress("gate", rep)
+        quiet_s = min((time.monotonic_ns() - self.quiet_since_ns) / 1e9, MAX_LOOKBACK_S)
+        gate = (
+            self.client.gate(self.run_id, rep=rep, lookback_s=quiet_s, **_gate_thresholds(settings))
+            if settings.gate
+            else {"checked": [], "passed": True, "skipped": "gate disabled", "waited_s": 0.0}
+        )
+        self.on_progress("run", rep)
+        result = self._run_program(rep, gate, extra_env, extra)
+        self.outcome.repetitions.append(result)
+        self.outcome.logs.append(self.log_dir / f"rep-{rep}.log")
+        self.on_progress("tail", rep)
+        self.quiet_since_ns = self._tail(rep) if settings.tail_s > 0 else time.monotonic_ns()
+        return result
+
+    def _tail(self, rep: int) -> int:
+        """Sample after the program until its power is back at the idle baseline, at most
+        `tail_s`; returns since when the machine has been back (for the next gate)."""
+        from fecomlite.runner.baseline import back_at_baseline, machine_power
+        from fecomlite.store import Store
+
+        spent, total = 0.0, self.settings.tail_s
+        while spent < total:
+            step = min(TAIL_STEP_S, total - spent)
+            began = time.monotonic_ns()
+            self.client.tail(self.run_id, rep, step)
+            spent += step
+            if self.baseline is not None and spent < total:
+                with Store(self.client.store_path) as store:
+                    means = machine_power(store, self.run_id, began)
+                if back_at_baseline(means, self.baseline):
+                    return began
+        return time.monotonic_ns()
+
+    def _run_program(
+        self,
+        rep: int,
+        gate: dict[str, Any],
+        extra_env: dict[str, str] | None,
+        extra: dict[str, Any] | None,
+    ) -> RepetitionResult:
+        """One execution of the program, watched by the server, its output in rep-N.log and,
+        unless quiet, on the terminal as it comes."""
+        client, run_id = self.client, self.run_id
+        spool = self.log_dir / f"rep-{rep}.spool"
+        env = program_env(
+            client,
+            run_id,
+            self.token,
+            rep,
+            self.program,
+            self.sync,
+            spool,
+            self.datasize,
+            {**carbon_environment(self.settings), **layer_env(self.settings), **(extra_env or {})},
+        )
+        if not self.quiet:
+            env.setdefault("PYTHONUNBUFFERED", "1")  # as live through the pipe as on a terminal
+        client.rep_start(run_id, rep, extra=extra or {})
+        t0 = time.monotonic_ns()
+        log_fd = os.open(
+            self.log_dir / f"rep-{rep}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600
+        )  # argv, output: private
+        with open(log_fd, "wb", buffering=0) as log:  # unbuffered: a full disk fails a write
+            proc = subprocess.Popen(
+                [*program_command(self.program.script, self.program.launcher),
+                 *self.program.argv],
+                cwd=self.program.cwd,
+                env=env,
+                stdout=log if self.quiet else subprocess.PIPE,
+                stderr=subprocess.STDOUT if self.quiet else subprocess.PIPE,
+            )
+            pumps = [] if self.quiet else tee_output(proc, log, self._copy_to_original())
+            client.watch(run_id, proc.pid)
+            try:
+                code = proc.wait()
+            except KeyboardInterrupt:
+                proc.send_signal(signal.SIGINT)  # it had its own SIGINT too, from the terminal
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                self._end_program(rep, proc.pid, t0, 130)
+                raise
+            finally:
+                for pump in pumps:  # a child it left behind may hold the pipe: not for ever
+                    pump.join(timeout=PUMP_DRAIN_S)
+        self._end_program(rep, proc.pid, t0, code)
+        return RepetitionResult(rep, code, (time.monotonic_ns() - t0) / 1e9, gate)
+
+    def _copy_to_original(self) -> tuple[bytes, bytes] | None:
+        """The instrumented copy's folder and the user's, as paths print: a traceback then
+        names the user's files (the copy keeps every line number)."""
+        copy, original = self.program.script.parent, self.program.original.parent
+        if copy == original:
+            return None
+        return os.fsencode(f"{copy}{os.sep}"), os.fsencode(f"{original}{os.sep}")
+
+    def _end_program(self, rep: int, pid: int, t0: int, code: int) -> None:
+        t1 = time.monotonic_ns()
+        self.client.rep_end(self.run_id, rep, code)
+        if self.settings.level == "project":
+            batch = project_level_batch(self.program, rep, pid, t0, t1, code)
+            self.client.post_batch(self.run_id, self.token, batch)
+
+
+def tee_output(
+    proc: subprocess.Popen[bytes], log: BinaryIO, rename: tuple[bytes, bytes] | None = None
+) -> list[threading.Thread]:
+    """Copy the program's stdout and stderr, as they come, to ours and to `log` (both streams
+    in the order they arrived); `rename` (old, new) rewrites a path prefix on the way."""
+    lock = threading.Lock()
+
+    def pump(source: BinaryIO, terminal: TextIO) -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        show = keep = True
+        with contextlib.suppress(OSError, ValueError), source:  # ValueError: log closed
+            while chunk := os.read(source.fileno(), 65536):
+                if rename is not None:
+                    chunk = chunk.replace(*rename)
+                if keep:
+                    try:
+                        with lock:
+                            log.write(chunk)
+                    except OSError:  # a full disk: the output still shows, and is drained
+                        keep = False
+                if show:
+                    try:
+                        terminal.write(decoder.decode(chunk))
+                        terminal.flush()
+                    except OSError:  # our output closed (`| head`): keep draining into the log
+                        show = False
+
+    assert proc.stdout is not None and proc.stderr is not None
+    pumps = [
+        threading.Thread(target=pump, args=(proc.stdout, sys.stdout), daemon=True),
+        threading.Thread(target=pump, args=(proc.stderr, sys.stderr), daemon=True),
+    ]
+    for thread in pumps:
+        thread.start()
+    return pumps
+
+
+def measure_idle(client: ServerClient, run_id: int, settings: RunSettings) -> dict[str, Any]:
+    """The run's idle baseline: a recent one of this store when a short check agrees with it
+    (`fecomlite.runner.baseline`), else `idle_s` measured now."""
+    from fecomlite.runner import baseline as bl
+    from fecomlite.store import Store
+
+    if settings.baseline_max_age_s > 0 and settings.idle_s > bl.CHECK_S:
+        with Store(client.store_path) as store:
+            found = bl.latest_baseline(store, run_id, settings.baseline_max_age_s)
+        if found is not None:
+            origin, stored, age_s = found
+            check = client.idle(run_id, bl.CHECK_S)
+            share = bl.agreement(check, stored)
+            if share is not None and share <= 1.0:
+                with Store(client.store_path) as store:
+                    return bl.reuse(store, run_id, origin, stored, age_s, check, share)
+    return client.idle(run_id, settings.idle_s)
+
+
+def _gate_thresholds(settings: RunSettings) -> dict[str, Any]:
+    return {
+        "max_wait_s": settings.gate_max_wait_s,
+        "window": settings.gate_window,
+        "cpu_temp_max_c": settings.cpu_temp_max_c,
+        "gpu_temp_max_c": settings.gpu_temp_max_c,
+        "cpu_power_cv_max": settings.cpu_power_cv_max,
+        "gpu_power_cv_max": settings.gpu_power_cv_max,
+    }

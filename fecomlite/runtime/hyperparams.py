@@ -1,0 +1,254 @@
+"""The hyperparameters the program trained with, read by the probe where training uses them.
+
+What a program builds is not what it trains with: a test DataLoader, a learning-rate scheduler
+or an optimizer kept for a later loop would each pass for the training's. So each value is read
+where training uses it, and where it was read goes with it (the "sources" hyperparameter):
+
+* Keras `compile` and `fit` (rank 2): the optimizer and learning rate compile was given (one
+  named by a string is read off the model after compile), the loss, fit's batch size and epochs;
+* the training loop (rank 1): the optimizer whose `step()`/`apply_gradients()`/`minimize()` runs,
+  with its learning rate at its first step (a scheduler's `step()` is not an optimizer's), and the
+  batch size of the DataLoader the `for` loop around that call or `loss.backward()` iterates
+  (the instrumenter writes the names that loop iterates into the site's manifest entry, "loop";
+  they are read in the caller's frame, never evaluated).
+
+A higher rank wins over a lower one; two different values at one rank (two optimizers stepped)
+leave the key out: unsure, nothing rather than a guess. Epochs of a PyTorch loop are reported only
+where the loop around the DataLoader's is `for epoch in range(EPOCHS)` in the same function (the
+manifest's "epochs" names `EPOCHS`); an epoch loop elsewhere says nothing here, so none is given.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import types
+from collections.abc import Callable
+from typing import Any
+
+from fecomlite.runtime.capture import Handler, safely
+
+TRAINING_STEPS = frozenset({"backward", "step", "apply_gradients", "minimize"})
+_OPTIMIZER_STEPS = TRAINING_STEPS - {"backward"}
+COMPILE_RANK, LOOP_RANK = 2, 1
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # fecomlite/
+
+
+class Hyperparams:
+    """The run's hyperparameters as this process read them, each from its best source; what
+    changes goes to the sender (`Sender.add_hyperparams`), a key found unsure as None."""
+
+    def __init__(self, sink: Any) -> None:
+        self.sink = sink
+        self.known: dict[str, tuple[int, Any]] = {}
+        self.sources: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def offer(self, facts: dict[str, Any], source: dict[str, str] | str, rank: int) -> None:
+        """Values read at one place; `source` says where, for all of them or key by key."""
+        changed: dict[str, Any] = {}
+        with self._lock:
+            for key, value in _jsonable(facts).items():
+                known = self.known.get(key)
+                if known is None or rank > known[0]:
+                    self.known[key] = (rank, value)
+                    self.sources[key] = source if isinstance(source, str) else source[key]
+                    changed[key] = value
+                elif rank == known[0] and known[1] is not None and value != known[1]:
+                    self.known[key] = (rank, None)  # two answers: neither is reported
+                    self.sources.pop(key, None)
+                    changed[key] = None
+            if changed:
+                self.sink.add_hyperparams({**changed, "sources": dict(self.sources)})
+
+
+class CallReader(Handler):
+    """Reads hyperparameters off the arguments and result of a call (Keras compile/fit)."""
+
+    def __init__(
+        self, extract: Callable[..., dict[str, Any]], hyperparams: Hyperparams, where: str
+    ) -> None:
+        self.extract = extract
+        self.hyperparams = hyperparams
+        self.where = where
+
+    def after(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
+        self.hyperparams.offer(self.extract(fn, args, kwargs, result), self.where, COMPILE_RANK)
+
+
+class TrainingStepReader(Handler):
+    """At the first call of `optimizer.step()`-like or `loss.backward()` sites: the optimizer
+    stepped and the batch size of the DataLoader the enclosing loop iterates."""
+
+    def __init__(self, site: dict[str, Any], hyperparams: Hyperparams, where: str) -> None:
+        self.written = str(site.get("written", ""))
+        self.loop = [n for n in site.get("loop", []) if isinstance(n, str)]
+        self.epochs = str(site.get("epochs", ""))
+        self.hyperparams = hyperparams
+        self.where = where
+
+    def after(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
+        if self.finished:
+            return
+        self.finished = True  # read at the first call that returns: the site may then go fast
+        frame = _user_frame()
+        facts: dict[str, Any] = {}
+        sources: dict[str, str] = {}
+        receiver, _, method = self.written.rpartition(".")
+        if method in _OPTIMIZER_STEPS:
+            owner = getattr(fn, "__self__", None)
+            if owner is None or isinstance(owner, types.ModuleType):
+                owner = _read(frame, receiver)  # a wrapper a scheduler set on the instance
+            if not _is_optimizer(owner):
+                return  # a scheduler's step, or something else: not the training's optimizer
+            facts.update(optimizer=type(owner).__name__, learning_rate=_learning_rate(owner))
+            groups = getattr(owner, "param_groups", None)
+            if groups:  # torch: the parameters being optimised
+                facts["parameters"] = sum(p.numel() for g in groups for p in g["params"])
+            sources = dict.fromkeys(facts, self.where)
+        loader = _loop_batch_size(frame, self.loop)
+        if loader is not None:
+            facts["batch_size"], name = loader
+            sources["batch_size"] = f"DataLoader {name}, iterated around {self.where}"
+            epochs = _read(frame, self.epochs)
+            if isinstance(epochs, int) and not isinstance(epochs, bool) and epochs > 0:
+                facts["epochs"] = epochs
+                sources["epochs"] = f"range({self.epochs}) around the loop over {name}"
+        self.hyperparams.offer(facts, sources, LOOP_RANK)
+
+
+def hyperparameter_handler(
+    key: str, site: dict[str, Any], hyperparams: Hyperparams
+) -> Handler | None:
+    """The reader for a manifest site that carries hyperparameters, if any."""
+    where = f"{site.get('written') or site.get('api', '')} ({key})"
+    extract = _call_extractor(str(site.get("api", "")), str(site.get("kind", "")))
+    if extract is not None:
+        return CallReader(extract, hyperparams, where)
+    if str(site.get("written", "")).rpartition(".")[2] in TRAINING_STEPS:
+        return TrainingStepReader(site, hyperparams, where)
+    return None
+
+
+def _call_extractor(api: str, kind: str) -> Callable[..., dict[str, Any]] | None:
+    root = api.split(".", 1)[0]
+    last = api.rsplit(".", 1)[-1]
+    if root not in ("keras", "tensorflow", "tf_keras") or kind != "method":
+        return None
+    return {"compile": _keras_compile, "fit": _keras_fit, "count_params": _count_params}.get(last)
+
+
+def _user_frame() -> types.FrameType | None:
+    """The innermost frame of the user's program (the one that made the probed call)."""
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+    return frame
+
+
+def _read(frame: types.FrameType | None, dotted: str) -> Any:
+    """The value of a plain or dotted name in a frame, through namespaces only (no property or
+    `__getattr__` of the user's runs)."""
+    if frame is None or not dotted:
+        return None
+    first, *rest = dotted.split(".")
+    if not first.isidentifier():
+        return None
+    value = frame.f_locals.get(first, frame.f_globals.get(first))
+    for part in rest:
+        value = safely(lambda v, p: vars(v).get(p), value, part)
+    return value
+
+
+def _loop_batch_size(frame: types.FrameType | None, names: list[str]) -> tuple[int, str] | None:
+    """(batch size, name) of the one DataLoader the loop iterates; None when none or unsure."""
+    data = sys.modules.get("torch.utils.data")
+    if data is None or not names:
+        return None
+    found = {}
+    for name in names:
+        loader = _read(frame, name)
+        if isinstance(loader, data.DataLoader) and isinstance(loader.batch_size, int):
+            found[name] = loader.batch_size
+    if len(set(found.values())) != 1:
+        return None
+    name, size = next(iter(found.items()))
+    return size, name
+
+
+def _is_optimizer(owner: Any) -> bool:
+    """A torch or Keras optimizer (a scheduler is neither), by the frameworks' own classes."""
+    optim = sys.modules.get("torch.optim")
+    if optim is not None and isinstance(owner, optim.Optimizer):
+        return True
+    keras = sys.modules.get("keras")
+    base = getattr(getattr(keras, "optimizers", None), "Optimizer", None)
+    return isinstance(base, type) and isinstance(owner, base)
+
+
+def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
+    if name in kwargs:
+        return kwargs[name]
+    return args[index] if len(args) > index else None
+
+
+def _learning_rate(optimizer: Any) -> float | None:
+    groups = getattr(optimizer, "param_groups", None)
+    if groups:  # torch: the learning rate now (a scheduler changes it later)
+        return float(groups[0]["lr"])
+    value = getattr(optimizer, "learning_rate", None)
+    if value is None:  # often a float32: 7 significant digits are all it holds
+        return None
+    return safely(lambda v: float(f"{float(v):.7g}"), value)
+
+
+def _keras_model_facts(fn: Any) -> dict[str, Any]:
+    model = getattr(fn, "__self__", None)
+    if model is None or not hasattr(model, "count_params"):
+        return {}
+    return {
+        "parameters": safely(model.count_params),
+        "layers": safely(len, getattr(model, "layers", None)),
+    }
+
+
+def _keras_compile(fn: Any, args: tuple, kwargs: dict, result: Any) -> dict[str, Any]:
+    optimizer = _arg(args, kwargs, 0, "optimizer")
+    if isinstance(optimizer, str):  # compile made the optimizer the string names
+        optimizer = getattr(getattr(fn, "__self__", None), "optimizer", None)
+    loss = _arg(args, kwargs, 1, "loss")
+    return {
+        "optimizer": None if optimizer is None else type(optimizer).__name__,
+        "learning_rate": None if optimizer is None else _learning_rate(optimizer),
+        "loss": loss if isinstance(loss, str) else getattr(loss, "__name__", type(loss).__name__),
+    }
+
+
+def _keras_fit(fn: Any, args: tuple, kwargs: dict, result: Any) -> dict[str, Any]:
+    x = _arg(args, kwargs, 0, "x")
+    batch_size = _arg(args, kwargs, 2, "batch_size")
+    if batch_size is None and hasattr(x, "shape"):
+        batch_size = 32  # Keras' default for array inputs; a dataset batches itself: unknown
+    return {
+        "epochs": _arg(args, kwargs, 3, "epochs") or 1,
+        "batch_size": batch_size,
+        "training_samples": safely(lambda: int(x.shape[0])) if hasattr(x, "shape") else None,
+        **_keras_model_facts(fn),
+    }
+
+
+def _count_params(fn: Any, args: tuple, kwargs: dict, result: Any) -> dict[str, Any]:
+    return {"parameters": result if isinstance(result, int) else None}
+
+
+def _jsonable(params: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        if value is None:
+            continue
+        if isinstance(value, (bool, int, float, str)):
+            out[key] = value
+        else:
+            out[key] = safely(int, value) if hasattr(value, "__index__") else str(value)
+    return out

@@ -1,0 +1,314 @@
+"""The probe runtime that instrumented code calls: `call(site, fn, *args, **kwargs)`
+(`acall` for an awaited call).
+
+A probe never reads a sensor (DESIGN.md rule 1): it takes two CLOCK_MONOTONIC stamps and appends
+to a column buffer. The hot path is C (`_fastprobe.c`) when it was built, else the pure-Python
+`_python_call` below, with the same behaviour. A daemon thread sends the buffer to the
+measurement server every 200 ms, and at exit and on SIGTERM; with no server reachable the events
+go to a spool file. The first calls of each site (and a few again every few seconds) take a slower
+path that also names the callee that ran (`probe_names`), records argument and result sizes and
+the hyperparameters some APIs carry.
+Nothing here raises into user code, and nothing changes what a call returns or raises.
+Compilers see only the wrapped call (`probe_compilers.py`), and the source of an instrumented
+file, as `linecache` and so tracebacks, `inspect` and TorchScript read it, is the user's own
+(`probe_source.py`).
+
+Configuration comes from the environment (docs/internals.md §2), read once at import.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import sys
+import threading
+from array import array
+from threading import get_ident as _thread_id
+from time import monotonic_ns as _now
+from typing import Any
+
+from fecomlite.runtime import capture as _capture
+from fecomlite.runtime import compilers as _compilers
+from fecomlite.runtime import site_handlers as _site_handlers
+from fecomlite.runtime import source as _source
+from fecomlite.runtime.sender import Sender
+
+SLOW_CALLS_PER_SITE = 3  # sized calls per site, again after each resample
+RESAMPLE_EVERY_S = 5.0
+FLUSH_EVERY_S = 0.2
+
+_fast: set[str] = set()  # sites past their sized calls: timestamps only
+_slow_counts: dict[str, int] = {}
+_special: dict[str, Any] = {}  # site -> handler (hyperparameters, data-size cuts): always slow
+
+
+class _PythonBuffer:
+    """The pure-Python event buffer, drained into the same columns as the C one."""
+
+    STRIDE = 7
+
+    def __init__(self) -> None:
+        self.flat: list[Any] = []
+
+    def record(
+        self, site: str, t0: int, t1: int, status: int = 0, ib: int = -1, ob: int = -1
+    ) -> None:
+        self.flat.extend((site, t0, t1, _thread_id(), status, ib, ob))
+
+    def drain(self) -> tuple[Any, ...]:
+        n = len(self.flat) // self.STRIDE * self.STRIDE
+        taken = self.flat[:n]
+        del self.flat[:n]  # appends only ever land after n, so nothing is lost
+        sites = taken[0::7]
+        names = list(dict.fromkeys(sites))
+        index = {name: i for i, name in enumerate(names)}
+        return (
+            names,
+            array("i", map(index.__getitem__, sites)).tobytes(),
+            array("q", taken[1::7]).tobytes(),
+            array("q", taken[2::7]).tobytes(),
+            array("Q", taken[3::7]).tobytes(),
+            bytes(taken[4::7]),
+            array("q", taken[5::7]).tobytes(),
+            array("q", taken[6::7]).tobytes(),
+        )
+
+    def discard(self) -> None:
+        self.flat.clear()
+
+    def pending(self) -> int:
+        return len(self.flat) // self.STRIDE
+
+
+try:
+    from fecomlite.runtime import _fastprobe as _native
+except ImportError:  # no compiler when installed: the pure-Python path
+    _native = None
+
+if _native is not None:
+    _record = _native.record
+    drain_columns = _native.drain
+    _discard = _native.discard
+    pending = _native.pending
+else:
+    _buffer = _PythonBuffer()
+    _record = _buffer.record
+    drain_columns = _buffer.drain
+    _discard = _buffer.discard
+    pending = _buffer.pending
+
+
+def _python_call(site: str, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+    """Call `fn(*args, **kwargs)` exactly as the original code did, and record when."""
+    if site not in _fast and not _compilers.tracing():
+        return _sized_call(site, fn, args, kwargs)
+    t0 = _now()
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException:
+        _record(site, t0, _now(), 1)
+        raise
+    _record(site, t0, _now())
+    return result
+
+
+def _sized_call(site: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The slow path: the callee's public name, sizes, hyperparameters, data-size cuts and GPU
+    synchronisation."""
+    if site not in _slow_counts:  # the first sized call since the last resample
+        _capture.record_name(_sender, site, fn)
+    handler = _special.get(site)
+    if handler is not None:
+        args, kwargs = _capture.safely(handler.before, fn, args, kwargs, default=(args, kwargs))
+    in_bytes = _capture.safely(_capture.nbytes_of, args, kwargs, default=-1)
+    sync = _capture.gpu_sync if _config.sync else None
+    if sync is not None:
+        _capture.safely(sync)
+    t0 = _now()
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException:
+        if sync is not None:
+            _capture.safely(sync)
+        _record(site, t0, _now(), 1, in_bytes, -1)
+        _count_slow(site)
+        raise
+    if sync is not None:
+        _capture.safely(sync)
+    t1 = _now()
+    out_bytes = _capture.safely(_capture.nbytes_of, (result,), {}, default=-1)
+    _record(site, t0, t1, 0, in_bytes, out_bytes)
+    if site not in _slow_counts:  # the first sized call since the last resample: shapes too
+        _capture.record_shapes(_sender, site, fn, args, kwargs, result)
+    if handler is not None:
+        _capture.safely(handler.after, fn, args, kwargs, result)
+        if handler.finished:  # it read what it reads once: the site may take the fast path
+            _special.pop(site, None)
+    _count_slow(site)
+    return result
+
+
+def _call_with_gpu_sync(site: str, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+    """`call` when the GPU is synchronised at probe boundaries (asynchronous GPU work)."""
+    if site not in _fast and not _compilers.tracing():
+        return _sized_call(site, fn, args, kwargs)
+    sync = _capture.gpu_sync
+    _capture.safely(sync)
+    t0 = _now()
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException:
+        _capture.safely(sync)
+        _record(site, t0, _now(), 1)
+        raise
+    _capture.safely(sync)
+    _record(site, t0, _now())
+    return result
+
+
+async def acall(site: str, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+    """`await fn(*args, **kwargs)` as the original code did, timed from the call to the end of
+    the await: time suspended in it counts (other tasks may run then). No sizes are taken."""
+    sync = _capture.gpu_sync if _config.sync else None
+    if sync is not None:
+        _capture.safely(sync)
+    t0, raised = _now(), 1
+    try:
+        result = await fn(*args, **kwargs)
+        raised = 0
+        return result
+    finally:
+        if sync is not None:
+            _capture.safely(sync)
+        _record(site, t0, _now(), raised)
+
+
+def _count_slow(site: str) -> None:
+    n = _slow_counts.get(site, 0) + 1
+    _slow_counts[site] = n
+    if n >= SLOW_CALLS_PER_SITE and site not in _special:
+        _fast.add(site)
+
+
+def record(site: str, t_start_ns: int, t_end_ns: int, raised: bool = False) -> None:
+    """Record a span measured elsewhere (regions of the user's own code)."""
+    _record(site, t_start_ns, t_end_ns, int(raised))
+
+
+def flush() -> None:
+    """Send what is buffered now; called by the flusher thread, at exit and on signals."""
+    _capture.safely(_sender.send, drain_columns)
+
+
+def final_flush() -> None:
+    """The process's last batch: posted even while the server is backed off (its `total` is
+    the only word the server gets of events lost before it), then spooled if need be."""
+    _capture.safely(_sender.send, drain_columns, True)
+
+
+def _flusher_loop(stop: threading.Event) -> None:
+    last_resample = _now()
+    while not stop.wait(FLUSH_EVERY_S):
+        flush()
+        if (_now() - last_resample) / 1e9 >= RESAMPLE_EVERY_S:
+            last_resample = _now()
+            _slow_counts.clear()
+            _fast.clear()
+
+
+def _start_flusher() -> None:
+    stop = threading.Event()
+    threading.Thread(
+        target=_flusher_loop, args=(stop,), name="fecomlite-probe", daemon=True
+    ).start()
+
+
+def _after_fork_in_child() -> None:
+    """A forked worker (e.g. a DataLoader worker) gets its own buffer, sender and flusher."""
+    global _sender
+    _discard()
+    _sender = Sender(_config)
+    _start_flusher()
+
+
+class _WorkerExit:
+    """Flushes a multiprocessing child (a DataLoader worker): it ends in `os._exit`, past atexit,
+    after running multiprocessing's finalizers. Its after-fork hooks run once the child has
+    cleared the finalizers it inherited, so the finalizer is registered from there."""
+
+    registered = False
+
+    def before_fork(self) -> None:
+        util = sys.modules.get("multiprocessing.util")
+        if util is not None and not self.registered:
+            util.register_after_fork(self, _WorkerExit.in_child)
+            self.registered = True
+
+    def in_child(self) -> None:
+        sys.modules["multiprocessing.util"].Finalize(None, final_flush, exitpriority=0)
+
+
+_worker_exit = _WorkerExit()
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    final_flush()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _install_signal_handlers() -> None:
+    """Flush on SIGTERM; SIGINT raises KeyboardInterrupt as usual and atexit flushes then."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, _on_signal)
+    except (ValueError, OSError):
+        pass
+
+
+class _Config:
+    """The probe's settings, from the environment of the measured process."""
+
+    def __init__(self, env: os._Environ[str] | dict[str, str]) -> None:
+        self.url = env.get("FECOMLITE_URL", "")
+        self.run = env.get("FECOMLITE_RUN", "")
+        self.rep = int(env.get("FECOMLITE_REP", "0") or 0)
+        self.token = env.get("FECOMLITE_TOKEN", "")
+        self.manifest = env.get("FECOMLITE_MANIFEST", "")
+        self.spool = env.get("FECOMLITE_SPOOL", "")
+        self.sync = env.get("FECOMLITE_SYNC", "") == "1"
+        self.datasize = env.get("FECOMLITE_DATASIZE", "")
+        self.calibrate = env.get("FECOMLITE_CALIBRATE", "")  # sites to replay at exit (JSON)
+
+
+_config = _Config(os.environ)
+_sender = Sender(_config)
+_special.update(
+    _site_handlers.special_handlers(
+        _config.manifest, _config.datasize, _sender, record, _config.calibrate)
+)
+
+if _config.sync:
+    call = _call_with_gpu_sync
+elif _native is not None:
+    _native.configure(_fast, _sized_call, _compilers.tracing)
+    call = _native.call
+else:
+    call = _python_call
+
+_compilers.register_with_dynamo((call, _python_call, _call_with_gpu_sync))
+_source.serve_original_sources()
+
+# `run --trace-layers` (fecomlite.runtime.layers)
+if os.environ.get("FECOMLITE_TRACE_LAYERS") == "1":
+    from fecomlite.runtime import layers as _layers
+
+    _layers.start(record, _capture.gpu_sync if _config.sync else None)
+
+_start_flusher()
+atexit.register(final_flush)
+os.register_at_fork(before=_worker_exit.before_fork, after_in_child=_after_fork_in_child)
+_install_signal_handlers()
