@@ -154,3 +154,69 @@ def test_fecomlites_folders_are_created_private_at_every_level(tmp_path):
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
     home.chmod(0o755)  # left open by an older fecomlite
     assert stat.S_IMODE(private_home(home).stat().st_mode) == 0o700
+
+
+def tuples(rows) -> list[tuple]:
+    return [tuple(r) for r in rows]
+
+
+def _stored_run(store: Store) -> int:
+    run = store.create_run(program="train.py", level="method", settings={})
+    header, cols = batch_codec.decode(make_batch(
+        ["a.py:1:0", "region:train"], [(0, 10, 20, 0), (1, 5, 30, 0), (1, 50, 60, 0)]))
+    store.add_batch(run, header, cols, {"a.py:1:0": {"api": "torch.matmul", "kind": "function"}})
+    return run
+
+
+def test_reads_return_what_was_written_by_name(tmp_path):
+    """The reads others use instead of SQL (fecomlite/store/reads.py)."""
+    store = Store(tmp_path / "s.sqlite")
+    run = _stored_run(store)
+    sensor = store.add_sensor(run, name="rapl", domain="cpu-package", unit="J", kind="counter",
+                              provenance="measured", model="", period_s=0.1)
+    store.add_samples([(sensor, t, float(t)) for t in (10, 20, 30, 40)])
+    assert tuples(store.samples(sensor)) == [(10, 10.0), (20, 20.0), (30, 30.0), (40, 40.0)]
+    assert tuples(store.samples(sensor, 20, 30)) == [(20, 20.0), (30, 30.0)]
+    assert tuples(store.samples(sensor, 20, 30, after_start=True)) == [(30, 30.0)]
+    assert tuples(store.samples(sensor, 25)) == [(30, 30.0), (40, 40.0)]
+    assert store.max_sample(sensor, 0, 35) == 30.0
+    assert store.max_sample(sensor, 41, 99) is None
+    assert store.first_sample_ns(run) == 10
+    assert tuples(store.site_spans(run, "region:train")) == [(5, 30), (50, 60)]
+    assert [tuple(r[4:6]) for r in store.event_rows(run)] == [(5, 30), (10, 20), (50, 60)]
+    assert [r[8] for r in store.calls_with_sites(run)] == ["region:train", "torch.matmul",
+                                                            "region:train"]
+    assert sorted(store.site_apis(run).values()) == ["region:train", "torch.matmul"]
+    assert store.sensor_names(run) == {"rapl"}
+
+
+def test_run_queries_filter_by_kind_status_and_result(tmp_path):
+    store = Store(tmp_path / "s.sqlite")
+    first = store.create_run(program="p.py", level="method", kind="instrumented",
+                             status="finished")
+    second = store.create_run(program="p.py", level="project", kind="sweep", status="running")
+    third = store.create_run(program="p.py", level="method", kind="instrumented",
+                             status="finished")
+    assert store.run_ids() == [first, second, third]
+    assert store.run_ids(("sweep",)) == [second]
+    assert store.run_ids(status="finished", newest_first=True) == [third, first]
+    assert store.latest_method_run("p.py", other_than=third) == first
+    assert store.latest_method_run("q.py", other_than=third) is None
+    store.put_result(first, "idle_baseline", {"sensors": {}})
+    assert store.latest_run_with_result("idle_baseline", other_than=third) == first
+    assert store.latest_run_with_result("idle_baseline", other_than=first) is None
+
+
+def test_a_follower_reads_only_what_is_new(tmp_path):
+    """The live view's reads: rows stored after a cursor, per run."""
+    store = Store(tmp_path / "s.sqlite")
+    run = _stored_run(store)
+    assert store.first_event_rowid(run) == 1
+    top = store.last_rowid("events")
+    assert top == 3
+    assert sum(n for _, n, _ in store.new_calls_by_site(run, 1, top)) == 2
+    assert tuple(store.last_new_call(run, 0, top))[1:3] == (50, 60)
+    ending = store.new_calls_ending_after(run, 0, top, 25)
+    assert [tuple(r[:2]) for r in ending] == [(5, 30), (50, 60)]
+    with pytest.raises(ValueError):
+        store.last_rowid("runs; DROP TABLE runs")

@@ -17,7 +17,6 @@ arrived (SETTLE_S); `fecomlite report` attributes the whole run afterwards, and 
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import deque
@@ -170,10 +169,8 @@ class RunView:
 
     def __init__(self, store: Store, run_id: int) -> None:
         self.run_id = run_id
-        first = store.db.execute(
-            "SELECT min(rowid) FROM events WHERE run_id=?", (run_id,)
-        ).fetchone()[0]
-        self.cursor = (first - 1) if first is not None else _max_rowid(store, "events")
+        first = store.first_event_rowid(run_id)
+        self.cursor = (first - 1) if first is not None else store.last_rowid("events")
         self.sites: dict[int, str] = {}  # site id -> API
         self.apis: dict[str, ApiStats] = {}
         self.last_call: dict[str, Any] | None = None
@@ -190,9 +187,8 @@ class RunView:
 
     def update(self, store: Store, now: int, tracks: dict[str, Track]) -> list[str]:
         """Read what is new for this run; returns notes on what the estimate could not do."""
-        self.row = _run_row(store, self.run_id)
-        names = {r[0] for r in store.db.execute(
-            "SELECT name FROM sensors WHERE run_id=?", (self.run_id,))}
+        self.row = store.run_columns(self.run_id)
+        names = store.sensor_names(self.run_id)
         if names != self.sensor_names:
             self.sensor_names = names
             self.details = store.result(self.run_id, "sensors") or {}
@@ -205,31 +201,21 @@ class RunView:
         return self.notes
 
     def _read_events(self, store: Store) -> None:
-        top = _max_rowid(store, "events")
+        top = store.last_rowid("events")
         if top <= self.cursor:
             return
-        span = (self.cursor, top, self.run_id)
-        grouped = store.db.execute(  # `+run_id`: scan the new rowids, not the run's index
-            "SELECT site_id, count(*), sum(t_end_ns - t_start_ns) FROM events "
-            "WHERE rowid > ? AND rowid <= ? AND +run_id = ? GROUP BY site_id", span,
-        ).fetchall()
+        grouped = store.new_calls_by_site(self.run_id, self.cursor, top)
         self._learn_sites(store, {r[0] for r in grouped})
         for site_id, count, ns in grouped:
             stats = self._api(self.sites[site_id])
             stats.calls += count
             stats.seconds += (ns or 0) / 1e9
             self.total_calls += count
-        last = store.db.execute(
-            "SELECT site_id, t_start_ns, t_end_ns, status FROM events WHERE rowid > ? "
-            "AND rowid <= ? AND +run_id = ? ORDER BY rowid DESC LIMIT 1", span,
-        ).fetchone()
+        last = store.last_new_call(self.run_id, self.cursor, top)
         if last is not None:
             self.last_call = {"api": self.sites[last[0]], "t_start_ns": last[1],
                               "t_end_ns": last[2], "raised": bool(last[3])}
-        rows = store.db.execute(
-            "SELECT t_start_ns, t_end_ns, pid, tid, site_id FROM events WHERE rowid > ? "
-            "AND rowid <= ? AND +run_id = ? AND t_end_ns > ?", (*span, self.attributed_ns),
-        ).fetchall()
+        rows = store.new_calls_ending_after(self.run_id, self.cursor, top, self.attributed_ns)
         if rows:
             fresh = np.array([
                 (t0, t1, self.threads.setdefault((pid, tid), len(self.threads)),
@@ -242,9 +228,7 @@ class RunView:
     def _learn_sites(self, store: Store, ids: set[int]) -> None:
         missing = ids - self.sites.keys()
         if missing:
-            for site_id, api in store.db.execute(
-                "SELECT id, api FROM sites WHERE run_id=?", (self.run_id,)
-            ):
+            for site_id, api in store.site_apis(self.run_id).items():
                 self.sites[site_id] = api
                 self._api(api)
 
@@ -315,8 +299,8 @@ class Monitor:
         self._clock = clock
         self._lock = threading.Lock()
         store = db()
-        self._cursor = _max_rowid(store, "samples")  # energy counts from the server's start
-        self._sensor_max = _max_rowid(store, "sensors")
+        self._cursor = store.last_rowid("samples")  # energy counts from the server's start
+        self._sensor_max = store.last_rowid("sensors")
         self._sensor_ids: dict[int, Track] = {}
         self._tracks: dict[str, Track] = {}
         self._seq = 0
@@ -344,10 +328,7 @@ class Monitor:
 
     def _read_samples(self, store: Store) -> None:
         while True:
-            rows = store.db.execute(
-                "SELECT rowid, sensor_id, t_ns, value FROM samples WHERE rowid > ? "
-                "ORDER BY rowid LIMIT ?", (self._cursor, ROWS_PER_QUERY),
-            ).fetchall()
+            rows = store.samples_after(self._cursor, ROWS_PER_QUERY)
             if not rows:
                 return
             if any(r[1] not in self._sensor_ids for r in rows):
@@ -361,10 +342,7 @@ class Monitor:
                 return
 
     def _learn_sensors(self, store: Store) -> None:
-        for row in store.db.execute(
-            "SELECT id, name, domain, unit, kind, provenance, model FROM sensors WHERE id > ? "
-            "ORDER BY id", (self._sensor_max,),
-        ):
+        for row in store.sensors_after(self._sensor_max):
             sensor_id, name = row[0], row[1]
             track = self._tracks.get(name)
             if track is None:
@@ -436,27 +414,6 @@ class Monitor:
                         points.append(((b.start_ns - t0_ns) / 1e9, b.value))
                 out[name] = points[::-1]
             return out, self._seq
-
-
-def _max_rowid(store: Store, table: str) -> int:
-    return int(store.db.execute(f"SELECT coalesce(max(rowid), 0) FROM {table}").fetchone()[0])
-
-
-def _run_row(store: Store, run_id: int) -> dict[str, Any]:
-    """The run's own columns (not its manifest, which may be large) and its repetitions."""
-    row = store.db.execute(
-        "SELECT id, kind, program, argv, level, status, exit_code, settings, idle, t_start_ns, "
-        "t_end_ns, created_unix FROM runs WHERE id=?", (run_id,),
-    ).fetchone()
-    out = dict(row)
-    for key in ("argv", "settings", "idle"):
-        out[key] = json.loads(out[key])
-    out["repetitions"] = [
-        dict(r) for r in store.db.execute(
-            "SELECT rep, t_start_ns, t_end_ns, tail_end_ns, exit_code FROM repetitions "
-            "WHERE run_id=? ORDER BY rep", (run_id,))
-    ]
-    return out
 
 
 def _stage(

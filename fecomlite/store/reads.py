@@ -2,7 +2,8 @@
 runs. The only other place that speaks SQL is the store itself (`fecomlite/store/__init__.py`:
 the schema, its versions and the writes); everything else calls these methods by name.
 
-Times are `time.monotonic_ns()`; rows come back as tuples (bulk reads feed numpy) or dicts.
+Times are `time.monotonic_ns()`; rows come back as `sqlite3.Row`s, which index and unpack like
+tuples (bulk reads feed numpy), or as dicts.
 """
 
 from __future__ import annotations
@@ -107,8 +108,9 @@ class StoreReads:
         return dict(self.db.execute("SELECT id, api FROM sites WHERE run_id=?", (run_id,)))
 
     def last_rowid(self, table: str) -> int:
-        """The newest row of `events` or `samples` (0 when empty): where a follower starts."""
-        if table not in ("events", "samples"):
+        """The newest row of `events`, `samples` or `sensors` (0 when empty): where a follower
+        starts."""
+        if table not in ("events", "samples", "sensors"):
             raise ValueError(f"not a followed table: {table!r}")
         return int(self.db.execute(f"SELECT coalesce(max(rowid), 0) FROM {table}").fetchone()[0])
 
