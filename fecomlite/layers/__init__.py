@@ -45,9 +45,11 @@ def start(record: Record, sync: Callable[[], None] | None) -> None:
             safely(gpu_sync)
 
     def torch_ready(torch: Any) -> None:
+        from fecomlite.distributed.comm_hooks import CommTimer
         from fecomlite.layers.torch_hooks import TorchTracer
 
         TorchTracer(torch, record, sync).install()
+        CommTimer(torch, record).install()  # DDP's bucketed all-reduce inside backward
 
     def keras_ready(keras: Any) -> None:
         from fecomlite.layers.keras_hooks import KerasTracer

@@ -17,6 +17,7 @@ import numpy as np
 
 from fecomlite.analysis import RunAnalysis, analyse_run, mean_ci95
 from fecomlite.carbon import Intensity
+from fecomlite.distributed import collectives
 from fecomlite.distributed.ranks import add_rank_figures
 from fecomlite.distributed.report_section import rank_section
 from fecomlite.report import layers as layer_report
@@ -53,6 +54,7 @@ def build_report(store: Store, run_id: int, method: str = "auto",
     a = analysis or analyse_run(store, run_id, method)
     ranks = add_rank_figures(a, store.processes(run_id))  # distributed runs only
     layer_notes = layer_report.annotate(a, store.result(run_id, "layers") or {})  # --trace-layers
+    collectives.annotate(a)  # kind "collective", and the call that launched DDP's all-reduce
     timeline = TimelineBuilder(store, a)
     datasize = store.result(run_id, "datasize")
     gpu_mem = tables.has_gpu_memory(a.apis)
