@@ -20,6 +20,7 @@ from fecomlite.carbon import Intensity
 from fecomlite.distributed import collectives
 from fecomlite.distributed.ranks import add_rank_figures
 from fecomlite.distributed.report_section import rank_section
+from fecomlite.distributed.tf_strategy import strategy_section
 from fecomlite.report import layers as layer_report
 from fecomlite.report import tables, units
 from fecomlite.report.co2e import add_co2e, csv_with_co2e
@@ -55,6 +56,9 @@ def build_report(store: Store, run_id: int, method: str = "auto",
     ranks = add_rank_figures(a, store.processes(run_id))  # distributed runs only
     layer_notes = layer_report.annotate(a, store.result(run_id, "layers") or {})  # --trace-layers
     collectives.annotate(a)  # kind "collective", and the call that launched DDP's all-reduce
+    tf_distribute = strategy_section(a)  # what a tf.distribute run can and cannot show
+    if tf_distribute is not None and tf_distribute["note"] not in a.notes:
+        a.notes.append(tf_distribute["note"])
     timeline = TimelineBuilder(store, a)
     datasize = store.result(run_id, "datasize")
     gpu_mem = tables.has_gpu_memory(a.apis)
@@ -106,7 +110,8 @@ def build_report(store: Store, run_id: int, method: str = "auto",
         "layers": {"tree": layer_report.tree(a), "notes": layer_notes},
     }
     report_json = {"format": 1, **a.to_json(), "ranks": ranks, "datasize": datasize,
-                   "co2e": co2e, "layer_notes": layer_notes}
+                   "co2e": co2e, "layer_notes": layer_notes,
+                   "tf_distribute": tf_distribute}
     csv_tables = a.tables_csv()
     if co2e:
         rows = {"apis": a.apis, "sites": a.sites}
