@@ -99,6 +99,32 @@ def test_metrics_parse_and_their_counters_only_grow(tmp_path: Path):
     assert find(third, "fecomlite_api_calls_total", run=str(run)) == []  # the new run's now
 
 
+def test_per_api_series_carry_node_and_rank_and_sum_to_the_job(tmp_path: Path):
+    """Two ranks of node 1 and a process without rank, posting as probes do (rank fields in the
+    batch header): one series per rank, labelled with its node, summing to every call."""
+    manifest = {"sites": {"t.py:1:0": {"api": "torch.matmul"}}}
+    with serving(tmp_path, [FakeSensorForTests("p")]) as (server, client):
+        run, token = client.create_run("t.py", [], "method", {"repeat": 1}, manifest=manifest)
+        client.rep_start(run, 1)
+        start = time.monotonic_ns()
+        for pid, rank, calls in ((101, 0, 2), (102, 1, 3), (103, None, 1)):
+            meta = {} if rank is None else {"rank": rank, "local_rank": rank, "node": 1,
+                                            "device": "cpu", "job": "j7", "clock_offset_ns": 0}
+            events = [("t.py:1:0", start + k, start + k + 1000, 1, 0, -1, -1)
+                      for k in range(calls)]
+            client.post_batch(run, token, encode_batch(1, pid, events, **meta))
+        samples, types = scrape("127.0.0.1", server.port, server.view_token)
+        client.rep_end(run, 1, 0)
+        client.finish_run(run, "finished", 0)
+
+    assert types["fecomlite_api_calls"] == "counter"
+    calls = {(dict(ls)["node"], dict(ls)["rank"]): v for (n, ls), v in samples.items()
+             if n == "fecomlite_api_calls_total" and dict(ls)["api"] == "torch.matmul"}
+    assert calls == {("1", "0"): 2.0, ("1", "1"): 3.0, ("", ""): 1.0}
+    seconds = find(samples, "fecomlite_api_call_seconds_total", run=str(run), rank="1", node="1")
+    assert seconds == [pytest.approx(3 * 1e-6)]
+
+
 def _listening_ips() -> set[str]:
     return {c.laddr.ip for c in psutil.Process().net_connections(kind="inet")
             if c.status == psutil.CONN_LISTEN}

@@ -79,7 +79,7 @@ def export_command(
                 intensity = carbon.resolve(carbon_intensity, region, pue) or (
                     carbon.from_settings(a.run.get("settings") or {})
                 )
-                text = openmetrics(a, intensity)
+                text = openmetrics(a, intensity, db.processes(run_id))
     except (StoreError, ValueError) as exc:
         console.print(f"[red]error:[/] {plain(exc)}")
         raise typer.Exit(1) from exc

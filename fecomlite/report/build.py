@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from fecomlite.analysis import collectives
 from fecomlite.analysis.carbon import Intensity
 from fecomlite.analysis.ranks import add_rank_figures
 from fecomlite.analysis.run_analysis import RunAnalysis, analyse_run, mean_ci95
@@ -24,6 +25,7 @@ from fecomlite.report.co2e import add_co2e, csv_with_co2e
 from fecomlite.report.distributed import rank_section
 from fecomlite.report.model_section import model_section
 from fecomlite.report.palette import SERIES_COLORS, domain_color, domain_name, shade
+from fecomlite.report.tf_strategy import strategy_section
 from fecomlite.report.timeline import TimelineBuilder
 from fecomlite.sensors.estimate import MODELS
 from fecomlite.store import Store
@@ -53,6 +55,10 @@ def build_report(store: Store, run_id: int, method: str = "auto",
     a = analysis or analyse_run(store, run_id, method)
     ranks = add_rank_figures(a, store.processes(run_id))  # distributed runs only
     layer_notes = layer_report.annotate(a, store.result(run_id, "layers") or {})  # --trace-layers
+    collectives.annotate(a)  # kind "collective", and the call that launched DDP's all-reduce
+    tf_distribute = strategy_section(a)  # what a tf.distribute run can and cannot show
+    if tf_distribute is not None and tf_distribute["note"] not in a.notes:
+        a.notes.append(tf_distribute["note"])
     timeline = TimelineBuilder(store, a)
     datasize = store.result(run_id, "datasize")
     gpu_mem = tables.has_gpu_memory(a.apis)
@@ -104,7 +110,8 @@ def build_report(store: Store, run_id: int, method: str = "auto",
         "layers": {"tree": layer_report.tree(a), "notes": layer_notes},
     }
     report_json = {"format": 1, **a.to_json(), "ranks": ranks, "datasize": datasize,
-                   "co2e": co2e, "layer_notes": layer_notes}
+                   "co2e": co2e, "layer_notes": layer_notes,
+                   "tf_distribute": tf_distribute}
     csv_tables = a.tables_csv()
     if co2e:
         rows = {"apis": a.apis, "sites": a.sites}

@@ -3,8 +3,10 @@
 A custom collector reads the monitor (`fecomlite.server.monitor`) at each scrape; nothing is
 kept or sampled for it in between. A Prometheus that scrapes every node's server sees a
 multi-node job whole (docs/metrics.md). Every series carries `host`; those about the active run
-carry `run` too. Energy is labelled with its provenance, and `model` names the estimate where a
-figure is estimated (measured and estimated series are never summed here).
+carry `run` too, and per-API series `node` and `rank` (a distributed job's GROUP_RANK and RANK;
+empty for a process without: PromQL reads an empty label as no label), one series per rank, so
+`sum by (api)` gives the job's totals. Energy is labelled with its provenance, and `model` names
+the estimate where a figure is estimated (measured and estimated series are never summed here).
 
 Counters only grow: sensor energy adds the increments the sensors saw while the server sampled
 (a counter reset adds nothing); per-API energy adds each settled bin's energy above idle (never
@@ -103,17 +105,18 @@ def _run_metrics(snap: Snapshot) -> Iterator[Metric]:
         if progress.get(state) is not None:
             reps.add_metric([host, run, "planned" if state == "total" else state],
                             float(progress[state]))
+    per_api = ["host", "run", "api", "node", "rank"]
     calls = CounterMetricFamily(
-        f"{PREFIX}_api_calls", "Wrapped calls per API so far in the run", labels=["host", "run",
-                                                                                  "api"])
+        f"{PREFIX}_api_calls", "Wrapped calls per API (and node and rank) so far in the run",
+        labels=per_api)
     seconds = CounterMetricFamily(
-        f"{PREFIX}_api_call_seconds", "Time in wrapped calls per API so far (nested calls count "
-        "in each)", labels=["host", "run", "api"])
+        f"{PREFIX}_api_call_seconds", "Time in wrapped calls per API (and node and rank) so far "
+        "(nested calls count in each)", labels=per_api)
     energy = CounterMetricFamily(
         f"{PREFIX}_api_energy_joules",
-        f"Energy above idle per API so far: a running estimate ({LIVE_METHOD}); `fecomlite "
-        "report` attributes the run afterwards",
-        labels=["host", "run", "api", "domain", "provenance", "model", "method"])
+        f"Energy above idle per API (and node and rank) so far: a running estimate "
+        f"({LIVE_METHOD}); `fecomlite report` attributes the run afterwards",
+        labels=[*per_api, "domain", "provenance", "model", "method"])
     outside = CounterMetricFamily(
         f"{PREFIX}_outside_calls_energy_joules",
         f"Energy above idle while no wrapped call ran, so far ({LIVE_METHOD})",
@@ -125,11 +128,12 @@ def _run_metrics(snap: Snapshot) -> Iterator[Metric]:
         s = chosen.get(domain) or {"provenance": "", "model": None}
         return [domain, s["provenance"], s["model"] or "", LIVE_METHOD]
 
-    for a in snap.apis:
-        calls.add_metric([host, run, a.api], float(a.calls))
-        seconds.add_metric([host, run, a.api], a.seconds)
+    for a in snap.api_ranks:
+        labels = [host, run, a.api, a.node, a.rank]
+        calls.add_metric(labels, float(a.calls))
+        seconds.add_metric(labels, a.seconds)
         for domain, joules in sorted(a.energy_J.items()):
-            energy.add_metric([host, run, a.api, *source(domain)], joules)
+            energy.add_metric([*labels, *source(domain)], joules)
     for domain, joules in sorted(snap.calls["outside_J"].items()):
         outside.add_metric([host, run, *source(domain)], joules)
     yield from (info, reps, calls, seconds, energy, outside)

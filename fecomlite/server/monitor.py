@@ -132,6 +132,14 @@ class ApiStats:
     calls: int = 0
     seconds: float = 0.0
     energy_J: dict[str, float] = field(default_factory=dict)  # domain -> live overlap estimate
+    node: str = ""  # a distributed run's node (GROUP_RANK) and rank; "" for a process without
+    rank: str = ""
+
+    def add(self, other: ApiStats) -> None:
+        self.calls += other.calls
+        self.seconds += other.seconds
+        for domain, joules in other.energy_J.items():
+            self.energy_J[domain] = self.energy_J.get(domain, 0.0) + joules
 
 
 @dataclass(frozen=True)
@@ -159,25 +167,31 @@ class Snapshot:
     energy_domains: dict[str, str]  # domain -> the sensor the per-API estimate uses
     calls: dict[str, Any]
     apis: list[ApiStats]  # by time in calls, most first
+    api_ranks: list[ApiStats]  # the same per API, node and rank (a process without rank: "")
     energy: list[Energy]  # every sensor the server has read, runs past included
     notes: list[str]
 
 
+RankKey = tuple[str, str, str]  # api, node, rank
+
+
 class RunView:
     """The active run as the live view shows it: calls per API so far, the latest call, and the
-    running per-API energy estimate."""
+    running per-API energy estimate; each per node and rank too, for /metrics (a process's rank
+    is known once its first batch is stored, before its calls are read)."""
 
     def __init__(self, store: Store, run_id: int) -> None:
         self.run_id = run_id
         first = store.first_event_rowid(run_id)
         self.cursor = (first - 1) if first is not None else store.last_rowid("events")
         self.sites: dict[int, str] = {}  # site id -> API
-        self.apis: dict[str, ApiStats] = {}
+        self.apis: dict[RankKey, ApiStats] = {}
+        self.ranks: dict[int, tuple[str, str]] = {}  # pid -> (node, rank)
         self.last_call: dict[str, Any] | None = None
         self.total_calls = 0
         self.threads: dict[tuple[int, int], int] = {}
         self.pending = np.zeros((0, 4), np.int64)  # t0, t1, thread, api index: not yet settled
-        self.api_index: dict[str, int] = {}
+        self.api_index: dict[RankKey, int] = {}
         self.attributed_ns: int | None = None
         self.outside_J: dict[str, float] = {}  # above idle with no call active: domain -> J
         self.notes: list[str] = []  # what the estimate cannot do, as of its last step
@@ -204,10 +218,11 @@ class RunView:
         top = store.last_rowid("events")
         if top <= self.cursor:
             return
-        grouped = store.new_calls_by_site(self.run_id, self.cursor, top)
+        grouped = store.new_calls_by_site_and_process(self.run_id, self.cursor, top)
         self._learn_sites(store, {r[0] for r in grouped})
-        for site_id, count, ns in grouped:
-            stats = self._api(self.sites[site_id])
+        self._learn_ranks(store, {r[1] for r in grouped})
+        for site_id, pid, count, ns in grouped:
+            stats = self._api(self._key(site_id, pid))
             stats.calls += count
             stats.seconds += (ns or 0) / 1e9
             self.total_calls += count
@@ -219,7 +234,7 @@ class RunView:
         if rows:
             fresh = np.array([
                 (t0, t1, self.threads.setdefault((pid, tid), len(self.threads)),
-                 self.api_index[self.sites[site]])
+                 self.api_index[self._key(site, pid)])
                 for t0, t1, pid, tid, site in rows
             ], dtype=np.int64)
             self.pending = np.concatenate((self.pending, fresh))
@@ -230,14 +245,28 @@ class RunView:
         if missing:
             for site_id, api in store.site_apis(self.run_id).items():
                 self.sites[site_id] = api
-                self._api(api)
 
-    def _api(self, name: str) -> ApiStats:
-        stats = self.apis.get(name)
+    def _learn_ranks(self, store: Store, pids: set[int]) -> None:
+        if pids - self.ranks.keys():
+            for p in store.processes(self.run_id):
+                self.ranks[p["pid"]] = (str(p["node"]), str(p["rank"]))
+
+    def _key(self, site_id: int, pid: int) -> RankKey:
+        return (self.sites[site_id], *self.ranks.get(pid, ("", "")))
+
+    def _api(self, key: RankKey) -> ApiStats:
+        stats = self.apis.get(key)
         if stats is None:
-            stats = self.apis[name] = ApiStats(name)
-            self.api_index[name] = len(self.api_index)
+            stats = self.apis[key] = ApiStats(key[0], node=key[1], rank=key[2])
+            self.api_index[key] = len(self.api_index)
         return stats
+
+    def totals(self) -> list[ApiStats]:
+        """Per API, over nodes and ranks."""
+        out: dict[str, ApiStats] = {}
+        for stats in self.apis.values():
+            out.setdefault(stats.api, ApiStats(stats.api)).add(stats)
+        return list(out.values())
 
     def energy_sensors(self, tracks: dict[str, Track]) -> dict[str, Track]:
         """The sensor the estimate uses per energy domain, among this run's sensors."""
@@ -274,9 +303,9 @@ class RunView:
             energy, seconds = track.bin_energy(edges)
             above = np.maximum(energy - float(idle_w) * seconds, 0.0)  # a counter never shrinks
             per_api = above @ share
-            for name, k in self.api_index.items():
+            for key, k in self.api_index.items():
                 if (joules := per_api[k]) > 0:
-                    stats = self.apis[name]
+                    stats = self.apis[key]
                     stats.energy_J[domain] = stats.energy_J.get(domain, 0.0) + float(joules)
             self.outside_J[domain] = self.outside_J.get(domain, 0.0) + float(above[busy <= 0].sum())
         self.pending = ev[ev[:, 1] > edges[-1]]
@@ -366,7 +395,7 @@ class Monitor:
                  "settle_s": SETTLE_S}
         if view is None:
             return Snapshot(now, self.host, None, {"stage": "waiting"}, {}, None, [],
-                            {}, calls, [], energy, [])
+                            {}, calls, [], [], energy, [])
         calls.update(total=view.total_calls, last=view.last_call, outside_J=dict(view.outside_J))
         row = view.row
         activity = self._activity(view.run_id)
@@ -378,7 +407,8 @@ class Monitor:
              "idle_w": idle.get(t.name)}
             for name, t in sorted(self._tracks.items()) if name in view.sensor_names
         ]
-        apis = [ApiStats(a.api, a.calls, a.seconds, dict(a.energy_J)) for a in view.apis.values()]
+        ranked = [ApiStats(a.api, a.calls, a.seconds, dict(a.energy_J), a.node, a.rank)
+                  for a in view.apis.values()]
         return Snapshot(
             t_ns=now, host=self.host,
             run={k: row.get(k) for k in ("id", "kind", "program", "argv", "level", "status",
@@ -389,7 +419,8 @@ class Monitor:
             sensors=sensors,
             energy_domains={d: t.name for d, t in view.energy_sensors(self._tracks).items()},
             calls=calls,
-            apis=sorted(apis, key=lambda a: -a.seconds),
+            apis=sorted(view.totals(), key=lambda a: -a.seconds),
+            api_ranks=sorted(ranked, key=lambda a: -a.seconds),
             energy=energy,
             notes=notes,
         )

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from fecomlite.runtime.comm_hooks import site_row as collective_site_row
 from fecomlite.runtime.layers import facts as layer_facts
 from fecomlite.runtime.names import adopted
 from fecomlite.store.reads import StoreReads
@@ -593,4 +594,4 @@ def _site_from_key(key: str) -> dict[str, Any]:
     """A site the manifest does not know (a region, or a probe without manifest)."""
     if key.startswith("region:"):
         return {"api": key, "written": key[7:], "kind": "region"}
-    return layer_facts.site_row(key) or {"api": key}
+    return layer_facts.site_row(key) or collective_site_row(key) or {"api": key}

@@ -119,11 +119,14 @@ class StoreReads:
             "SELECT min(rowid) FROM events WHERE run_id=?", (run_id,)).fetchone()[0]
 
     # `+run_id`: scan the new rowids, not the run's index
-    def new_calls_by_site(self, run_id: int, after: int, upto: int) -> list[tuple[int, int, int]]:
-        """(site_id, calls, total ns) of the run's events stored in (after, upto] by rowid."""
+    def new_calls_by_site_and_process(
+        self, run_id: int, after: int, upto: int
+    ) -> list[tuple[int, int, int, int]]:
+        """(site_id, pid, calls, total ns) of the run's events stored in (after, upto] by
+        rowid."""
         return self.db.execute(
-            "SELECT site_id, count(*), sum(t_end_ns - t_start_ns) FROM events "
-            "WHERE rowid > ? AND rowid <= ? AND +run_id = ? GROUP BY site_id",
+            "SELECT site_id, pid, count(*), sum(t_end_ns - t_start_ns) FROM events "
+            "WHERE rowid > ? AND rowid <= ? AND +run_id = ? GROUP BY site_id, pid",
             (after, upto, run_id),
         ).fetchall()
 

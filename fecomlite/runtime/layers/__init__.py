@@ -44,9 +44,11 @@ def start(record: Record, sync: Callable[[], None] | None) -> None:
             safely(gpu_sync)
 
     def torch_ready(torch: Any) -> None:
+        from fecomlite.runtime.comm_hooks import CommTimer
         from fecomlite.runtime.layers.torch_hooks import TorchTracer
 
         TorchTracer(torch, record, sync).install()
+        CommTimer(torch, record).install()  # DDP's bucketed all-reduce inside backward
 
     def keras_ready(keras: Any) -> None:
         from fecomlite.runtime.layers.keras_hooks import KerasTracer
