@@ -28,7 +28,7 @@ from collections.abc import Callable
 from time import monotonic_ns as _now
 from typing import Any
 
-from fecomlite.runtime.layers import Record
+from fecomlite.runtime.layers.facts import Record
 
 PREFIX = "collective:"
 DEFAULT_API = "torch.distributed.all_reduce (DDP gradient bucket)"
