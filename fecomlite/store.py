@@ -372,6 +372,11 @@ class Store:
 
     # -- sites and events ---------------------------------------------------------------------
 
+    def sites(self, run_id: int) -> list[dict[str, Any]]:
+        """The run's call sites as stored (an API adopted at run time included), by id."""
+        rows = self.db.execute("SELECT * FROM sites WHERE run_id=? ORDER BY id", (run_id,))
+        return [dict(r) for r in rows]
+
     def site_ids(
         self, run_id: int, keys: Iterable[str], manifest: dict[str, Any]
     ) -> dict[str, int]:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from fecomlite import attribution as at
-from fecomlite.analysis import choose_energy_sensors
+from fecomlite.analysis import choose_energy_sensors, idle_baseline
 from fecomlite.server.series import StoredSensor
 from fecomlite.store import Store
 
@@ -44,6 +44,9 @@ LIVE_METHOD = "live-overlap"
 ENERGY_KINDS = ("counter", "power")
 MOVING_AVERAGE_S = 0.5  # as fecomlite.analysis: such a power sensor smears a call over a second
 PEAK_DOMAINS = ("process-memory", "gpu-memory", "process-gpu-memory")
+# A domain's figures so far, as the analysis defines them (`RunAnalysis.domains`): program_J =
+# in_calls_J + outside_calls_J, above idle while a repetition ran; tail_J and other_J apart.
+FIGURES = ("program_J", "in_calls_J", "outside_calls_J", "tail_J", "other_J")
 
 
 @dataclass
@@ -161,11 +164,12 @@ class Snapshot:
     apis: list[ApiStats]  # by time in calls, most first
     energy: list[Energy]  # every sensor the server has read, runs past included
     notes: list[str]
+    figures: dict[str, dict[str, float]] = field(default_factory=dict)  # domain -> FIGURES
 
 
 class RunView:
-    """The active run as the live view shows it: calls per API so far, the latest call, and the
-    running per-API energy estimate."""
+    """The active run as the live view shows it: calls per API so far, the latest call, the
+    calls in progress, the running per-API energy estimate and the run's figures so far."""
 
     def __init__(self, store: Store, run_id: int) -> None:
         self.run_id = run_id
@@ -181,7 +185,8 @@ class RunView:
         self.pending = np.zeros((0, 4), np.int64)  # t0, t1, thread, api index: not yet settled
         self.api_index: dict[str, int] = {}
         self.attributed_ns: int | None = None
-        self.outside_J: dict[str, float] = {}  # above idle with no call active: domain -> J
+        self.figures: dict[str, dict[str, float]] = {}  # domain -> FIGURES so far
+        self.site_names: dict[str, tuple[str, str | None]] = {}  # site key -> (API, written)
         self.notes: list[str] = []  # what the estimate cannot do, as of its last step
         self.details: dict[str, Any] = {}
         self.sensor_names: set[str] = set()
@@ -241,11 +246,24 @@ class RunView:
     def _learn_sites(self, store: Store, ids: set[int]) -> None:
         missing = ids - self.sites.keys()
         if missing:
-            for site_id, api in store.db.execute(
-                "SELECT id, api FROM sites WHERE run_id=?", (self.run_id,)
-            ):
-                self.sites[site_id] = api
-                self._api(api)
+            for site in store.sites(self.run_id):
+                self.sites[site["id"]] = site["api"]
+                self.site_names[site["key"]] = (site["api"], site["written"] or None)
+                self._api(site["api"])
+
+    def in_progress(self, store: Store, open_calls: list[dict[str, Any]],
+                    now: int) -> list[dict[str, Any]]:
+        """The calls the run's processes said were running (`MeasurementService.activity`),
+        named as the store names their sites (the API that ran, once the probe named it; the
+        manifest's static name before), each with how long it has run."""
+        if any(c["site"] not in self.site_names for c in open_calls):
+            self._learn_sites(store, {-1})  # a site whose first call is still running
+        out = []
+        for c in open_calls:
+            api, written = self.site_names.get(c["site"], (c.get("api"), c.get("written")))
+            out.append({**c, "api": api or c["site"], "static_api": c.get("api"),
+                        "written": written, "elapsed_s": max(now - c["t_start_ns"], 0) / 1e9})
+        return sorted(out, key=lambda c: (c["pid"], c["tid"], c["level"]))
 
     def _api(self, name: str) -> ApiStats:
         stats = self.apis.get(name)
@@ -262,8 +280,11 @@ class RunView:
                 for domain, row in choose_energy_sensors(rows, self.details)[0].items()}
 
     def _attribute(self, limit: int, tracks: dict[str, Track]) -> None:
-        """Share the above-idle energy of every bin settled by `limit` among the calls active
-        in it."""
+        """Share the above-idle energy of every bin settled by `limit` as the analysis' model
+        does (`analysis._program_figures`): the part of a bin inside a repetition is the
+        program's, shared by time among the calls active in it (innermost, by leaf time) and the
+        program outside calls; the part in a repetition's tail is the tail's; the rest (idle
+        baseline, gate, pauses) is other."""
         assert self.attributed_ns is not None
         end = min(limit, self.row.get("t_end_ns") or limit)
         end = max(self.attributed_ns, end // BIN_NS * BIN_NS)
@@ -277,26 +298,60 @@ class RunView:
         parent, _ = at.nesting(t0, t1, ev[inside, 2])
         ngroups = max(len(self.api_index), 1)
         leaf = at.leaf_time(edges, t0, t1, ev[inside, 3], parent, ngroups)
+        program_s, tail_s = _window_seconds(edges, self.row.get("repetitions") or [])
         busy = leaf.sum(axis=1)
-        share = np.divide(leaf, busy[:, None], out=np.zeros_like(leaf), where=busy[:, None] > 0)
-        idle = self.row.get("idle") or {}
+        outside = np.maximum(program_s - busy, 0.0)  # the program's own time between calls
+        shared = busy + outside
+        share = np.divide(leaf, shared[:, None], out=np.zeros_like(leaf),
+                          where=shared[:, None] > 0)
+        outside_share = np.divide(outside, shared, out=np.zeros_like(outside), where=shared > 0)
+        bin_s = BIN_NS / 1e9
+        program_frac = np.clip(np.maximum(program_s, busy) / bin_s, 0.0, 1.0)
+        tail_frac = np.clip(tail_s / bin_s, 0.0, 1.0 - program_frac)
         notes = []
         for domain, track in self.energy_sensors(tracks).items():
-            idle_w = idle.get(track.name)
+            idle_w, _ = idle_baseline(self.row, {"name": track.name, "model": track.model})
             if idle_w is None:
                 notes.append(f"{track.name}: no idle baseline, so no per-API energy estimate")
                 continue
             energy, seconds = track.bin_energy(edges)
             above = np.maximum(energy - float(idle_w) * seconds, 0.0)  # a counter never shrinks
-            per_api = above @ share
+            program = above * program_frac
+            per_api = program @ share
             for name, k in self.api_index.items():
                 if (joules := per_api[k]) > 0:
                     stats = self.apis[name]
                     stats.energy_J[domain] = stats.energy_J.get(domain, 0.0) + float(joules)
-            self.outside_J[domain] = self.outside_J.get(domain, 0.0) + float(above[busy <= 0].sum())
+            figures = self.figures.setdefault(domain, dict.fromkeys(FIGURES, 0.0))
+            figures["in_calls_J"] += float(per_api.sum())
+            figures["outside_calls_J"] += float((program * outside_share).sum())
+            figures["tail_J"] += float((above * tail_frac).sum())
+            figures["other_J"] += float((above * (1.0 - program_frac - tail_frac)).sum())
+            figures["program_J"] = figures["in_calls_J"] + figures["outside_calls_J"]
         self.pending = ev[ev[:, 1] > edges[-1]]
         self.attributed_ns = int(edges[-1])
         self.notes = notes
+
+
+def _window_seconds(edges: np.ndarray, reps: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per bin, the seconds it lies inside a repetition (the program ran), and inside a
+    repetition's tail. A run without repetitions (a watched process) is all program."""
+    lo, hi = edges[:-1], edges[1:]
+    if not reps:
+        return (hi - lo) / 1e9, np.zeros(lo.size)
+
+    def overlap(a: int, b: int) -> np.ndarray:
+        return np.clip(np.minimum(hi, b) - np.maximum(lo, a), 0, None) / 1e9
+
+    program, tail = np.zeros(lo.size), np.zeros(lo.size)
+    for r in reps:
+        if r.get("t_start_ns") is None:
+            continue
+        stop = r.get("t_end_ns") or int(hi[-1])
+        program += overlap(r["t_start_ns"], stop)
+        if r.get("t_end_ns") is not None:
+            tail += overlap(r["t_end_ns"], r.get("tail_end_ns") or int(hi[-1]))
+    return program, tail
 
 
 class Monitor:
@@ -332,7 +387,7 @@ class Monitor:
                 store = self._db()
                 self._read_samples(store)
                 notes = self._follow_run(store, now)
-                self._snapshot = self._build(now, notes)
+                self._snapshot = self._build(store, now, notes)
                 self._refreshed = now
                 self.refreshes += 1
             return self._snapshot
@@ -379,24 +434,27 @@ class Monitor:
             return []
         return self._run.update(store, now, self._tracks)
 
-    def _build(self, now: int, notes: list[str]) -> Snapshot:
+    def _build(self, store: Store, now: int, notes: list[str]) -> Snapshot:
         energy = [Energy(t.name, t.domain, t.provenance, t.model, t.energy_J)
                   for t in self._tracks.values() if t.energetic]
         view = self._run
-        calls = {"total": 0, "last": None, "outside_J": {}, "method": LIVE_METHOD,
-                 "settle_s": SETTLE_S}
+        calls = {"total": 0, "last": None, "in_progress": [], "outside_J": {},
+                 "method": LIVE_METHOD, "settle_s": SETTLE_S}
         if view is None:
             return Snapshot(now, self.host, None, {"stage": "waiting"}, {}, None, [],
                             {}, calls, [], energy, [])
-        calls.update(total=view.total_calls, last=view.last_call, outside_J=dict(view.outside_J))
         row = view.row
         activity = self._activity(view.run_id)
-        idle = row.get("idle") or {}
+        calls.update(
+            total=view.total_calls, last=view.last_call,
+            in_progress=view.in_progress(store, activity.get("open") or [], now),
+            outside_J={d: f["outside_calls_J"] for d, f in view.figures.items()},
+        )
         sensors = [
             {"name": t.name, "domain": t.domain, "unit": t.unit, "kind": t.kind,
              "provenance": t.provenance, "model": t.model, "now": t.now(now),
              "averaging_s": (view.details.get(t.name) or {}).get("averaging_s"),
-             "idle_w": idle.get(t.name)}
+             "idle_w": idle_baseline(row, {"name": t.name, "model": t.model})[0]}
             for name, t in sorted(self._tracks.items()) if name in view.sensor_names
         ]
         apis = [ApiStats(a.api, a.calls, a.seconds, dict(a.energy_J)) for a in view.apis.values()]
@@ -413,6 +471,7 @@ class Monitor:
             apis=sorted(apis, key=lambda a: -a.seconds),
             energy=energy,
             notes=notes,
+            figures={d: dict(f) for d, f in view.figures.items()},
         )
 
     def history(
