@@ -225,6 +225,7 @@ def _calls(snap: Snapshot) -> dict[str, Any]:
     domains = {d: next((s for s in snap.sensors if s["name"] == n), None)
                for d, n in snap.energy_domains.items()}
     programs = {d: f["program_J"] for d, f in snap.figures.items()}
+    called = [a for a in snap.apis if a.calls]  # (a site still in its first call has none)
     return {
         "total": calls["total"],
         "last": None if last is None else {
@@ -242,23 +243,26 @@ def _calls(snap: Snapshot) -> dict[str, Any]:
              "model": s["model"], **domain_role(d)}
             for d, s in sorted(domains.items()) if s is not None
         ],
-        "top": [_api_row(a, programs, domains) for a in snap.apis[:TOP_APIS]],
-        "apis": len(snap.apis),
+        "top": [_api_row(a, programs, domains) for a in called[:TOP_APIS]],
+        "apis": len(called),
         "method": calls.get("method"),
         "settle_s": calls.get("settle_s"),
     }
 
 
 def _api_row(a: Any, programs: dict[str, float], domains: dict[str, Any]) -> dict[str, Any]:
-    """One API: its self energy above idle per domain, its share of each domain's program
-    energy so far, and the sum over disjoint domains (never a share domain)."""
+    """One API: its self energy above idle in each domain with figures so far (0 where it got
+    none), its share of that domain's program energy, and the sum over the disjoint domains
+    (never a share domain)."""
     energy = {d: {"above_idle_J": a.energy_J.get(d, 0.0), "uncertainty_J": 0.0,
                   "total_J": 0.0, "provenance": s["provenance"]}
               for d, s in domains.items() if s is not None and d in programs}
     total = cross_domain(energy)
     return {
-        "api": a.api, "calls": a.calls, "seconds": a.seconds, "energy": dict(a.energy_J),
-        "share": {d: j / programs[d] for d, j in a.energy_J.items() if programs.get(d, 0) > 0},
+        "api": a.api, "calls": a.calls, "seconds": a.seconds,
+        "energy": {d: e["above_idle_J"] for d, e in energy.items()},
+        "share": {d: e["above_idle_J"] / programs[d] for d, e in energy.items()
+                  if programs[d] > 0},
         "all_domains": {"above_idle_J": total["above_idle_J"] if total["domains"] else None,
                         "provenance": total["provenance"], "domains": total["domains"]},
     }
