@@ -185,8 +185,8 @@ def test_the_live_view_follows_a_real_run(tmp_path: Path):
     assert call.startswith("grower.")
     assert progress.startswith("1 of 2")
     assert lines >= 2
-    # the one-second burns were shown while they ran, their elapsed time counting up
+    # the one-second burns were shown while they ran, with how long they had run
     burning = in_progress.get(LONG_API, [])
-    assert len(burning) >= 3 and max(burning) >= 0.5, in_progress
+    assert len(burning) >= 2 and max(burning) >= 0.5, in_progress
     assert overflow == set()  # nothing wider than a 1280-px screen
     assert compared >= 20

@@ -100,3 +100,32 @@ def test_live_figures_are_the_analysis_figures(tmp_path: Path):
         # the split between calls and the program depends on the method: the report's overlap
         # gives calls a sensor interval's energy that the live 0.5 s steps share by time
         assert d["in_calls_J"] == pytest.approx(r["in_calls_J"], rel=0.1, abs=0.5), name
+
+
+def test_a_call_in_progress_holds_the_energy_of_its_time_so_far(tmp_path: Path):
+    """alpha began with the repetition and has not ended: the busy second is its energy, not
+    the program's outside calls (a call is stored only when it ends)."""
+    first = (time.monotonic_ns() // BIN_NS + 4) * BIN_NS
+    busy = (first, first + S)
+    with serving(tmp_path, _sensors(busy)) as (server, client):
+        svc = server.service
+        run, token = client.create_run("t.py", [], "method", {"repeat": 1},
+                                       manifest={"sites": SITES})
+        client.idle(run, 0.6)
+        time.sleep(max(0.0, (busy[0] - time.monotonic_ns()) / 1e9))
+        svc.rep_start(run, 1, busy[0], None)
+        svc.monitor.refresh()
+        running = [{"tid": 1, "depth": 1, "calls": [["t.py:1:0", busy[0]]]}]
+        client.post_batch(run, token, encode_batch(1, 42, [], open=running))
+        time.sleep(max(0.0, (busy[1] + S + SETTLE_S * S - time.monotonic_ns()) / 1e9))
+        snap = svc.monitor.refresh()
+        msg = live.message(svc.monitor, snap, {"seq": 0, "run": None, "started": False})
+
+    package = next(d for d in msg["figures"]["domains"] if d["domain"] == "cpu-package")
+    (alpha,) = msg["calls"]["top"]
+    assert (alpha["api"], alpha["calls"]) == ("pkg.alpha", 0)  # not ended: no call counted yet
+    assert alpha["energy"]["cpu-package"] == pytest.approx(100.0, rel=0.05)
+    assert package["in_calls_J"] == pytest.approx(package["program_J"])
+    assert package["outside_calls_J"] == pytest.approx(0.0, abs=0.5)
+    (shown,) = msg["calls"]["in_progress"]
+    assert shown["api"] == "pkg.alpha" and shown["elapsed_s"] >= 2.0

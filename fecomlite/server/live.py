@@ -225,7 +225,8 @@ def _calls(snap: Snapshot) -> dict[str, Any]:
     domains = {d: next((s for s in snap.sensors if s["name"] == n), None)
                for d, n in snap.energy_domains.items()}
     programs = {d: f["program_J"] for d, f in snap.figures.items()}
-    called = [a for a in snap.apis if a.calls]  # (a site still in its first call has none)
+    # an API whose first call is still running has energy but no call yet
+    called = [a for a in snap.apis if a.calls or a.energy_J]
     return {
         "total": calls["total"],
         "last": None if last is None else {

@@ -9,10 +9,14 @@ so a server nobody watches spends nothing on it.
 Each sensor is binned on one fixed grid (BIN_S): a bin's power is the energy seen in it over the
 time it covers, so a counter and a power sensor read alike; a memory bin keeps its peak. Energy
 (`Track.energy_J`) adds every increment seen since the server started, so it only ever grows.
-Per-API energy is a running *overlap estimate* (`LIVE_METHOD`): each settled bin's energy above
-the run's idle baseline goes to the calls active in it, by leaf time (`attribution.leaf_time`).
-Calls reach the server when they end, so a call counts only for the bins that settle after it
-arrived (SETTLE_S); `fecomlite report` attributes the whole run afterwards, and better.
+Per-API energy is a running *overlap estimate* (`LIVE_METHOD`) in the analysis' model of the
+figures (`FIGURES`): the part of each settled bin's energy above the run's idle baseline that lies
+in a repetition is the program's, shared by time among the calls active in it (innermost, by leaf
+time: `attribution.leaf_time`) and the program outside calls; tails and the rest (baseline, gate,
+pauses) stand apart. Calls reach the server when they end, so a call counts only for the bins
+that settle after it arrived (SETTLE_S); the calls in progress, which the probe reports with its
+batches, count as active up to now. `fecomlite report` attributes the whole run afterwards, and
+better.
 """
 
 from __future__ import annotations
@@ -192,8 +196,11 @@ class RunView:
         self.sensor_names: set[str] = set()
         self.row: dict[str, Any] = {}
 
-    def update(self, store: Store, now: int, tracks: dict[str, Track]) -> list[str]:
-        """Read what is new for this run; returns notes on what the estimate could not do."""
+    def update(self, store: Store, now: int, tracks: dict[str, Track],
+               open_calls: list[dict[str, Any]]) -> list[str]:
+        """Read what is new for this run; returns notes on what the estimate could not do.
+        `open_calls`: the calls in progress (`MeasurementService.activity`), active in the steps
+        they cover so far like calls that ended (their energy is not left outside calls)."""
         self.row = _run_row(store, self.run_id)
         names = {r[0] for r in store.db.execute(
             "SELECT name FROM sensors WHERE run_id=?", (self.run_id,))}
@@ -205,8 +212,24 @@ class RunView:
             start = self.row.get("t_start_ns") or limit
             self.attributed_ns = max(start // BIN_NS * BIN_NS, limit - int(HISTORY_S * 1e9))
         self._read_events(store)
-        self._attribute(limit, tracks)
+        self._attribute(limit, tracks, self._running(store, open_calls))
         return self.notes
+
+    def _running(self, store: Store, open_calls: list[dict[str, Any]]) -> np.ndarray:
+        """The calls in progress as events that have not ended: t0, end of time, thread, API."""
+        if any(c["site"] not in self.site_names for c in open_calls):
+            self._learn_sites(store, {-1})  # a site whose first call is still running
+        rows = [(c["t_start_ns"], np.iinfo(np.int64).max,
+                 self.threads.setdefault((c["pid"], c["tid"]), len(self.threads)),
+                 self.api_index[self._api(self._name(c)[0]).api])
+                for c in open_calls]
+        return np.array(rows, dtype=np.int64).reshape(-1, 4)
+
+    def _name(self, call: dict[str, Any]) -> tuple[str, str | None]:
+        """(API, written) of a call in progress: as the store names its site, else the
+        manifest."""
+        api, written = self.site_names.get(call["site"], (call.get("api"), call.get("written")))
+        return api or call["site"], written
 
     def _read_events(self, store: Store) -> None:
         top = _max_rowid(store, "events")
@@ -251,18 +274,15 @@ class RunView:
                 self.site_names[site["key"]] = (site["api"], site["written"] or None)
                 self._api(site["api"])
 
-    def in_progress(self, store: Store, open_calls: list[dict[str, Any]],
-                    now: int) -> list[dict[str, Any]]:
+    def in_progress(self, open_calls: list[dict[str, Any]], now: int) -> list[dict[str, Any]]:
         """The calls the run's processes said were running (`MeasurementService.activity`),
         named as the store names their sites (the API that ran, once the probe named it; the
         manifest's static name before), each with how long it has run."""
-        if any(c["site"] not in self.site_names for c in open_calls):
-            self._learn_sites(store, {-1})  # a site whose first call is still running
         out = []
         for c in open_calls:
-            api, written = self.site_names.get(c["site"], (c.get("api"), c.get("written")))
-            out.append({**c, "api": api or c["site"], "static_api": c.get("api"),
-                        "written": written, "elapsed_s": max(now - c["t_start_ns"], 0) / 1e9})
+            api, written = self._name(c)
+            out.append({**c, "api": api, "static_api": c.get("api"), "written": written,
+                        "elapsed_s": max(now - c["t_start_ns"], 0) / 1e9})
         return sorted(out, key=lambda c: (c["pid"], c["tid"], c["level"]))
 
     def _api(self, name: str) -> ApiStats:
@@ -279,7 +299,7 @@ class RunView:
         return {domain: tracks[row["name"]]
                 for domain, row in choose_energy_sensors(rows, self.details)[0].items()}
 
-    def _attribute(self, limit: int, tracks: dict[str, Track]) -> None:
+    def _attribute(self, limit: int, tracks: dict[str, Track], running: np.ndarray) -> None:
         """Share the above-idle energy of every bin settled by `limit` as the analysis' model
         does (`analysis._program_figures`): the part of a bin inside a repetition is the
         program's, shared by time among the calls active in it (innermost, by leaf time) and the
@@ -291,7 +311,7 @@ class RunView:
         if end <= self.attributed_ns:
             return
         edges = np.arange(self.attributed_ns, end + 1, BIN_NS, dtype=np.int64)
-        ev = self.pending
+        ev = np.concatenate((self.pending, running))
         inside = (ev[:, 1] > edges[0]) & (ev[:, 0] < edges[-1])
         t0 = np.clip(ev[inside, 0], edges[0], edges[-1])
         t1 = np.clip(ev[inside, 1], edges[0], edges[-1])
@@ -328,7 +348,7 @@ class RunView:
             figures["tail_J"] += float((above * tail_frac).sum())
             figures["other_J"] += float((above * (1.0 - program_frac - tail_frac)).sum())
             figures["program_J"] = figures["in_calls_J"] + figures["outside_calls_J"]
-        self.pending = ev[ev[:, 1] > edges[-1]]
+        self.pending = self.pending[self.pending[:, 1] > edges[-1]]
         self.attributed_ns = int(edges[-1])
         self.notes = notes
 
@@ -432,7 +452,8 @@ class Monitor:
             self._run = RunView(store, max(recording))
         if self._run is None:
             return []
-        return self._run.update(store, now, self._tracks)
+        open_calls = self._activity(self._run.run_id).get("open") or []
+        return self._run.update(store, now, self._tracks, open_calls)
 
     def _build(self, store: Store, now: int, notes: list[str]) -> Snapshot:
         energy = [Energy(t.name, t.domain, t.provenance, t.model, t.energy_J)
@@ -447,7 +468,7 @@ class Monitor:
         activity = self._activity(view.run_id)
         calls.update(
             total=view.total_calls, last=view.last_call,
-            in_progress=view.in_progress(store, activity.get("open") or [], now),
+            in_progress=view.in_progress(activity.get("open") or [], now),
             outside_J={d: f["outside_calls_J"] for d, f in view.figures.items()},
         )
         sensors = [

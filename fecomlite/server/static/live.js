@@ -318,7 +318,8 @@
       "(a call is counted when it ends; the calls in progress are above). Energy is each API's " +
       "own (self) energy above idle, a running estimate (" + c.method + "): each 0.5 s step's " +
       "energy above the idle baseline while the program ran is shared by time among the calls " +
-      "active in it and the program outside them, once " + c.settle_s + " s have passed; the " +
+      "active in it (those in progress included) and the program outside them, once " +
+      c.settle_s + " s have passed; the " +
       "percentage under it is of the program's energy above idle so far in that domain. " +
       (all.domains.length > 1 ? "The last column adds " + all.domains.join(" + ") +
         " only: a share domain is never added. " : "") +
