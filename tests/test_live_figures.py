@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_server_support import FakeSensorForTests, encode_batch, serving
@@ -22,9 +23,10 @@ SITES = {"t.py:1:0": {"api": "pkg.alpha", "written": "alpha", "file": "t.py", "l
          "t.py:2:0": {"api": "pkg.beta", "written": "beta", "file": "t.py", "line": 2}}
 
 
-def _sensors(busy: tuple[int, int]) -> list[FakeSensorForTests]:
+def _sensors(busy: list[int]) -> list[FakeSensorForTests]:
+    """Idle levels, and loud ones during `busy` (ns; empty until the test sets it)."""
     def level(quiet: float, loud: float):
-        return lambda _: loud if busy[0] <= time.monotonic_ns() < busy[1] else quiet
+        return lambda _: loud if busy and busy[0] <= time.monotonic_ns() < busy[1] else quiet
 
     return [
         FakeSensorForTests("fake:package", value=level(10.0, 110.0)),
@@ -36,19 +38,28 @@ def _sensors(busy: tuple[int, int]) -> list[FakeSensorForTests]:
     ]
 
 
+def _start(server: Any, client: Any, rep: list[int]) -> tuple[int, str]:
+    """A run with its idle baseline, then its repetition `rep` (set here: a second on the steps'
+    grid, just after the baseline, however long that took) started on time, and a viewer
+    watching (the monitor follows the run); (run, token)."""
+    run, token = client.create_run("t.py", [], "method", {"repeat": 1},
+                                   manifest={"sites": SITES})
+    client.idle(run, 0.6)
+    rep[:] = [(time.monotonic_ns() // BIN_NS + 2) * BIN_NS, 0]
+    rep[1] = rep[0] + S
+    time.sleep(max(0.0, (rep[0] - time.monotonic_ns()) / 1e9))
+    server.service.rep_start(run, 1, rep[0], None)
+    server.service.monitor.refresh()
+    return run, token
+
+
 def test_live_figures_are_the_analysis_figures(tmp_path: Path):
     """Idle 0.6 s; the repetition runs 1 s at 110 W (idle 10 W): alpha its first half, beta a
     quarter, the program's own code the last quarter; a 0.5 s tail at idle follows."""
-    first = (time.monotonic_ns() // BIN_NS + 4) * BIN_NS  # on the grid, after the baseline
-    rep = (first, first + S)
+    rep: list[int] = []
     with serving(tmp_path, _sensors(rep)) as (server, client):
         svc = server.service
-        run, token = client.create_run("t.py", [], "method", {"repeat": 1},
-                                       manifest={"sites": SITES})
-        client.idle(run, 0.6)
-        time.sleep(max(0.0, (rep[0] - time.monotonic_ns()) / 1e9))
-        svc.rep_start(run, 1, rep[0], None)
-        svc.monitor.refresh()  # a viewer is watching: the monitor follows the run
+        run, token = _start(server, client, rep)
         events = [("t.py:1:0", rep[0], rep[0] + S // 2, 1, 0, -1, -1),
                   ("t.py:2:0", rep[0] + S // 2, rep[0] + 3 * S // 4, 1, 0, -1, -1)]
         assert client.post_batch(run, token, encode_batch(1, 42, events)) == 2
@@ -105,16 +116,10 @@ def test_live_figures_are_the_analysis_figures(tmp_path: Path):
 def test_a_call_in_progress_holds_the_energy_of_its_time_so_far(tmp_path: Path):
     """alpha began with the repetition and has not ended: the busy second is its energy, not
     the program's outside calls (a call is stored only when it ends)."""
-    first = (time.monotonic_ns() // BIN_NS + 4) * BIN_NS
-    busy = (first, first + S)
+    busy: list[int] = []
     with serving(tmp_path, _sensors(busy)) as (server, client):
         svc = server.service
-        run, token = client.create_run("t.py", [], "method", {"repeat": 1},
-                                       manifest={"sites": SITES})
-        client.idle(run, 0.6)
-        time.sleep(max(0.0, (busy[0] - time.monotonic_ns()) / 1e9))
-        svc.rep_start(run, 1, busy[0], None)
-        svc.monitor.refresh()
+        run, token = _start(server, client, busy)
         running = [{"tid": 1, "depth": 1, "calls": [["t.py:1:0", busy[0]]]}]
         client.post_batch(run, token, encode_batch(1, 42, [], open=running))
         time.sleep(max(0.0, (busy[1] + S + SETTLE_S * S - time.monotonic_ns()) / 1e9))
