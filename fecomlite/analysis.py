@@ -206,6 +206,13 @@ def idle_baseline(run: dict[str, Any], sensor: dict[str, Any]) -> tuple[float | 
     return _idle_W(run, sensor["name"]), "measured baseline"
 
 
+def reliable_when(domain: str, busy: bool) -> bool:
+    """Whether a domain's above-idle figures hold when other processes used the machine (busy):
+    the machine-level host domains do not (their baseline or power held others' work); a
+    share (the program's own part) and a GPU do (GPUs are checked apart)."""
+    return not (busy and domain in HOST_DOMAINS and domain_role(domain)["role"] != "share")
+
+
 def domain_role(domain: str) -> dict[str, Any]:
     """How a domain's figures combine with the others': `disjoint` domains (CPU package, DRAM,
     each GPU) are separate hardware and add up; a `share` is the measured program's part of

@@ -63,6 +63,8 @@ SHOWN = """() => ({
     .map((e) => [e.dataset.key, e.dataset.v === undefined ? e.textContent : e.dataset.v])),
   roles: Object.fromEntries([...document.querySelectorAll("#figure-cards .domain")]
     .map((c) => [c.dataset.domain, (c.querySelector(".role") || {}).dataset?.role])),
+  unreliable: [...document.querySelectorAll("#figure-cards .domain")]
+    .filter((c) => c.querySelector(".name .badge.bad")).map((c) => c.dataset.domain),
   overflow: [document.documentElement, ...document.querySelectorAll(".table-wrap, .card")]
     .filter((e) => e.scrollWidth > e.clientWidth + 1).map((e) => e.id || e.className),
 })"""
@@ -111,6 +113,9 @@ def _same_figures(shown: dict[str, Any]) -> int:
             assert shown["cards"][f"{d['domain']}:in_calls_text"] == d["in_calls_text"]
         assert shown["roles"][d["domain"]] == domain_role(d["domain"])["role"]
     every = m["figures"]["all_domains"]
+    assert shown["unreliable"] == [d["domain"] for d in m["figures"]["domains"]
+                                   if not d["reliable"]] + (  # a busy machine is named
+        ["all"] if len(every["domains"]) > 1 and not every["reliable"] else [])
     if len(every["domains"]) > 1:
         assert float(shown["cards"]["all:program_J"]) == every["program_J"]
         assert "all" in shown["heads"]

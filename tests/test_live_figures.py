@@ -134,3 +134,15 @@ def test_a_call_in_progress_holds_the_energy_of_its_time_so_far(tmp_path: Path):
     assert package["outside_calls_J"] == pytest.approx(0.0, abs=0.5)
     (shown,) = msg["calls"]["in_progress"]
     assert shown["api"] == "pkg.alpha" and shown["elapsed_s"] >= 2.0
+
+
+@pytest.mark.parametrize(("machine", "mine", "busy"), [(80.0, 20.0, True), (25.0, 20.0, False)])
+def test_other_processes_on_the_cpus_make_machine_level_figures_unreliable(machine, mine, busy):
+    """The live view judges the load now with the analysis' threshold and rule: the CPU package
+    and DRAM hold other processes' work, the program's own share does not."""
+    load = live._machine_load({"util:cpu": {"now": machine}, "util:process": {"now": mine}})
+    assert load["busy"] is busy and load["other_pct"] == pytest.approx(machine - mine)
+    assert ("unreliable" in load["text"]) is busy
+    assert live.reliable_when("cpu-package", load["busy"]) is not busy
+    assert live.reliable_when("dram", load["busy"]) is not busy
+    assert live.reliable_when("cpu-process", load["busy"]) is True

@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from fecomlite.analysis import cross_domain, domain_role
+from fecomlite.analysis import BUSY_SHARE, cross_domain, domain_role, reliable_when
 from fecomlite.report.palette import MEMORY_COLORS, domain_color, domain_name
 from fecomlite.report.render import jsonable
 from fecomlite.report.units import percent, scaled
@@ -184,6 +184,7 @@ def _figures(snap: Snapshot) -> dict[str, Any]:
     """Each attributed domain's figures so far, as `RunAnalysis.domains` defines them, and the
     sum over the disjoint ones (`analysis.cross_domain`)."""
     by_name = {s["name"]: s for s in snap.sensors}
+    load = _machine_load(by_name)
     domains = []
     for domain, name in sorted(snap.energy_domains.items()):
         s, f = by_name[name], snap.figures.get(domain)
@@ -191,7 +192,8 @@ def _figures(snap: Snapshot) -> dict[str, Any]:
         row = {"domain": domain, "label": domain_name(domain), "sensor": name,
                "provenance": s["provenance"], "model": s["model"], "color": domain_color(domain),
                **role, "of_label": domain_name(role["of"]) if role["of"] else None,
-               "idle_W": s["idle_w"], **(f or {})}
+               "idle_W": s["idle_w"], "reliable": reliable_when(domain, load["busy"]),
+               **(f or {})}
         if f is not None:
             row["in_calls_text"] = _share_text(f["in_calls_J"], f["program_J"], row["label"])
         domains.append(row)
@@ -202,13 +204,30 @@ def _figures(snap: Snapshot) -> dict[str, Any]:
     parts = total["domains"]
     return {
         "domains": domains,
+        "load": load,
         "all_domains": {
             "label": "all domains (" + " + ".join(domain_name(d) for d in parts) + ")"
             if parts else "all domains", "domains": parts, "provenance": total["provenance"],
             "program_J": total["above_idle_J"] if parts else None,
             "in_calls_J": sum(counted[d]["in_calls_J"] for d in parts) if parts else None,
+            "reliable": all(d["reliable"] for d in domains if d["domain"] in parts),
         },
     }
+
+
+def _machine_load(by_name: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Whether other processes use the CPUs now (the machine's utilisation less the measured
+    process tree's, in % of all CPUs), with the analysis' threshold (`analysis.machine_load`
+    judges the whole run afterwards)."""
+    machine, mine = by_name.get("util:cpu"), by_name.get("util:process")
+    if machine is None or machine["now"] is None:
+        return {"busy": False, "other_pct": None, "text": "other processes' CPU use not read"}
+    other = max(machine["now"] - ((mine or {}).get("now") or 0.0), 0.0)
+    busy = other > 100 * BUSY_SHARE
+    text = (f"other processes use {other:.0f} % of all CPUs now: " + (
+        "machine-level above-idle figures (CPU package, DRAM) are unreliable; the program's own "
+        "share (cpu-process) is not affected" if busy else "the machine is quiet"))
+    return {"busy": busy, "other_pct": other, "text": text}
 
 
 def _share_text(part: float, whole: float, label: str) -> str:
@@ -225,8 +244,12 @@ def _calls(snap: Snapshot) -> dict[str, Any]:
     domains = {d: next((s for s in snap.sensors if s["name"] == n), None)
                for d, n in snap.energy_domains.items()}
     programs = {d: f["program_J"] for d, f in snap.figures.items()}
-    # an API whose first call is still running has energy but no call yet
-    called = [a for a in snap.apis if a.calls or a.energy_J]
+    running: dict[str, float] = {}  # API -> how long its call in progress has run
+    for c in calls.get("in_progress", []):
+        running[c["api"]] = max(running.get(c["api"], 0.0), c["elapsed_s"])
+    # by time in calls, a call in progress included (its first call may not have ended yet)
+    called = sorted((a for a in snap.apis if a.calls or a.energy_J or a.api in running),
+                    key=lambda a: -(a.seconds + running.get(a.api, 0.0)))
     return {
         "total": calls["total"],
         "last": None if last is None else {
@@ -244,7 +267,8 @@ def _calls(snap: Snapshot) -> dict[str, Any]:
              "model": s["model"], **domain_role(d)}
             for d, s in sorted(domains.items()) if s is not None
         ],
-        "top": [_api_row(a, programs, domains) for a in called[:TOP_APIS]],
+        "top": [{**_api_row(a, programs, domains), "running_s": running.get(a.api)}
+                for a in called[:TOP_APIS]],
         "apis": len(called),
         "method": calls.get("method"),
         "settle_s": calls.get("settle_s"),

@@ -202,6 +202,7 @@
       c.style.setProperty("--c", d.color || "#888");
       const name = make("div", "name", c, d.label + " ");
       provenanceBadge(name, d);
+      if (!d.reliable) badge(name, "bad", "unreliable: busy machine", f.load.text);
       make("div", "role", c, roleText(d)).dataset.role = d.role;
       if (d.program_J === undefined) {
         make("div", "what", c, "no estimate yet (settles " + m.calls.settle_s + " s behind)");
@@ -222,12 +223,16 @@
         d.other_J);
       fact(dl, "idle baseline", fmt(d.idle_W, "W"));
     }
+    const load = el("figures-load");
+    load.textContent = f.load.text;
+    load.className = f.load.busy ? "warn" : "note";
     const all = f.all_domains;
     if (all.domains.length > 1) {
       const c = make("div", "domain", box);
       c.dataset.domain = "all";
       const name = make("div", "name", c, all.label + " ");
       badge(name, all.provenance === "measured" ? "measured" : "estimated", all.provenance);
+      if (!all.reliable) badge(name, "bad", "unreliable: busy machine", f.load.text);
       make("div", "role", c, "the sum of the disjoint domains only; a share is never added");
       joules(make("div", "big", c, fmt(all.program_J, "J")), all.program_J).dataset.key =
         "all:program_J";
@@ -298,7 +303,9 @@
       tr.dataset.api = a.api;
       make("td", "api", tr, a.api);
       make("td", "num", tr, a.calls.toLocaleString("en")).dataset.v = a.calls;
-      make("td", "num", tr, fmt(a.seconds, "s")).dataset.v = a.seconds;
+      const time = make("td", "num", tr, fmt(a.seconds, "s"));
+      time.dataset.v = a.seconds;
+      if (a.running_s !== null) make("span", "share running", time, "+ " + fmt(a.running_s, "s") + " running");
       for (const d of shown) {
         const v = a.energy[d.domain];
         const td = make("td", "num", tr, v === undefined ? "–" : "≈ " + fmt(v, "J"));
