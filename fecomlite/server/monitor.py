@@ -218,10 +218,10 @@ class RunView:
     def _running(self, store: Store, open_calls: list[dict[str, Any]]) -> np.ndarray:
         """The calls in progress as events that have not ended: t0, end of time, thread, API."""
         if any(c["site"] not in self.site_names for c in open_calls):
-            self._learn_sites(store, {-1})  # a site whose first call is still running
+            self._load_sites(store)  # a site whose first call is still running
         rows = [(c["t_start_ns"], np.iinfo(np.int64).max,
                  self.threads.setdefault((c["pid"], c["tid"]), len(self.threads)),
-                 self.api_index[self._api(self._name(c)[0]).api])
+                 self._api_number(self._name(c)[0]))
                 for c in open_calls]
         return np.array(rows, dtype=np.int64).reshape(-1, 4)
 
@@ -267,12 +267,18 @@ class RunView:
         self.cursor = top
 
     def _learn_sites(self, store: Store, ids: set[int]) -> None:
-        missing = ids - self.sites.keys()
-        if missing:
-            for site in store.sites(self.run_id):
-                self.sites[site["id"]] = site["api"]
-                self.site_names[site["key"]] = (site["api"], site["written"] or None)
-                self._api(site["api"])
+        if ids - self.sites.keys():
+            self._load_sites(store)
+
+    def _load_sites(self, store: Store) -> None:
+        for site in store.sites(self.run_id):
+            self.sites[site["id"]] = site["api"]
+            self.site_names[site["key"]] = (site["api"], site["written"] or None)
+            self._api(site["api"])
+
+    def _api_number(self, name: str) -> int:
+        self._api(name)
+        return self.api_index[name]
 
     def in_progress(self, open_calls: list[dict[str, Any]], now: int) -> list[dict[str, Any]]:
         """The calls the run's processes said were running (`MeasurementService.activity`),
