@@ -91,16 +91,19 @@ _open_py: dict[int, list[tuple[str, int]]] = {}
 
 def _opened(site: str) -> tuple[str, int]:
     entry = (site, _now())
-    _open_py.setdefault(_thread_id(), []).append(entry)
+    stack = _open_py.get(_thread_id())
+    if stack is None:
+        stack = _open_py[_thread_id()] = []
+    stack.append(entry)
     return entry
 
 
 def _closed(entry: tuple[str, int]) -> None:
     stack = _open_py.get(_thread_id())
-    if stack and entry in stack:
+    if stack and stack[-1] is entry:
+        stack.pop()
+    elif stack and entry in stack:  # ended out of order (a greenlet switched stacks)
         stack.remove(entry)
-        if not stack:
-            _open_py.pop(_thread_id(), None)
 
 
 def open_calls() -> list[tuple[int, int, list[tuple[str, int]]]]:
