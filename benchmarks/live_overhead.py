@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import itertools
 import subprocess
 import sys
 import tempfile
@@ -39,9 +40,12 @@ def cpu_share(proc: psutil.Process, seconds: float) -> float:
 
 
 def post_events(client: ServerClient, run: int, token: str, stop: threading.Event) -> None:
-    """A training loop's batches: EVENTS_PER_S back-to-back calls, sent every BATCH_S."""
+    """A training loop's batches: EVENTS_PER_S back-to-back calls, sent every BATCH_S, each
+    with the call in progress (`open`) that the probe reports."""
     n = int(EVENTS_PER_S * BATCH_S)
-    while not stop.wait(BATCH_S):
+    for seq in itertools.count():
+        if stop.wait(BATCH_S):
+            return
         now = time.monotonic_ns()
         step = int(BATCH_S * 1e9) // n
         t0 = [now - int(BATCH_S * 1e9) + i * step for i in range(n)]
@@ -49,12 +53,14 @@ def post_events(client: ServerClient, run: int, token: str, stop: threading.Even
                    array("q", t0).tobytes(), array("q", [t + step // 2 for t in t0]).tobytes(),
                    array("Q", [1] * n).tobytes(), bytes(n), array("q", [-1] * n).tobytes(),
                    array("q", [-1] * n).tobytes())
-        client.post_batch(run, token, batch_codec.encode({"rep": 1, "pid": 1}, APIS, columns))
+        running = [{"tid": 1, "depth": 1, "calls": [[APIS[seq % len(APIS)], now]]}]
+        header = {"rep": 1, "pid": 1, "proc": "bench", "seq": seq, "open": running}
+        client.post_batch(run, token, batch_codec.encode(header, APIS, columns))
 
 
-def view(port: int, stop: threading.Event, sizes: list[int]) -> None:
+def view(port: int, token: str, stop: threading.Event, sizes: list[int]) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    conn.request("GET", "/live/stream")
+    conn.request("GET", f"/live/stream?token={token}")
     response = conn.getresponse()
     while not stop.is_set():
         line = response.fp.readline()
@@ -63,10 +69,10 @@ def view(port: int, stop: threading.Event, sizes: list[int]) -> None:
     conn.close()
 
 
-def scrape(port: int, stop: threading.Event, sizes: list[int]) -> None:
+def scrape(port: int, token: str, stop: threading.Event, sizes: list[int]) -> None:
     while not stop.wait(1.0):
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        conn.request("GET", "/metrics")
+        conn.request("GET", f"/metrics?token={token}")
         sizes.append(len(conn.getresponse().read()))
         conn.close()
 
@@ -92,10 +98,12 @@ def main() -> None:
                          daemon=True).start()
         time.sleep(1.0)
         alone = cpu_share(server, args.seconds)
-        threading.Thread(target=view, args=(port, stops[1], streamed), daemon=True).start()
+        threading.Thread(target=view, args=(port, client.view_token, stops[1], streamed),
+                         daemon=True).start()
         time.sleep(1.0)
         viewed = cpu_share(server, args.seconds)
-        threading.Thread(target=scrape, args=(port, stops[2], scraped), daemon=True).start()
+        threading.Thread(target=scrape, args=(port, client.view_token, stops[2], scraped),
+                         daemon=True).start()
         time.sleep(1.0)
         scraping = cpu_share(server, args.seconds)
         for stop in stops:

@@ -192,6 +192,21 @@ def _idle_W(run: dict[str, Any], name: str) -> float | None:
     return None if value is None else float(value)
 
 
+def idle_baseline(run: dict[str, Any], sensor: dict[str, Any]) -> tuple[float | None, str]:
+    """The idle level subtracted from a sensor's readings, and where it came from: 0 W for a
+    model that reads above idle, else the run's measured baseline (None: none was stored)."""
+    if sensor.get("model") in ABOVE_IDLE_MODELS:
+        return 0.0, f"0 W: model {sensor['model']} reads above idle"
+    return _idle_W(run, sensor["name"]), "measured baseline"
+
+
+def reliable_when(domain: str, busy: bool) -> bool:
+    """Whether a domain's above-idle figures hold when other processes used the machine (busy):
+    the machine-level host domains do not (their baseline or power held others' work); a
+    share (the program's own part) and a GPU do (GPUs are checked apart)."""
+    return not (busy and domain in HOST_DOMAINS and domain_role(domain)["role"] != "share")
+
+
 def domain_role(domain: str) -> dict[str, Any]:
     """How a domain's figures combine with the others': `disjoint` domains (CPU package, DRAM,
     each GPU) are separate hardware and add up; a `share` is the measured program's part of
@@ -379,11 +394,8 @@ def analyse_run(
         if iv.count == 0:
             notes.append(f"{domain}: {sensor['name']} has too few updates to attribute")
             continue
-        idle = _idle_W(run, sensor["name"])
-        idle_source = "measured baseline"
-        if sensor["model"] in ABOVE_IDLE_MODELS:
-            idle, idle_source = 0.0, f"0 W: model {sensor['model']} reads above idle"
-        elif idle is None:
+        idle, idle_source = idle_baseline(run, sensor)
+        if idle is None:
             idle = at.estimate_idle_W(iv, t0, t1)
             idle_source = "estimated from quiet intervals (no baseline stored)"
         activities = fit_names
@@ -758,12 +770,12 @@ def _aggregate(
                 "per_rep_J": per_rep, "rep_mean_J": rep_mean,
                 "rep_ci95_low": rep_lo, "rep_ci95_high": rep_hi,
             }
-        row["all_domains"] = _cross_domain(row["energy"])
+        row["all_domains"] = cross_domain(row["energy"])
         rows.append(row)
     return rows
 
 
-def _cross_domain(energy: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def cross_domain(energy: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The sum over additive domains (package, DRAM, GPUs), `estimated` if any part is."""
     parts = {d: e for d, e in energy.items() if _addable(d.partition("@")[0])}
     if not parts:

@@ -30,6 +30,75 @@ static PyObject *slow_call = NULL;  /* python: slow(site, fn, args_tuple, kwargs
 static PyObject *slow_code = NULL;  /* slow_call's code: its frame is cut from tracebacks */
 static PyObject *bypass = NULL;     /* python: bypass() -> True while a compiler traces calls */
 
+/* The calls in progress, per thread, for the live view (`open_calls`): a fixed table of thread
+ * slots, each a short stack of (site, start). A call pushes before it runs and pops when it
+ * returns, with the GIL held; the flusher reads the table between calls. A thread holds a slot
+ * only while its stack is not empty, so threads that come and go never hold memory. Calls past
+ * OPEN_DEPTH on one thread, or on more than OPEN_SLOTS threads at once, are not shown (the first
+ * only counted in depth). */
+#define OPEN_SLOTS 64
+#define OPEN_DEPTH 8
+typedef struct {
+    uint64_t tid;  /* 0: free */
+    Py_ssize_t depth;
+    PyObject *site[OPEN_DEPTH]; /* a reference held while the call runs */
+    int64_t t0[OPEN_DEPTH];
+} OpenSlot;
+
+static OpenSlot open_slots[OPEN_SLOTS];
+static uint64_t open_generation = 1; /* forget_open() starts a new one: cached slots are stale */
+/* Each thread caches the slot it holds while it is in a call (initial-exec: one load). */
+static __thread OpenSlot *my_slot __attribute__((tls_model("initial-exec")));
+static __thread uint64_t my_generation __attribute__((tls_model("initial-exec")));
+
+static inline OpenSlot *held_slot(void) {
+    return my_generation == open_generation ? my_slot : NULL;
+}
+
+static inline void open_push(uint64_t tid, PyObject *site, int64_t t0) {
+    OpenSlot *s = held_slot();
+    if (!s) {
+        size_t h = (size_t)((tid * 0x9E3779B97F4A7C15ULL) >> 58); /* 6 bits: OPEN_SLOTS */
+        for (size_t k = 0; k < OPEN_SLOTS && !s; k++) {
+            OpenSlot *c = &open_slots[(h + k) & (OPEN_SLOTS - 1)];
+            if (c->tid == 0) s = c;
+        }
+        if (!s) return; /* every slot taken: this call is not shown */
+        s->tid = tid;
+        s->depth = 0;
+        my_slot = s;
+        my_generation = open_generation;
+    }
+    if (s->depth < OPEN_DEPTH) {
+        Py_INCREF(site);
+        s->site[s->depth] = site;
+        s->t0[s->depth] = t0;
+    }
+    s->depth++;
+}
+
+/* Pops this call; a call that ends out of order (a greenlet switched stacks) is taken out from
+ * where it is. */
+static inline void open_pop(PyObject *site, int64_t t0) {
+    OpenSlot *s = held_slot();
+    if (!s || s->depth <= 0) return;
+    Py_ssize_t top = s->depth - 1;
+    if (top < OPEN_DEPTH && (s->t0[top] != t0 || s->site[top] != site)) {
+        Py_ssize_t i = top;
+        while (i >= 0 && !(s->t0[i] == t0 && s->site[i] == site)) i--;
+        if (i < 0) return; /* not among this thread's calls */
+        Py_DECREF(s->site[i]);
+        memmove(s->site + i, s->site + i + 1, (size_t)(top - i) * sizeof(PyObject *));
+        memmove(s->t0 + i, s->t0 + i + 1, (size_t)(top - i) * sizeof(int64_t));
+    } else if (top < OPEN_DEPTH) {
+        Py_DECREF(s->site[top]);
+    }
+    if (--s->depth == 0) {
+        s->tid = 0;
+        my_slot = NULL;
+    }
+}
+
 static inline int64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -142,15 +211,21 @@ static PyObject *probe_call(PyObject *self, PyObject *const *args, Py_ssize_t na
         return NULL;
     }
     PyObject *site = args[0], *fn = args[1];
+    uint64_t tid = PyThread_get_thread_ident();
     if (slow_call && (!fast_sites || PySet_Contains(fast_sites, site) != 1) && !bypassing()) {
+        int64_t opened = now_ns();
+        open_push(tid, site, opened);
         PyObject *result = slow_path(site, fn, args + 2, nargs - 2, kwnames);
+        open_pop(site, opened);
         if (!result) hide_slow_frame();
         return result;
     }
     int64_t t0 = now_ns();
+    open_push(tid, site, t0);
     PyObject *result = PyObject_Vectorcall(fn, args + 2, nargs - 2, kwnames);
     int64_t t1 = now_ns();
-    if (append(site, t0, t1, PyThread_get_thread_ident(), result == NULL, -1, -1) < 0) {
+    open_pop(site, t0);
+    if (append(site, t0, t1, tid, result == NULL, -1, -1) < 0) {
         /* out of memory: the event is lost, the user's result is not */
         if (result) PyErr_Clear(); else return NULL;
     }
@@ -212,6 +287,43 @@ done:
 static PyObject *probe_discard(PyObject *self, PyObject *unused) {
     for (Py_ssize_t i = 0; i < buf.len; i++) Py_DECREF(buf.site[i]);
     buf.len = 0;
+    Py_RETURN_NONE;
+}
+
+/* open_calls() -> [(tid, depth, [(site, t0), ...] outermost first)] for every thread in a call */
+static PyObject *probe_open_calls(PyObject *self, PyObject *unused) {
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    for (size_t k = 0; k < OPEN_SLOTS; k++) {
+        OpenSlot *s = &open_slots[k];
+        if (s->tid == 0 || s->depth <= 0) continue;
+        Py_ssize_t shown = s->depth < OPEN_DEPTH ? s->depth : OPEN_DEPTH;
+        PyObject *stack = PyList_New(shown);
+        if (!stack) goto fail;
+        for (Py_ssize_t i = 0; i < shown; i++) {
+            PyObject *item = Py_BuildValue("(OL)", s->site[i], (long long)s->t0[i]);
+            if (!item) { Py_DECREF(stack); goto fail; }
+            PyList_SET_ITEM(stack, i, item);
+        }
+        PyObject *entry = Py_BuildValue("(KnN)", (unsigned long long)s->tid, s->depth, stack);
+        if (!entry || PyList_Append(out, entry) < 0) { Py_XDECREF(entry); goto fail; }
+        Py_DECREF(entry);
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* forget_open(): a forked child runs none of its parent's calls (its threads are gone, and the
+ * forking thread's calls, like a worker's, usually never return there). */
+static PyObject *probe_forget_open(PyObject *self, PyObject *unused) {
+    for (size_t k = 0; k < OPEN_SLOTS; k++) {
+        OpenSlot *s = &open_slots[k];
+        for (Py_ssize_t i = 0; s->tid && i < s->depth && i < OPEN_DEPTH; i++) Py_DECREF(s->site[i]);
+    }
+    memset(open_slots, 0, sizeof(open_slots));
+    open_generation++;
     Py_RETURN_NONE;
 }
 
@@ -340,6 +452,9 @@ static PyMethodDef methods[] = {
     {"drain", probe_drain, METH_NOARGS, "Take every buffered event as columns."},
     {"discard", probe_discard, METH_NOARGS, "Drop every buffered event (a forked child)."},
     {"pending", probe_pending, METH_NOARGS, "Number of buffered events."},
+    {"open_calls", probe_open_calls, METH_NOARGS,
+     "The calls in progress: [(tid, depth, [(site, t0_ns), ...] outermost first)]."},
+    {"forget_open", probe_forget_open, METH_NOARGS, "Clear the calls in progress (a forked child)."},
     {"configure", probe_configure, METH_VARARGS,
      "configure(fast_sites, slow_call, bypass=None): where calls of other sites go, and when "
      "they stay on the fast path all the same (bypass() is true)."},

@@ -51,6 +51,8 @@ _INT_RANGES = {
     "rank": 2**20, "local_rank": 2**20, "node": 2**20, "clock_offset_ns": 2**63,
 }
 _TEXT_FIELDS = ("device", "job")  # a distributed process's device ("gpu:N", "cpu") and job id
+MAX_OPEN_THREADS = 16  # `open`: threads whose calls in progress a batch carries
+MAX_OPEN_CALLS = 8  # `open`: calls shown per thread, outermost first (the probe's OPEN_DEPTH)
 
 # The site of a project-level run's one event: the whole program process, stored by the server
 # (thread 0) around the calls the program itself records (regions, a sweep's training).
@@ -149,6 +151,26 @@ def check_header(header: dict[str, Any], *, require_id: bool = False) -> None:
     for key in ("hyperparams", "shapes"):
         if key in header and not isinstance(header[key], dict):
             raise BatchError(f"{key} must be an object")
+    if "open" in header:
+        _check_open(header["open"])
+
+
+def _check_open(value: Any) -> None:
+    """`open`: the sending process's calls in progress, [{"tid", "depth", "calls": [[site key,
+    start ns], ...]}] (docs/internals.md §2)."""
+    def thread_ok(t: Any) -> bool:
+        return (isinstance(t, dict) and set(t) == {"tid", "depth", "calls"}
+                and _is_int(t["tid"]) and 0 <= t["tid"] < 2**63
+                and _is_int(t["depth"]) and 0 <= t["depth"] < 2**31
+                and isinstance(t["calls"], list) and len(t["calls"]) <= MAX_OPEN_CALLS
+                and all(isinstance(c, list) and len(c) == 2 and isinstance(c[0], str)
+                        and len(c[0]) <= MAX_TEXT and _is_int(c[1]) and 0 <= c[1] <= MAX_NS
+                        for c in t["calls"]))
+
+    if not (isinstance(value, list) and len(value) <= MAX_OPEN_THREADS
+            and all(thread_ok(t) for t in value)):
+        raise BatchError(f"open must list at most {MAX_OPEN_THREADS} threads, each "
+                         f"{{tid, depth, calls: at most {MAX_OPEN_CALLS} [site, start ns]}}")
 
 
 def check_value(value: Any, where: str, depth: int = 0) -> None:

@@ -86,6 +86,40 @@ try:
 except ImportError:  # no compiler when installed: the pure-Python path
     _native = None
 
+# The Python paths' calls in progress, per thread (the C path keeps its own: `open_calls`).
+_open_py: dict[int, list[tuple[str, int]]] = {}
+
+
+def _opened(site: str) -> tuple[str, int]:
+    entry = (site, _now())
+    stack = _open_py.get(_thread_id())
+    if stack is None:
+        stack = _open_py[_thread_id()] = []
+    stack.append(entry)
+    return entry
+
+
+def _closed(entry: tuple[str, int]) -> None:
+    stack = _open_py.get(_thread_id())
+    if stack and stack[-1] is entry:
+        stack.pop()
+    elif stack and entry in stack:  # ended out of order (a greenlet switched stacks)
+        stack.remove(entry)
+
+
+def open_calls() -> list[tuple[int, int, list[tuple[str, int]]]]:
+    """The calls in progress now: (thread, depth, [(site, start ns), ...] outermost first)."""
+    native = _native.open_calls() if _native is not None else []
+    return native + [(tid, len(stack), list(stack)) for tid, stack in list(_open_py.items())
+                     if stack]
+
+
+def _forget_open() -> None:
+    _open_py.clear()
+    if _native is not None:
+        _native.forget_open()
+
+
 if _native is not None:
     _record = _native.record
     drain_columns = _native.drain
@@ -101,16 +135,20 @@ else:
 
 def _python_call(site: str, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
     """Call `fn(*args, **kwargs)` exactly as the original code did, and record when."""
-    if site not in _fast and not _compilers.tracing():
-        return _sized_call(site, fn, args, kwargs)
-    t0 = _now()
+    entry = _opened(site)
     try:
-        result = fn(*args, **kwargs)
-    except BaseException:
-        _record(site, t0, _now(), 1)
-        raise
-    _record(site, t0, _now())
-    return result
+        if site not in _fast and not _compilers.tracing():
+            return _sized_call(site, fn, args, kwargs)
+        t0 = _now()
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException:
+            _record(site, t0, _now(), 1)
+            raise
+        _record(site, t0, _now())
+        return result
+    finally:
+        _closed(entry)
 
 
 def _sized_call(site: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -151,20 +189,24 @@ def _sized_call(site: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any
 
 def _call_with_gpu_sync(site: str, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
     """`call` when the GPU is synchronised at probe boundaries (asynchronous GPU work)."""
-    if site not in _fast and not _compilers.tracing():
-        return _sized_call(site, fn, args, kwargs)
-    sync = _capture.gpu_sync
-    _capture.safely(sync)
-    t0 = _now()
+    entry = _opened(site)
     try:
-        result = fn(*args, **kwargs)
-    except BaseException:
+        if site not in _fast and not _compilers.tracing():
+            return _sized_call(site, fn, args, kwargs)
+        sync = _capture.gpu_sync
         _capture.safely(sync)
-        _record(site, t0, _now(), 1)
-        raise
-    _capture.safely(sync)
-    _record(site, t0, _now())
-    return result
+        t0 = _now()
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException:
+            _capture.safely(sync)
+            _record(site, t0, _now(), 1)
+            raise
+        _capture.safely(sync)
+        _record(site, t0, _now())
+        return result
+    finally:
+        _closed(entry)
 
 
 async def acall(site: str, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
@@ -228,7 +270,8 @@ def _after_fork_in_child() -> None:
     """A forked worker (e.g. a DataLoader worker) gets its own buffer, sender and flusher."""
     global _sender
     _discard()
-    _sender = Sender(_config)
+    _forget_open()
+    _sender = Sender(_config, open_calls)
     _start_flusher()
 
 
@@ -285,7 +328,7 @@ class _Config:
 
 
 _config = _Config(os.environ)
-_sender = Sender(_config)
+_sender = Sender(_config, open_calls)
 _special.update(
     _site_handlers.special_handlers(
         _config.manifest, _config.datasize, _sender, record, _config.calibrate)

@@ -7,6 +7,8 @@ then tries again, so a dead server costs the program nothing and loses nothing.
 Every batch carries its id: this process's random `proc` and a sequence number. The store keeps
 an id once, so a batch posted, timed out, spooled, and stored by a server that was only slow is
 still stored once; a kept-alive connection the server closed is retried once for the same reason.
+Each batch sent while the calls in progress differ from the last batch's carries them (`open`),
+so the live view shows a long call while it runs, not only once it ended.
 A spool record names its run and its store (never the run's token) and is written whole or not
 at all (0600). Each batch also says how many events this process has produced so far
 (`total`), so the store knows exactly how many never arrived (neither posted nor spooled, e.g. on
@@ -43,8 +45,13 @@ class Sender:
     # (fecomlite.runtime.layers)
     extra_headers: ClassVar[dict[str, Callable[[], dict[str, Any]]]] = {}
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: Any,
+                 open_calls: Callable[[], list[tuple[int, int, list[tuple[str, int]]]]]
+                 | None = None) -> None:
+        """`open_calls()`: the probe's calls in progress (`probe.open_calls`)."""
         self.config = config
+        self._open_calls = open_calls
+        self._open_sent: list[dict[str, Any]] = []
         self.hyperparams: dict[str, Any] = {}
         self.shapes: dict[str, Any] = {}  # site -> shapes of its latest sized call, not yet sent
         self._sent_shapes: dict[str, Any] = {}
@@ -108,6 +115,9 @@ class Sender:
             shapes = self._take_shapes()
             callees = self._take_names()
             extra = {k: v for k, take in self.extra_headers.items() if (v := take())}
+            open_now = self._in_progress()
+            if open_now != self._open_sent:
+                extra["open"] = open_now
             if (not names and not self.hyperparams and not shapes and not callees and not extra
                     and self.lost == self._lost_told):
                 return  # (after losses, even an empty batch goes: its `total` tells them)
@@ -132,7 +142,9 @@ class Sender:
                 meta["names"] = callees
             if self._host and self._post(batch_codec.encode(meta, names, tuple(columns)), final):
                 self._lost_told = self.lost
+                self._open_sent = open_now
                 return
+            meta.pop("open", None)  # a spool is read after the run: nothing is in progress then
             if self.config.run:
                 meta["run"] = self.config.run
             if self.store:
@@ -147,6 +159,14 @@ class Sender:
                     "(counted, and the run is marked incomplete)"
                 )
             self.lost += n
+
+    def _in_progress(self) -> list[dict[str, Any]]:
+        """The calls in progress as the header's `open` field: per thread, its depth and the
+        outermost calls (site key, start ns)."""
+        if self._open_calls is None:
+            return []
+        return [{"tid": tid, "depth": depth, "calls": [[site, t0] for site, t0 in calls]}
+                for tid, depth, calls in self._open_calls()[:batch_codec.MAX_OPEN_THREADS]]
 
     def _post(self, body: bytes, force: bool = False) -> bool:
         if not force and time.monotonic() < self._down_until and self.lost == self._lost_told:

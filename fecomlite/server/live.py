@@ -8,6 +8,12 @@ while someone asks, so a server nobody watches does no work for this.
 
 Each message is the whole state (small) plus the chart points closed since the previous message
 (`reset` says when the viewer must drop what it has: the first message and a new run).
+
+The figures are the analysis' model (`fecomlite.analysis.run_analysis`), computed here, not in the page: each
+domain's role (disjoint domains add; a share, such as cpu-process of the CPU package, is never
+added), the program's above-idle energy = in calls + outside calls with tail and baseline apart,
+an all-domains sum over disjoint domains only, and every percentage with the figure it is of.
+The page only lays them out.
 """
 
 from __future__ import annotations
@@ -20,8 +26,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from fecomlite.analysis.run_analysis import BUSY_SHARE, cross_domain, domain_role, reliable_when
 from fecomlite.report.palette import MEMORY_COLORS, domain_color, domain_name
 from fecomlite.report.render import jsonable
+from fecomlite.report.units import percent, scaled
 from fecomlite.server.monitor import BIN_S, Monitor, Snapshot
 from fecomlite.server.replies import Reply, Stream
 
@@ -118,6 +126,7 @@ def message(monitor: Monitor, snap: Snapshot, seen: dict[str, Any]) -> dict[str,
             for s in snap.sensors if s["domain"] == "utilisation"
         ],
         "points": {k: [[round(t, 3), v] for t, v in pts] for k, pts in points.items()},
+        "figures": _figures(snap),
         "calls": _calls(snap),
         "notes": snap.notes,
     })
@@ -171,11 +180,76 @@ def _gate(gate: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: gate.get(k) for k in ("passed", "gated", "waited_s", "reasons")}
 
 
+def _figures(snap: Snapshot) -> dict[str, Any]:
+    """Each attributed domain's figures so far, as `RunAnalysis.domains` defines them, and the
+    sum over the disjoint ones (`analysis.cross_domain`)."""
+    by_name = {s["name"]: s for s in snap.sensors}
+    load = _machine_load(by_name)
+    domains = []
+    for domain, name in sorted(snap.energy_domains.items()):
+        s, f = by_name[name], snap.figures.get(domain)
+        role = domain_role(domain)
+        row = {"domain": domain, "label": domain_name(domain), "sensor": name,
+               "provenance": s["provenance"], "model": s["model"], "color": domain_color(domain),
+               **role, "of_label": domain_name(role["of"]) if role["of"] else None,
+               "idle_W": s["idle_w"], "reliable": reliable_when(domain, load["busy"]),
+               **(f or {})}
+        if f is not None:
+            row["in_calls_text"] = _share_text(f["in_calls_J"], f["program_J"], row["label"])
+        domains.append(row)
+    counted = {d["domain"]: {"above_idle_J": d["program_J"], "in_calls_J": d["in_calls_J"],
+                             "uncertainty_J": 0.0, "total_J": 0.0, "provenance": d["provenance"]}
+               for d in domains if "program_J" in d}
+    total = cross_domain(counted)
+    parts = total["domains"]
+    return {
+        "domains": domains,
+        "load": load,
+        "all_domains": {
+            "label": "all domains (" + " + ".join(domain_name(d) for d in parts) + ")"
+            if parts else "all domains", "domains": parts, "provenance": total["provenance"],
+            "program_J": total["above_idle_J"] if parts else None,
+            "in_calls_J": sum(counted[d]["in_calls_J"] for d in parts) if parts else None,
+            "reliable": all(d["reliable"] for d in domains if d["domain"] in parts),
+        },
+    }
+
+
+def _machine_load(by_name: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Whether other processes use the CPUs now (the machine's utilisation less the measured
+    process tree's, in % of all CPUs), with the analysis' threshold (`analysis.machine_load`
+    judges the whole run afterwards)."""
+    machine, mine = by_name.get("util:cpu"), by_name.get("util:process")
+    if machine is None or machine["now"] is None:
+        return {"busy": False, "other_pct": None, "text": "other processes' CPU use not read"}
+    other = max(machine["now"] - ((mine or {}).get("now") or 0.0), 0.0)
+    busy = other > 100 * BUSY_SHARE
+    text = (f"other processes use {other:.0f} % of all CPUs now: " + (
+        "machine-level above-idle figures (CPU package, DRAM) are unreliable; the program's own "
+        "share (cpu-process) is not affected" if busy else "the machine is quiet"))
+    return {"busy": busy, "other_pct": other, "text": text}
+
+
+def _share_text(part: float, whole: float, label: str) -> str:
+    """A percentage that says what it is of."""
+    if not whole > 0:
+        return f"no share yet: the program's {label} above idle is {scaled(whole, 'J')}"
+    return f"{percent(part / whole)} of the program's {label} above idle so far " \
+           f"({scaled(whole, 'J')})"
+
+
 def _calls(snap: Snapshot) -> dict[str, Any]:
     calls = snap.calls
     last = calls.get("last")
     domains = {d: next((s for s in snap.sensors if s["name"] == n), None)
                for d, n in snap.energy_domains.items()}
+    programs = {d: f["program_J"] for d, f in snap.figures.items()}
+    running: dict[str, float] = {}  # API -> how long its call in progress has run
+    for c in calls.get("in_progress", []):
+        running[c["api"]] = max(running.get(c["api"], 0.0), c["elapsed_s"])
+    # by time in calls, a call in progress included (its first call may not have ended yet)
+    called = sorted((a for a in snap.apis if a.calls or a.energy_J or a.api in running),
+                    key=lambda a: -(a.seconds + running.get(a.api, 0.0)))
     return {
         "total": calls["total"],
         "last": None if last is None else {
@@ -183,16 +257,37 @@ def _calls(snap: Snapshot) -> dict[str, Any]:
             "ago_s": (snap.t_ns - last["t_end_ns"]) / 1e9,
             "took_s": (last["t_end_ns"] - last["t_start_ns"]) / 1e9,
         },
+        "in_progress": [
+            {k: c.get(k) for k in ("pid", "tid", "level", "depth", "site", "file", "line", "api",
+                                   "static_api", "written", "elapsed_s")}
+            for c in calls.get("in_progress", [])
+        ],
         "domains": [
             {"domain": d, "label": domain_name(d), "provenance": s["provenance"],
-             "model": s["model"]}
+             "model": s["model"], **domain_role(d)}
             for d, s in sorted(domains.items()) if s is not None
         ],
-        "top": [
-            {"api": a.api, "calls": a.calls, "seconds": a.seconds, "energy": a.energy_J}
-            for a in snap.apis[:TOP_APIS]
-        ],
-        "apis": len(snap.apis),
+        "top": [{**_api_row(a, programs, domains), "running_s": running.get(a.api)}
+                for a in called[:TOP_APIS]],
+        "apis": len(called),
         "method": calls.get("method"),
         "settle_s": calls.get("settle_s"),
+    }
+
+
+def _api_row(a: Any, programs: dict[str, float], domains: dict[str, Any]) -> dict[str, Any]:
+    """One API: its self energy above idle in each domain with figures so far (0 where it got
+    none), its share of that domain's program energy, and the sum over the disjoint domains
+    (never a share domain)."""
+    energy = {d: {"above_idle_J": a.energy_J.get(d, 0.0), "uncertainty_J": 0.0,
+                  "total_J": 0.0, "provenance": s["provenance"]}
+              for d, s in domains.items() if s is not None and d in programs}
+    total = cross_domain(energy)
+    return {
+        "api": a.api, "calls": a.calls, "seconds": a.seconds,
+        "energy": {d: e["above_idle_J"] for d, e in energy.items()},
+        "share": {d: e["above_idle_J"] / programs[d] for d, e in energy.items()
+                  if programs[d] > 0},
+        "all_domains": {"above_idle_J": total["above_idle_J"] if total["domains"] else None,
+                        "provenance": total["provenance"], "domains": total["domains"]},
     }

@@ -119,7 +119,7 @@ def _run_metrics(snap: Snapshot) -> Iterator[Metric]:
         labels=[*per_api, "domain", "provenance", "model", "method"])
     outside = CounterMetricFamily(
         f"{PREFIX}_outside_calls_energy_joules",
-        f"Energy above idle while no wrapped call ran, so far ({LIVE_METHOD})",
+        f"Energy above idle while the program ran outside wrapped calls, so far ({LIVE_METHOD})",
         labels=["host", "run", "domain", "provenance", "model", "method"])
     chosen = {d: next(s for s in snap.sensors if s["name"] == n)
               for d, n in snap.energy_domains.items()}

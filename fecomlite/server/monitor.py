@@ -9,10 +9,14 @@ so a server nobody watches spends nothing on it.
 Each sensor is binned on one fixed grid (BIN_S): a bin's power is the energy seen in it over the
 time it covers, so a counter and a power sensor read alike; a memory bin keeps its peak. Energy
 (`Track.energy_J`) adds every increment seen since the server started, so it only ever grows.
-Per-API energy is a running *overlap estimate* (`LIVE_METHOD`): each settled bin's energy above
-the run's idle baseline goes to the calls active in it, by leaf time (`attribution.leaf_time`).
-Calls reach the server when they end, so a call counts only for the bins that settle after it
-arrived (SETTLE_S); `fecomlite report` attributes the whole run afterwards, and better.
+Per-API energy is a running *overlap estimate* (`LIVE_METHOD`) in the analysis' model of the
+figures (`FIGURES`): the part of each settled bin's energy above the run's idle baseline that lies
+in a repetition is the program's, shared by time among the calls active in it (innermost, by leaf
+time: `attribution.leaf_time`) and the program outside calls; tails and the rest (baseline, gate,
+pauses) stand apart. Calls reach the server when they end, so a call counts only for the bins
+that settle after it arrived (SETTLE_S); the calls in progress, which the probe reports with its
+batches, count as active up to now. `fecomlite report` attributes the whole run afterwards, and
+better.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from fecomlite.analysis import attribution as at
-from fecomlite.analysis.run_analysis import choose_energy_sensors
+from fecomlite.analysis.run_analysis import choose_energy_sensors, idle_baseline
 from fecomlite.server.series import StoredSensor
 from fecomlite.store import Store
 
@@ -44,6 +48,9 @@ ENERGY_KINDS = ("counter", "power")
 # as fecomlite.analysis.run_analysis: such a power sensor smears a call over a second
 MOVING_AVERAGE_S = 0.5
 PEAK_DOMAINS = ("process-memory", "gpu-memory", "process-gpu-memory")
+# A domain's figures so far, as the analysis defines them (`RunAnalysis.domains`): program_J =
+# in_calls_J + outside_calls_J, above idle while a repetition ran; tail_J and other_J apart.
+FIGURES = ("program_J", "in_calls_J", "outside_calls_J", "tail_J", "other_J")
 
 
 @dataclass
@@ -170,15 +177,17 @@ class Snapshot:
     api_ranks: list[ApiStats]  # the same per API, node and rank (a process without rank: "")
     energy: list[Energy]  # every sensor the server has read, runs past included
     notes: list[str]
+    figures: dict[str, dict[str, float]] = field(default_factory=dict)  # domain -> FIGURES
 
 
 RankKey = tuple[str, str, str]  # api, node, rank
 
 
 class RunView:
-    """The active run as the live view shows it: calls per API so far, the latest call, and the
-    running per-API energy estimate; each per node and rank too, for /metrics (a process's rank
-    is known once its first batch is stored, before its calls are read)."""
+    """The active run as the live view shows it: calls per API so far, the latest call, the
+    calls in progress, the running per-API energy estimate and the run's figures so far; each
+    per node and rank too, for /metrics (a process's rank is known once its first batch is
+    stored, before its calls are read)."""
 
     def __init__(self, store: Store, run_id: int) -> None:
         self.run_id = run_id
@@ -193,14 +202,18 @@ class RunView:
         self.pending = np.zeros((0, 4), np.int64)  # t0, t1, thread, api index: not yet settled
         self.api_index: dict[RankKey, int] = {}
         self.attributed_ns: int | None = None
-        self.outside_J: dict[str, float] = {}  # above idle with no call active: domain -> J
+        self.figures: dict[str, dict[str, float]] = {}  # domain -> FIGURES so far
+        self.site_names: dict[str, tuple[str, str | None]] = {}  # site key -> (API, written)
         self.notes: list[str] = []  # what the estimate cannot do, as of its last step
         self.details: dict[str, Any] = {}
         self.sensor_names: set[str] = set()
         self.row: dict[str, Any] = {}
 
-    def update(self, store: Store, now: int, tracks: dict[str, Track]) -> list[str]:
-        """Read what is new for this run; returns notes on what the estimate could not do."""
+    def update(self, store: Store, now: int, tracks: dict[str, Track],
+               open_calls: list[dict[str, Any]]) -> list[str]:
+        """Read what is new for this run; returns notes on what the estimate could not do.
+        `open_calls`: the calls in progress (`MeasurementService.activity`), active in the steps
+        they cover so far like calls that ended (their energy is not left outside calls)."""
         self.row = store.run_columns(self.run_id)
         names = store.sensor_names(self.run_id)
         if names != self.sensor_names:
@@ -211,8 +224,24 @@ class RunView:
             start = self.row.get("t_start_ns") or limit
             self.attributed_ns = max(start // BIN_NS * BIN_NS, limit - int(HISTORY_S * 1e9))
         self._read_events(store)
-        self._attribute(limit, tracks)
+        self._attribute(limit, tracks, self._running(store, open_calls))
         return self.notes
+
+    def _running(self, store: Store, open_calls: list[dict[str, Any]]) -> np.ndarray:
+        """The calls in progress as events that have not ended: t0, end of time, thread, API."""
+        if any(c["site"] not in self.site_names for c in open_calls):
+            self._load_sites(store)  # a site whose first call is still running
+        rows = [(c["t_start_ns"], np.iinfo(np.int64).max,
+                 self.threads.setdefault((c["pid"], c["tid"]), len(self.threads)),
+                 self._api_number((self._name(c)[0], *self.ranks.get(c["pid"], ("", "")))))
+                for c in open_calls]
+        return np.array(rows, dtype=np.int64).reshape(-1, 4)
+
+    def _name(self, call: dict[str, Any]) -> tuple[str, str | None]:
+        """(API, written) of a call in progress: as the store names its site, else the
+        manifest."""
+        api, written = self.site_names.get(call["site"], (call.get("api"), call.get("written")))
+        return api or call["site"], written
 
     def _read_events(self, store: Store) -> None:
         top = store.last_rowid("events")
@@ -241,10 +270,28 @@ class RunView:
         self.cursor = top
 
     def _learn_sites(self, store: Store, ids: set[int]) -> None:
-        missing = ids - self.sites.keys()
-        if missing:
-            for site_id, api in store.site_apis(self.run_id).items():
-                self.sites[site_id] = api
+        if ids - self.sites.keys():
+            self._load_sites(store)
+
+    def _load_sites(self, store: Store) -> None:
+        for site in store.sites(self.run_id):
+            self.sites[site["id"]] = site["api"]
+            self.site_names[site["key"]] = (site["api"], site["written"] or None)
+
+    def _api_number(self, key: RankKey) -> int:
+        self._api(key)
+        return self.api_index[key]
+
+    def in_progress(self, open_calls: list[dict[str, Any]], now: int) -> list[dict[str, Any]]:
+        """The calls the run's processes said were running (`MeasurementService.activity`),
+        named as the store names their sites (the API that ran, once the probe named it; the
+        manifest's static name before), each with how long it has run."""
+        out = []
+        for c in open_calls:
+            api, written = self._name(c)
+            out.append({**c, "api": api, "static_api": c.get("api"), "written": written,
+                        "elapsed_s": max(now - c["t_start_ns"], 0) / 1e9})
+        return sorted(out, key=lambda c: (c["pid"], c["tid"], c["level"]))
 
     def _learn_ranks(self, store: Store, pids: set[int]) -> None:
         if pids - self.ranks.keys():
@@ -275,42 +322,79 @@ class RunView:
         return {domain: tracks[row["name"]]
                 for domain, row in choose_energy_sensors(rows, self.details)[0].items()}
 
-    def _attribute(self, limit: int, tracks: dict[str, Track]) -> None:
-        """Share the above-idle energy of every bin settled by `limit` among the calls active
-        in it."""
+    def _attribute(self, limit: int, tracks: dict[str, Track], running: np.ndarray) -> None:
+        """Share the above-idle energy of every bin settled by `limit` as the analysis' model
+        does (`analysis._program_figures`): the part of a bin inside a repetition is the
+        program's, shared by time among the calls active in it (innermost, by leaf time) and the
+        program outside calls; the part in a repetition's tail is the tail's; the rest (idle
+        baseline, gate, pauses) is other."""
         assert self.attributed_ns is not None
         end = min(limit, self.row.get("t_end_ns") or limit)
         end = max(self.attributed_ns, end // BIN_NS * BIN_NS)
         if end <= self.attributed_ns:
             return
         edges = np.arange(self.attributed_ns, end + 1, BIN_NS, dtype=np.int64)
-        ev = self.pending
+        ev = np.concatenate((self.pending, running))
         inside = (ev[:, 1] > edges[0]) & (ev[:, 0] < edges[-1])
         t0 = np.clip(ev[inside, 0], edges[0], edges[-1])
         t1 = np.clip(ev[inside, 1], edges[0], edges[-1])
         parent, _ = at.nesting(t0, t1, ev[inside, 2])
         ngroups = max(len(self.api_index), 1)
         leaf = at.leaf_time(edges, t0, t1, ev[inside, 3], parent, ngroups)
+        program_s, tail_s = _window_seconds(edges, self.row.get("repetitions") or [])
         busy = leaf.sum(axis=1)
-        share = np.divide(leaf, busy[:, None], out=np.zeros_like(leaf), where=busy[:, None] > 0)
-        idle = self.row.get("idle") or {}
+        outside = np.maximum(program_s - busy, 0.0)  # the program's own time between calls
+        shared = busy + outside
+        share = np.divide(leaf, shared[:, None], out=np.zeros_like(leaf),
+                          where=shared[:, None] > 0)
+        outside_share = np.divide(outside, shared, out=np.zeros_like(outside), where=shared > 0)
+        bin_s = BIN_NS / 1e9
+        program_frac = np.clip(np.maximum(program_s, busy) / bin_s, 0.0, 1.0)
+        tail_frac = np.clip(tail_s / bin_s, 0.0, 1.0 - program_frac)
         notes = []
         for domain, track in self.energy_sensors(tracks).items():
-            idle_w = idle.get(track.name)
+            idle_w, _ = idle_baseline(self.row, {"name": track.name, "model": track.model})
             if idle_w is None:
                 notes.append(f"{track.name}: no idle baseline, so no per-API energy estimate")
                 continue
             energy, seconds = track.bin_energy(edges)
             above = np.maximum(energy - float(idle_w) * seconds, 0.0)  # a counter never shrinks
-            per_api = above @ share
+            program = above * program_frac
+            per_api = program @ share
             for key, k in self.api_index.items():
                 if (joules := per_api[k]) > 0:
                     stats = self.apis[key]
                     stats.energy_J[domain] = stats.energy_J.get(domain, 0.0) + float(joules)
-            self.outside_J[domain] = self.outside_J.get(domain, 0.0) + float(above[busy <= 0].sum())
-        self.pending = ev[ev[:, 1] > edges[-1]]
+            figures = self.figures.setdefault(domain, dict.fromkeys(FIGURES, 0.0))
+            figures["in_calls_J"] += float(per_api.sum())
+            figures["outside_calls_J"] += float((program * outside_share).sum())
+            figures["tail_J"] += float((above * tail_frac).sum())
+            figures["other_J"] += float((above * (1.0 - program_frac - tail_frac)).sum())
+            figures["program_J"] = figures["in_calls_J"] + figures["outside_calls_J"]
+        self.pending = self.pending[self.pending[:, 1] > edges[-1]]
         self.attributed_ns = int(edges[-1])
         self.notes = notes
+
+
+def _window_seconds(edges: np.ndarray, reps: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per bin, the seconds it lies inside a repetition (the program ran), and inside a
+    repetition's tail. A run without repetitions (a watched process) is all program."""
+    lo, hi = edges[:-1], edges[1:]
+    if not reps:
+        return (hi - lo) / 1e9, np.zeros(lo.size)
+
+    def overlap(a: int, b: int) -> np.ndarray:
+        return np.clip(np.minimum(hi, b) - np.maximum(lo, a), 0, None) / 1e9
+
+    program, tail = np.zeros(lo.size), np.zeros(lo.size)
+    for r in reps:
+        if r.get("t_start_ns") is None:
+            continue
+        stop = r.get("t_end_ns") or int(hi[-1])
+        program += overlap(r["t_start_ns"], stop)
+        if r.get("t_end_ns") is not None:
+            tail += overlap(r["t_end_ns"], r.get("tail_end_ns") or int(hi[-1]))
+    return program, tail
 
 
 class Monitor:
@@ -346,7 +430,7 @@ class Monitor:
                 store = self._db()
                 self._read_samples(store)
                 notes = self._follow_run(store, now)
-                self._snapshot = self._build(now, notes)
+                self._snapshot = self._build(store, now, notes)
                 self._refreshed = now
                 self.refreshes += 1
             return self._snapshot
@@ -385,26 +469,30 @@ class Monitor:
             self._run = RunView(store, max(recording))
         if self._run is None:
             return []
-        return self._run.update(store, now, self._tracks)
+        open_calls = self._activity(self._run.run_id).get("open") or []
+        return self._run.update(store, now, self._tracks, open_calls)
 
-    def _build(self, now: int, notes: list[str]) -> Snapshot:
+    def _build(self, store: Store, now: int, notes: list[str]) -> Snapshot:
         energy = [Energy(t.name, t.domain, t.provenance, t.model, t.energy_J)
                   for t in self._tracks.values() if t.energetic]
         view = self._run
-        calls = {"total": 0, "last": None, "outside_J": {}, "method": LIVE_METHOD,
-                 "settle_s": SETTLE_S}
+        calls = {"total": 0, "last": None, "in_progress": [], "outside_J": {},
+                 "method": LIVE_METHOD, "settle_s": SETTLE_S}
         if view is None:
             return Snapshot(now, self.host, None, {"stage": "waiting"}, {}, None, [],
-                            {}, calls, [], [], energy, [])
-        calls.update(total=view.total_calls, last=view.last_call, outside_J=dict(view.outside_J))
+                            {}, calls, [], energy, [])
         row = view.row
         activity = self._activity(view.run_id)
-        idle = row.get("idle") or {}
+        calls.update(
+            total=view.total_calls, last=view.last_call,
+            in_progress=view.in_progress(activity.get("open") or [], now),
+            outside_J={d: f["outside_calls_J"] for d, f in view.figures.items()},
+        )
         sensors = [
             {"name": t.name, "domain": t.domain, "unit": t.unit, "kind": t.kind,
              "provenance": t.provenance, "model": t.model, "now": t.now(now),
              "averaging_s": (view.details.get(t.name) or {}).get("averaging_s"),
-             "idle_w": idle.get(t.name)}
+             "idle_w": idle_baseline(row, {"name": t.name, "model": t.model})[0]}
             for name, t in sorted(self._tracks.items()) if name in view.sensor_names
         ]
         ranked = [ApiStats(a.api, a.calls, a.seconds, dict(a.energy_J), a.node, a.rank)
@@ -423,6 +511,7 @@ class Monitor:
             api_ranks=sorted(ranked, key=lambda a: -a.seconds),
             energy=energy,
             notes=notes,
+            figures={d: dict(f) for d, f in view.figures.items()},
         )
 
     def history(

@@ -62,6 +62,8 @@ class _Run:
     owner_pid: int | None = None  # the client that runs it; its death interrupts the run
     ended: bool = False
     totals: dict[str, int] = field(default_factory=dict)  # proc -> events it said it made
+    # proc -> (seq, pid, threads): its calls in progress as of its latest batch that said
+    open: dict[str, tuple[int, int, list[dict[str, Any]]]] = field(default_factory=dict)
 
 
 class MeasurementService:
@@ -119,9 +121,19 @@ class MeasurementService:
 
     def activity(self, run_id: int) -> dict[str, Any]:
         """What the server is doing for a run now (`current`: idle baseline, gate or tail, with
-        when it began) and the run's last gate verdict (`gate`), for the live view."""
+        when it began), the run's last gate verdict (`gate`) and the calls its processes said
+        were in progress (`open`: one row per call, outermost first), for the live view."""
         with self._lock:
-            return dict(self._activity.get(run_id, {}))
+            out = dict(self._activity.get(run_id, {}))
+            run = self._runs.get(run_id)
+            if run is not None:
+                out["open"] = [
+                    {"pid": pid, "tid": t["tid"], "level": level, "depth": t["depth"],
+                     "site": site, "t_start_ns": t0, **_site_names(run.sites.get(site))}
+                    for _seq, pid, threads in run.open.values() for t in threads
+                    for level, (site, t0) in enumerate(t["calls"])
+                ]
+            return out
 
     @contextmanager
     def _doing(self, run_id: int, stage: str, **detail: Any) -> Iterator[None]:
@@ -246,7 +258,9 @@ class MeasurementService:
         )
 
     def rep_end(self, run_id: int, rep: int, t_ns: int | None, exit_code: int | None) -> None:
-        self._run(run_id)
+        run = self._run(run_id)
+        with self._lock:
+            run.open.clear()  # its processes ended: nothing of theirs is in progress
         self._db().upsert_repetition(
             run_id, rep, t_end_ns=t_ns or time.monotonic_ns(), exit_code=exit_code
         )
@@ -344,6 +358,12 @@ class MeasurementService:
             with self._lock:
                 proc = header["proc"]
                 run.totals[proc] = max(run.totals.get(proc, 0), header["total"])
+        if "open" in header:
+            with self._lock:
+                known = run.open.get(header["proc"])
+                if known is None or header["seq"] > known[0]:  # a retried batch is older news
+                    run.open[header["proc"]] = (header["seq"], header.get("pid", 0),
+                                                header["open"])
         try:
             return self._db().add_batch(run_id, header, columns, run.sites)
         except sqlite3.OperationalError as exc:
@@ -367,6 +387,12 @@ class MeasurementService:
         for run_id in open_runs:
             if store.run(run_id)["status"] == "running":
                 store.update_run(run_id, status="interrupted", t_end_ns=time.monotonic_ns())
+
+
+def _site_names(site: dict[str, Any] | None) -> dict[str, Any]:
+    """What the manifest says of a site: its API (static name), what the user wrote, where."""
+    site = site or {}
+    return {k: site.get(k) for k in ("api", "written", "file", "line")}
 
 
 def _process_group(run_id: int) -> str:

@@ -172,12 +172,109 @@
     });
   }
 
+  // -- figures: the analysis' model, computed by the server (live.py) -------------------------
+
+  function roleText(d) {
+    if (d.role === "disjoint") return "disjoint: adds to the other disjoint domains";
+    if (d.role === "share") return "share of " + d.of_label + ": never added to it";
+    return d.meaning;
+  }
+
+  function fact(dl, term, value, key) {
+    make("dt", "", dl, term);
+    const dd = make("dd", "", dl, value);
+    if (key) dd.dataset.key = key;
+    return dd;
+  }
+
+  function joules(dd, v) {
+    dd.dataset.v = v === null || v === undefined ? "" : String(v);
+    return dd;
+  }
+
+  function figures(m) {
+    const box = el("figure-cards");
+    box.replaceChildren();
+    const f = m.figures;
+    for (const d of f.domains) {
+      const c = make("div", "domain", box);
+      c.dataset.domain = d.domain;
+      c.style.setProperty("--c", d.color || "#888");
+      const name = make("div", "name", c, d.label + " ");
+      provenanceBadge(name, d);
+      if (!d.reliable) badge(name, "bad", "unreliable: busy machine", f.load.text);
+      make("div", "role", c, roleText(d)).dataset.role = d.role;
+      if (d.program_J === undefined) {
+        make("div", "what", c, "no estimate yet (settles " + m.calls.settle_s + " s behind)");
+        continue;
+      }
+      const big = make("div", "big", c, fmt(d.program_J, "J"));
+      joules(big, d.program_J).dataset.key = d.domain + ":program_J";
+      make("div", "what", c, "above idle while the program ran");
+      const dl = make("dl", "facts", c);
+      joules(fact(dl, "in wrapped calls", fmt(d.in_calls_J, "J"), d.domain + ":in_calls_J"),
+        d.in_calls_J);
+      make("dd", "share", dl, d.in_calls_text).dataset.key = d.domain + ":in_calls_text";
+      joules(fact(dl, "outside calls", fmt(d.outside_calls_J, "J"), d.domain + ":outside_calls_J"),
+        d.outside_calls_J);
+      joules(fact(dl, "tail after the program", fmt(d.tail_J, "J"), d.domain + ":tail_J"),
+        d.tail_J);
+      joules(fact(dl, "baseline, gate, pauses", fmt(d.other_J, "J"), d.domain + ":other_J"),
+        d.other_J);
+      fact(dl, "idle baseline", fmt(d.idle_W, "W"));
+    }
+    const load = el("figures-load");
+    load.textContent = f.load.text;
+    load.className = f.load.busy ? "warn" : "note";
+    const all = f.all_domains;
+    if (all.domains.length > 1) {
+      const c = make("div", "domain", box);
+      c.dataset.domain = "all";
+      const name = make("div", "name", c, all.label + " ");
+      badge(name, all.provenance === "measured" ? "measured" : "estimated", all.provenance);
+      if (!all.reliable) badge(name, "bad", "unreliable: busy machine", f.load.text);
+      make("div", "role", c, "the sum of the disjoint domains only; a share is never added");
+      joules(make("div", "big", c, fmt(all.program_J, "J")), all.program_J).dataset.key =
+        "all:program_J";
+      make("div", "what", c, "above idle while the program ran");
+      const dl = make("dl", "facts", c);
+      joules(fact(dl, "in wrapped calls", fmt(all.in_calls_J, "J"), "all:in_calls_J"),
+        all.in_calls_J);
+    }
+  }
+
   // -- calls -----------------------------------------------------------------------------------
+
+  function inProgress(m) {
+    const box = el("in-progress");
+    box.replaceChildren();
+    const open = m.calls.in_progress;
+    if (!open.length) {
+      make("span", "muted", box, m.run && m.run.status === "running" ? "no wrapped call" : "—");
+      return;
+    }
+    const list = make("ol", "", box);
+    for (const c of open) {
+      const li = make("li", "", list);
+      li.style.paddingLeft = (c.level * 1.2) + "em";
+      li.dataset.site = c.site;
+      make("span", "api", li, c.api);
+      if (c.written && c.written !== c.api) make("span", "written", li, " (" + c.written + ")");
+      if (c.file) make("span", "where", li, " at " + c.file + ":" + c.line);
+      make("span", "", li, " — ");
+      const t = make("span", "elapsed", li, fmt(c.elapsed_s, "s"));
+      t.dataset.v = String(c.elapsed_s);
+      if (c.depth > c.level + 1 && c.level === 0 && open.filter((o) => o.tid === c.tid).length < c.depth) {
+        make("span", "muted", li, " (" + c.depth + " calls deep)");
+      }
+    }
+  }
 
   function calls(m) {
     const c = m.calls;
     const last = c.last;
-    el("call").textContent = last ? last.api + (last.raised ? " (raised)" : "") + " — ended " +
+    inProgress(m);
+    el("call").textContent = last ? last.api + (last.raised ? " (raised)" : "") + " — " +
       fmt(last.ago_s, "s") + " ago, took " + fmt(last.took_s, "s") : "—";
     el("calls-total").textContent = c.total.toLocaleString("en") + " calls of " + c.apis + " APIs";
     const head = el("apis-head");
@@ -185,26 +282,55 @@
     make("th", "", head, "API");
     make("th", "num", head, "calls");
     make("th", "num", head, "time in calls");
-    for (const d of c.domains) {
-      const th = make("th", "num", head, d.label + " above idle ");
+    const shown = c.domains.filter((d) => m.figures.domains.some((f) => f.domain === d.domain));
+    for (const d of shown) {
+      const th = make("th", "num", head, d.label + " ");
+      th.dataset.domain = d.domain;
+      th.title = "self energy above idle; the share is of the program's " + d.label +
+        " above idle so far" + (d.role === "share" ? " (a share of " + d.of + ": never added)" : "");
       provenanceBadge(th, d);
+    }
+    const all = m.figures.all_domains;
+    if (all.domains.length > 1) {
+      const th = make("th", "num", head, all.label + " ");
+      th.dataset.domain = "all";
+      badge(th, all.provenance === "measured" ? "measured" : "estimated", all.provenance);
     }
     const body = el("apis-table").tBodies[0];
     body.replaceChildren();
     for (const a of c.top) {
       const tr = make("tr", "", body);
+      tr.dataset.api = a.api;
       make("td", "api", tr, a.api);
       make("td", "num", tr, a.calls.toLocaleString("en")).dataset.v = a.calls;
-      make("td", "num", tr, fmt(a.seconds, "s"));
-      for (const d of c.domains) {
+      const time = make("td", "num", tr, fmt(a.seconds, "s"));
+      time.dataset.v = a.seconds;
+      if (a.running_s !== null) make("span", "share running", time, "+ " + fmt(a.running_s, "s") + " running");
+      for (const d of shown) {
         const v = a.energy[d.domain];
-        make("td", "num", tr, v === undefined ? "–" : "≈ " + fmt(v, "J"));
+        const td = make("td", "num", tr, v === undefined ? "–" : "≈ " + fmt(v, "J"));
+        td.dataset.domain = d.domain;
+        td.dataset.v = v === undefined ? "" : String(v);
+        const share = a.share[d.domain];
+        if (share !== undefined) make("span", "share", td, fmt(share, "%"));
+      }
+      if (all.domains.length > 1) {
+        const v = a.all_domains.above_idle_J;
+        const td = make("td", "num", tr, v === null ? "–" : "≈ " + fmt(v, "J"));
+        td.dataset.domain = "all";
+        td.dataset.v = v === null ? "" : String(v);
       }
     }
     el("apis-note").textContent = "Calls and time come from the probe's events as they arrive " +
-      "(a call is seen when it ends). Energy is a running estimate (" + c.method + "): each " +
-      "0.5 s step's energy above the idle baseline is shared by the calls active in it, once " +
-      c.settle_s + " s have passed; fecomlite report attributes the whole run afterwards.";
+      "(a call is counted when it ends; the calls in progress are above). Energy is each API's " +
+      "own (self) energy above idle, a running estimate (" + c.method + "): each 0.5 s step's " +
+      "energy above the idle baseline while the program ran is shared by time among the calls " +
+      "active in it (those in progress included) and the program outside them, once " +
+      c.settle_s + " s have passed; the " +
+      "percentage under it is of the program's energy above idle so far in that domain. " +
+      (all.domains.length > 1 ? "The last column adds " + all.domains.join(" + ") +
+        " only: a share domain is never added. " : "") +
+      "fecomlite report attributes the whole run afterwards.";
   }
 
   function notes(m) {
@@ -225,6 +351,7 @@
     memory(m);
     listValues("temperatures", m.temperatures, "°C", "no temperature sensor");
     listValues("utilisation", m.utilisation, "%", "–", 0.01);  // sensors give percent
+    figures(m);
     calls(m);
     notes(m);
     drawChart(m);
