@@ -1,4 +1,5 @@
-"""The live view's figures follow the analysis' model (fecomlite.analysis.run_analysis): over a real server
+"""The live view's figures follow the analysis' model (fecomlite.analysis.run_analysis): over a
+real server
 with a known power profile, the program's above-idle energy = in calls + outside calls, the
 tail and the baseline apart, the share domain (cpu-process) counted from 0 W and never added,
 and the same program/tail/other figures as `analyse_run` gives for the same run afterwards."""

@@ -9,7 +9,8 @@ while someone asks, so a server nobody watches does no work for this.
 Each message is the whole state (small) plus the chart points closed since the previous message
 (`reset` says when the viewer must drop what it has: the first message and a new run).
 
-The figures are the analysis' model (`fecomlite.analysis.run_analysis`), computed here, not in the page: each
+The figures are the analysis' model (`fecomlite.analysis.run_analysis`), computed here, not in the
+page: each
 domain's role (disjoint domains add; a share, such as cpu-process of the CPU package, is never
 added), the program's above-idle energy = in calls + outside calls with tail and baseline apart,
 an all-domains sum over disjoint domains only, and every percentage with the figure it is of.
