@@ -29,7 +29,7 @@ def summary_table(analysis: RunAnalysis, top: int = 10) -> Table:
     table.add_column("time", justify="right")
     for domain in analysis.domains:
         what = f"share of {domain['of']}" if domain.get("role") == "share" else "above idle"
-        flag = ", unreliable: busy machine" if not domain.get("reliable", True) else ""
+        flag = ", unreliable" if not domain.get("reliable", True) else ""
         table.add_column(f"{plain(domain['domain'])} {what}\n({plain(_provenance(domain))}{flag})",
                          justify="right")
     for row in analysis.apis[:top]:
@@ -41,6 +41,9 @@ def summary_table(analysis: RunAnalysis, top: int = 10) -> Table:
     caption = []
     if (analysis.load or {}).get("busy"):
         caption.append(analysis.load["text"])
+    said = set(((analysis.load or {}).get("busy_domains") or {}).values())  # in the load text
+    caption += [f"{plain(d['domain'])} unreliable: {plain(why)}" for d in analysis.domains
+                for why in d.get("unreliable") or [] if why not in said]
     # where each was read ("sources") is in the report; the terminal gets the values
     hyperparams = {k: v for k, v in (run.get("hyperparams") or {}).items() if k != "sources"}
     if hyperparams:
