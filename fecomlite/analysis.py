@@ -14,7 +14,7 @@ import csv
 import dataclasses
 import io
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from fecomlite import attribution as at
+from fecomlite import noise_floor
 from fecomlite.batch_codec import PROJECT_SITE
 from fecomlite.calibration import KIND as CALIBRATION_KIND
 from fecomlite.calibration import fit_groups
@@ -467,6 +468,8 @@ def analyse_run(
         row["sites"] = len(members)
     site_rows = [r for r in site_rows if r["calls"]]
     api_rows = [r for r in api_rows if r["calls"]]
+    flagged = _below_zero_reasons(domains, api_rows, "APIs", "api")
+    _below_zero_reasons(domains, site_rows, "call sites", "key", skip=flagged)
     order_key = _sort_key(domains)
     site_rows.sort(key=order_key, reverse=True)
     api_rows.sort(key=order_key, reverse=True)
@@ -776,7 +779,9 @@ def _aggregate(
     uncertainty_J (1σ of the sum, `attribution.group_uncertainty`), per_call: {sum, mean, median,
     stdev, ci95_low, ci95_high}, share (of the repetitions' above-idle energy; nested rows
     overlap, as in a profiler), below_resolution_share, per_rep_J, rep_mean_J, rep_ci95_low,
-    rep_ci95_high}}; all_domains: the sum over additive domains with its provenance; memory:
+    rep_ci95_high, and never below zero (`_floor_at_zero`): below_zero, raw_above_idle_J,
+    raw_self_J, raw_per_rep_J}}; all_domains: the sum over additive domains with its provenance
+    (raw_above_idle_J, below_zero likewise); memory:
     rss_peak_max_B, rss_delta_mean_B, gpu_mem_peak_max_B, gpu_mem_delta_mean_B."""
     order = np.argsort(group, kind="stable")
     bounds = np.searchsorted(group[order], np.arange(ngroups + 1))
@@ -818,22 +823,82 @@ def _aggregate(
                 "per_rep_J": per_rep, "rep_mean_J": rep_mean,
                 "rep_ci95_low": rep_lo, "rep_ci95_high": rep_hi,
             }
+            _floor_at_zero(row["energy"][domain], sigma, idx.size, len(rep_ids))
         row["all_domains"] = _cross_domain(row["energy"])
         rows.append(row)
     return rows
 
 
+def _floor_at_zero(e: dict[str, Any], sigma: float, calls: int, reps: int) -> None:
+    """Never below zero (`noise_floor`): the raw above-idle, self and per-repetition estimates
+    stay as raw_*; the shown figures are 0 within noise, NaN beyond it (`below_zero` says
+    which); per-call and per-repetition figures by their own noise (σ over the calls, the
+    repetitions)."""
+    raw_above, raw_self = e["above_idle_J"], e["self_J"]
+    states = {noise_floor.below_zero(raw_above, sigma), noise_floor.below_zero(raw_self, sigma)}
+    e["raw_above_idle_J"], e["raw_self_J"] = raw_above, raw_self
+    e["below_zero"] = next((s for s in (noise_floor.BEYOND_NOISE, noise_floor.WITHIN_NOISE)
+                            if s in states), None)
+    e["above_idle_J"] = noise_floor.shown(raw_above, sigma)
+    e["self_J"] = noise_floor.shown(raw_self, sigma)
+    if e["above_idle_J"] != raw_above:  # below zero: the share is 0 within noise, else unknown
+        e["share"] = 0.0 if e["above_idle_J"] == 0 else math.nan
+    per_call = e["per_call"]
+    per_call["sum"] = e["above_idle_J"]
+    for key in ("mean", "median"):
+        per_call[key] = noise_floor.shown(per_call[key], sigma / max(calls, 1))
+    e["rep_mean_J"] = noise_floor.shown(e["rep_mean_J"], sigma / max(reps, 1))
+    e["raw_per_rep_J"] = e["per_rep_J"]  # for statistics over repetitions (the sweep)
+    e["per_rep_J"] = [noise_floor.shown(v, sigma / math.sqrt(max(reps, 1)))
+                      for v in e["per_rep_J"]]
+
+
+def _below_zero_reasons(
+    domains: list[dict[str, Any]], rows: list[dict[str, Any]], name: str, label: str,
+    skip: Collection[str] = (),
+) -> set[str]:
+    """Flag a domain unreliable where some of its per-API (per-site) figures fell below zero
+    beyond their noise, with the reason in words (those figures are not shown); the domains
+    flagged, to `skip` in the next pass."""
+    flagged = set()
+    for d in domains:
+        key = d["domain"]
+        if key in skip:
+            continue
+        bad = [r for r in rows
+               if r["energy"].get(key, {}).get("below_zero") == noise_floor.BEYOND_NOISE]
+        if not bad:
+            continue
+        worst = min(bad, key=lambda r: min(r["energy"][key]["raw_above_idle_J"],
+                                           r["energy"][key]["raw_self_J"]))
+        e = worst["energy"][key]
+        depth = -min(e["raw_above_idle_J"], e["raw_self_J"])
+        d["unreliable"].append(
+            f"{len(bad)} {name[:-1] if len(bad) == 1 else name} came out below the idle "
+            "baseline by more than their noise "
+            f"(most: {worst[label]}, by "
+            f"{_joules(depth)}, noise ± {_joules(e['uncertainty_J'])}): the idle baseline was "
+            "higher than this domain's level while they ran (other load during the baseline, "
+            "or an idle level that drifted), so their figures are not shown")
+        d["reliable"] = False
+        flagged.add(key)
+    return flagged
+
+
 def _cross_domain(energy: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The sum over additive domains (package, DRAM, GPUs), `estimated` if any part is."""
+    """The sum over additive domains (package, DRAM, GPUs), `estimated` if any part is; of the
+    parts' raw estimates, never shown below zero (`noise_floor`)."""
     parts = {d: e for d, e in energy.items() if _addable(d.partition("@")[0])}
     if not parts:
         return {"above_idle_J": math.nan, "uncertainty_J": math.nan, "total_J": math.nan,
                 "provenance": None, "domains": []}
     estimated = any(e["provenance"] != "measured" for e in parts.values())
+    raw = float(sum(e["raw_above_idle_J"] for e in parts.values()))
+    sigma = math.sqrt(sum(finite_or_zero(e["uncertainty_J"]) ** 2 for e in parts.values()))
     return {
-        "above_idle_J": float(sum(e["above_idle_J"] for e in parts.values())),
-        "uncertainty_J": math.sqrt(sum(finite_or_zero(e["uncertainty_J"]) ** 2
-                                       for e in parts.values())),
+        "above_idle_J": noise_floor.shown(raw, sigma), "raw_above_idle_J": raw,
+        "below_zero": noise_floor.below_zero(raw, sigma),
+        "uncertainty_J": sigma,
         "total_J": float(sum(e["total_J"] for e in parts.values())),
         "provenance": "estimated" if estimated else "measured",
         "domains": sorted(parts),
@@ -874,7 +939,11 @@ def _sort_key(domains: list[dict[str, Any]]) -> Callable[[dict[str, Any]], float
     ranked = sorted(domains, key=lambda d: (not d.get("reliable", True),
                                             d["provenance"] != "measured", d["domain"]))
     first = ranked[0]["domain"] if ranked else None
-    return lambda row: row["energy"][first]["above_idle_J"] if first else row["total_time_s"]
+    def key(row: dict[str, Any]) -> float:
+        value = row["energy"][first]["above_idle_J"] if first else row["total_time_s"]
+        return value if math.isfinite(value) else -math.inf  # not shown: last
+
+    return key
 
 
 def _per_rep(
@@ -962,7 +1031,7 @@ _ID_COLUMNS = {
     "api": ("api", "written", "sites"),
     "site": ("key", "api", "written", "file", "line", "col", "kind", "function", "source"),
 }
-_ENERGY_COLUMNS = ("above_idle_J", "total_J", "self_J", "uncertainty_J", "share",
+_ENERGY_COLUMNS = ("above_idle_J", "below_zero", "total_J", "self_J", "uncertainty_J", "share",
                    "below_resolution_share", "rep_mean_J", "rep_ci95_low", "rep_ci95_high",
                    "provenance", "model", "method")
 _PER_CALL_COLUMNS = ("mean", "median", "stdev", "ci95_low", "ci95_high")
