@@ -32,6 +32,7 @@ from fecomlite.distributed.devices import (
     device_owners,
     domain_calls,
 )
+from fecomlite.report.units import scaled
 from fecomlite.sensors.estimate import ABOVE_IDLE_MODELS
 from fecomlite.store import Store
 
@@ -875,9 +876,9 @@ def _below_zero_reasons(
         depth = -min(e["raw_above_idle_J"], e["raw_self_J"])
         d["unreliable"].append(
             f"{len(bad)} {name[:-1] if len(bad) == 1 else name} came out below the idle "
-            "baseline by more than their noise "
-            f"(most: {worst[label]}, by "
-            f"{_joules(depth)}, noise ± {_joules(e['uncertainty_J'])}): the idle baseline was "
+            f"baseline by more than {'its' if len(bad) == 1 else 'their'} noise "
+            f"(most: {worst[label]}, by {scaled(depth, 'J')}, noise ± "
+            f"{scaled(e['uncertainty_J'], 'J')}): the idle baseline was "
             "higher than this domain's level while they ran (other load during the baseline, "
             "or an idle level that drifted), so their figures are not shown")
         d["reliable"] = False

@@ -179,7 +179,7 @@ def cell(column: Column, row: dict[str, Any]) -> Cell:
     else:
         text = units.scaled(value, column.unit, signed=column.signed)
     ci = ""
-    spread = 0.0  # 95 %: the CI's half-width, or 2σ of the figure's noise
+    spread = 0.0  # the CI's half-width (95 %), or the figure's noise (noise_floor.NOISE_SIGMAS σ)
     if column.ci:
         low, high = lookup(row, column.ci[0]), lookup(row, column.ci[1])
         if low is not None and high is not None:
@@ -187,7 +187,7 @@ def cell(column: Column, row: dict[str, Any]) -> Cell:
             ci = "± " + units.scaled(spread, column.unit)
     sigma = lookup(row, column.noise) if column.noise else None
     if sigma is not None:
-        spread = max(spread, 2 * sigma)
+        spread = max(spread, noise_floor.NOISE_SIGMAS * sigma)
     if isinstance(value, (int, float)) and value < 0 and -value <= spread:
         text = "≈ 0"  # below idle only by noise: never shown as negative energy
     if below and value == 0:  # zero within noise (analysis.noise_floor)
