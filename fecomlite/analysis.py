@@ -32,7 +32,7 @@ from fecomlite.distributed.devices import (
     device_owners,
     domain_calls,
 )
-from fecomlite.report.units import scaled
+from fecomlite.report.units import scaled, with_noise
 from fecomlite.sensors.estimate import ABOVE_IDLE_MODELS
 from fecomlite.store import Store
 
@@ -732,8 +732,9 @@ def _share_notes(domains: list[dict[str, Any]]) -> list[str]:
                 f"0 W; {whole['domain']} above idle is the whole machine's power less its idle "
                 "baseline. The two are never added.")
         if d["program_J"] > whole["program_J"] + finite_or_zero(whole["noise_J"]):
-            text += (f" Here the share ({_joules(d['program_J'])}) exceeds the whole above idle "
-                     f"({_joules(whole['program_J'])}): the baseline was not idle (other "
+            text += (f" Here the share ({scaled(d['program_J'], 'J')}) exceeds the whole above "
+                     f"idle ({with_noise(whole['program_J'], whole['noise_J'])}): the baseline was "
+                     "not idle (other "
                      f"processes were running), so {whole['domain']} above idle is too low.")
         notes.append(text)
     return notes
@@ -742,10 +743,6 @@ def _share_notes(domains: list[dict[str, Any]]) -> list[str]:
 def finite_or_zero(value: Any) -> float:
     """A figure that may be missing (None, NaN, not a number) as a term of a sum: 0."""
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
-
-
-def _joules(value: float) -> str:
-    return f"{value:.3g} J"
 
 
 def _intensity_record(res: at.Attribution, api_names: list[str], asked: str) -> dict[str, Any]:
