@@ -17,6 +17,7 @@ import math
 # 3σ, not 2σ: a report has tens of per-API figures, and at 2σ one in 44 pure-noise figures
 # would land beyond it and flag its domain unreliable by chance alone (one in 740 at 3σ)
 NOISE_SIGMAS = 3.0
+ROUNDING_J = 1e-9  # below any sensor's resolution: a difference of sums this small is rounding
 WITHIN_NOISE = "within_noise"
 BEYOND_NOISE = "beyond_noise"
 
@@ -25,7 +26,7 @@ def below_zero(value: float, sigma: float) -> str | None:
     """None for a figure at or above zero (or missing); else WITHIN_NOISE or BEYOND_NOISE."""
     if not math.isfinite(value) or value >= 0:
         return None
-    noise = sigma if math.isfinite(sigma) and sigma > 0 else 0.0
+    noise = max(sigma if math.isfinite(sigma) and sigma > 0 else 0.0, ROUNDING_J)
     return WITHIN_NOISE if -value <= NOISE_SIGMAS * noise else BEYOND_NOISE
 
 

@@ -90,7 +90,7 @@ def with_noise(
     has_noise = noise is not None and math.isfinite(noise) and noise > 0
     state = noise_floor.below_zero(value, noise if has_noise else 0.0)
     if state == noise_floor.WITHIN_NOISE:
-        return "≈ 0" if short else f"≈ 0 (noise ± {scaled(noise, unit)})"
+        return "≈ 0" if short or not has_noise else f"≈ 0 (noise ± {scaled(noise, unit)})"
     if state == noise_floor.BEYOND_NOISE:
         return "below idle" if short else (
             f"below the idle baseline by {scaled(-value, unit)}"
