@@ -645,12 +645,12 @@ def machine_load(
             out["busy_domains"].update(dict.fromkeys(HOST_DOMAINS, (
                 f"other processes used the CPUs ({cpu['parts']} of all CPUs): the machine's "
                 "above-idle power includes their work")))
-            texts.append("The machine was busy: other processes used the CPUs ("
+            texts.append("The CPUs were busy: other processes used them ("
                          + cpu["parts"] + " of all CPUs). Machine-level above-idle figures "
                          "(CPU package, DRAM) are unreliable; the program's own share "
                          "(cpu-process) is not affected.")
         else:
-            texts.append("The machine was quiet: other processes used "
+            texts.append("The CPUs were quiet: other processes used "
                          + (cpu["parts"] or "nothing measurable") + " of all CPUs.")
     gpus = sorted({s["domain"] for s in sensors if s["domain"].startswith("gpu:")})
     if not gpus:

@@ -45,7 +45,7 @@ def test_other_processes_make_machine_level_figures_unreliable(tmp_path: Path) -
     assert b.load["busy"]
     assert b.load["baseline_other_pct"] == 45.0
     assert abs(b.load["program_other_pct"] - 45.0) < 1.0  # the program's own 40 % taken off
-    assert "other processes used the CPUs" in b.load["text"]
+    assert "The CPUs were busy: other processes used them" in b.load["text"]
     by_name = {d["domain"]: d for d in b.domains}
     assert not by_name["cpu-package"]["reliable"]  # machine-level, on the host
     assert by_name["gpu:0"]["reliable"]  # a GPU counter is not the CPUs' business
@@ -90,6 +90,7 @@ def test_another_process_on_the_gpu_makes_that_gpus_figures_unreliable(tmp_path:
     assert not a.load["busy"] and all(d["reliable"] for d in a.domains)
     assert a.load["gpus"][0]["program_other_pct"] < 100 * BUSY_SHARE
     assert "gpu:0 was quiet" in a.load["text"]
+    assert "The CPUs were quiet" in a.load["text"]
     gpu = b.load["gpus"][0]
     assert gpu["gpu"] == "gpu:0" and gpu["busy"]
     assert gpu["baseline_other_pct"] > 100 * BUSY_SHARE
@@ -100,6 +101,7 @@ def test_another_process_on_the_gpu_makes_that_gpus_figures_unreliable(tmp_path:
     assert not by_name["gpu:0"]["reliable"]
     assert "other processes used gpu:0" in by_name["gpu:0"]["unreliable"][0]
     assert by_name["cpu-package"]["reliable"]  # the CPUs were quiet
+    assert b.load["text"].startswith("The CPUs were quiet")  # not "the machine": its GPU was not
 
 
 def test_a_gpu_without_per_process_data_and_a_machine_without_gpu_are_named(
