@@ -37,6 +37,7 @@ def test_project_runs_instrumented_and_reports(project: Path, home: Path, tmp_pa
     report_json = json.loads((out / "report.json").read_text())
     apis = {row["api"]: row for row in report_json["apis"]}
     reliable = {d["domain"]: d.get("reliable", True) for d in report_json["domains"]}
+    why = {d["domain"]: d.get("unreliable") or [] for d in report_json["domains"]}
     assert apis and all(api in html for api in apis)
     if project.name == "torch_cnn":
         names = set(apis)
@@ -46,11 +47,12 @@ def test_project_runs_instrumented_and_reports(project: Path, home: Path, tmp_pa
         for name in names:
             if name.endswith((".backward", ".step")):
                 energy = apis[name]["energy"]["cpu-package"]
-                # above idle, or below it only within its noise; on a machine other processes
-                # kept busy the report flags the package unreliable, and says why
+                # never below zero: above idle, or 0 within its noise; where the figures cannot
+                # be trusted (a busy machine, an estimate below the baseline beyond its noise)
+                # the report flags the package unreliable, and says why
                 assert energy["provenance"] == "estimated"
                 if reliable["cpu-package"]:
-                    assert energy["above_idle_J"] >= -2 * energy["uncertainty_J"]
+                    assert energy["above_idle_J"] >= 0
                 else:
-                    assert report_json["load"]["busy"] and report_json["load"]["text"]
+                    assert why["cpu-package"]
                 assert apis[name]["memory"]["rss_peak_max_B"] > 0

@@ -13,8 +13,8 @@ import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 from report_helpers import build_run, hostile_sites
 
+from fecomlite.analysis import units
 from fecomlite.analysis.run_analysis import analyse_run
-from fecomlite.report import units
 from fecomlite.report.build import build_report
 from fecomlite.report.compare import compare_runs
 from fecomlite.report.render import write_comparison, write_report

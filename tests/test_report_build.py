@@ -15,12 +15,12 @@ import typer
 from report_helpers import MIXED, build_run, hostile_sites, html_tables
 from typer.testing import CliRunner
 
+from fecomlite.analysis.units import scaled
 from fecomlite.report import tables
 from fecomlite.report.build import Report, build_report
 from fecomlite.report.command import report_command
 from fecomlite.report.render import script_json, write_report
 from fecomlite.report.timeline import MAX_POINTS
-from fecomlite.report.units import scaled
 from fecomlite.store import Store
 
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from fecomlite.report import units
+from fecomlite.analysis import units
 
 
 @pytest.mark.parametrize(
@@ -53,7 +53,12 @@ def test_percent_and_watt_hours() -> None:
 
 
 def test_a_negative_figure_within_its_noise_reads_as_zero_not_negative_energy() -> None:
-    assert units.with_noise(-7.09, 8.1) == "≈ 0 (-7.09 J, noise ± 8.10 J)"
+    assert units.with_noise(-7.09, 8.1) == "≈ 0 (noise ± 8.10 J)"  # no negative figure shown
+    assert units.with_noise(-7.09, 8.1, short=True) == "≈ 0"
     assert units.with_noise(1.5, 1.0) == "1.50 J ± 1.00 J"
     assert units.with_noise(2.0, None) == "2.00 J"
-    assert "below the idle baseline" in units.with_noise(-30.0, 1.0)
+    beyond = units.with_noise(-30.0, 1.0)
+    assert beyond.startswith("below the idle baseline by 30.0 J") and "-" not in beyond
+    assert units.with_noise(-30.0, 1.0, short=True) == "below idle"
+    # a difference of sums that is only rounding (cpu-process has no idle noise) is zero
+    assert units.with_noise(-7.1e-15, 0.0) == units.with_noise(-7.1e-15, None) == "≈ 0"

@@ -22,7 +22,8 @@ def sensors_by_quantity(nvml, pid=None):
 def test_every_quantity_of_the_gpu_with_units_and_labels():
     nvml = ReplayNvmlForTests(energy_read_s=0)
     found, notes = sensors_by_quantity(nvml)
-    assert sorted(found) == ["energy", "memory_used", "power_avg", "power_instant", "temperature"]
+    assert sorted(found) == ["energy", "memory_used", "power_avg", "power_instant",
+                             "processes_sm", "temperature"]
     assert notes == ["GPU 0: no utilisation (Not Supported)"]  # the trace has none
     energy, instant, avg = found["energy"], found["power_instant"], found["power_avg"]
     assert (energy.kind, energy.unit, energy.domain, energy.slow) == ("counter", "J", "gpu:0", True)
@@ -116,3 +117,50 @@ def test_a_transient_nvml_error_reads_none():
     assert found["power_avg"].last_error.endswith("GPU is lost")
     assert found["power_instant"].read() is not None
 
+
+
+def sm_reads(nvml, sensors, seconds: float) -> dict[str, list[float]]:
+    """Each sensor read every 50 ms for `seconds` of the replay."""
+    out: dict[str, list[float]] = {s.name: [] for s in sensors}
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(0.05)
+        for s in sensors:
+            out[s.name].append(s.read())
+    return out
+
+
+def test_another_process_on_the_gpu_is_seen_and_not_counted_as_the_programs():
+    # the recorded 4000-product burst (3.0–3.8 s into the trace) done by pid 1, not by us
+    me = os.getpid()
+    nvml = ReplayNvmlForTests(energy_read_s=0, offset_s=3.1, gpu_users=(1,))
+    found, notes = sensors_by_quantity(nvml, pid=me)
+    every, mine = found["processes_sm"], found["process_sm"]
+    assert (every.domain, every.unit, every.device) == ("gpu-processes", "%", "gpu:0")
+    assert mine.domain == "process-gpu-util"
+    reads = sm_reads(nvml, [every, mine], 0.5)
+    assert np.mean(reads[every.name]) > 80  # the GPU computed throughout the burst
+    assert max(reads[mine.name]) == 0.0  # none of it was the measured tree's
+
+
+def test_the_programs_own_gpu_work_is_its_own():
+    me = os.getpid()
+    nvml = ReplayNvmlForTests(energy_read_s=0, offset_s=3.1, gpu_users=(me,))
+    found, _ = sensors_by_quantity(nvml, pid=me)
+    reads = sm_reads(nvml, [found["processes_sm"], found["process_sm"]], 0.5)
+    every, mine = reads["nvml:0:processes_sm"], reads["nvml:0:process_sm"]
+    assert np.mean(mine) > 80 and np.mean(mine) == pytest.approx(np.mean(every), abs=5)
+
+
+def test_an_idle_gpu_reads_zero():
+    nvml = ReplayNvmlForTests(energy_read_s=0, gpu_users=(1,))  # the 3 s idle lead-in
+    found, _ = sensors_by_quantity(nvml)
+    assert max(sm_reads(nvml, [found["processes_sm"]], 0.3)["nvml:0:processes_sm"]) == 0.0
+
+
+def test_no_per_process_utilisation_says_which_check_cannot_be_done():
+    nvml = ReplayNvmlForTests(energy_read_s=0, process_utilisation=False)
+    found, notes = sensors_by_quantity(nvml, pid=os.getpid())
+    assert "processes_sm" not in found and "process_sm" not in found
+    said = [n for n in notes if "processes_sm" in n]
+    assert said and "whether other processes use this GPU cannot be checked" in said[0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fakesys.nvml import H200
+from fakesys.nvml import H200, busy_windows, overlap
 
 from fecomlite.sensors.replay import load_trace
 from fecomlite.server.gate import GateThresholds, evaluate, wait_for_stable
@@ -214,3 +214,51 @@ def test_estimated_power_is_gated_through_the_utilisation_it_comes_from():
     assert verdict["passed"] and clock.now < 1.0
     assert {c["sensor"] for c in verdict["checked"]} == {"util:cpu"}
     assert "no temperature sensor: gated on utilisation alone" in verdict["reasons"]
+
+
+def recorded_gpu_processes(start_s: float, n: int = 20) -> Series:
+    """nvml:0:processes_sm as NVML would give it for the recorded H200 work (gpu_calls.csv) done
+    by processes other than the program: their busy share of each 0.2 s, from `start_s` on."""
+    busy = busy_windows(H200 / "gpu_calls.csv")
+    t0 = int(load_trace(H200 / "gpu_samples_energy.csv", "energy_mJ").t_ns[0] + start_s * 1e9)
+    t = t0 + np.arange(1, n + 1, dtype=np.int64) * 200_000_000
+    share = [100 * overlap(busy, int(x) - 200_000_000, int(x)) / 2e8 for x in t]
+    return Series("nvml:0:processes_sm", "gpu-processes", "%", "gauge", "measured", None, t,
+                  np.array(share), "gpu:0")
+
+
+def test_other_processes_computing_on_a_gpu_fail_the_gate_and_it_says_which():
+    clock = FakeClock()
+    stable = series("nvml:0:power_instant", [130.0] * 20, domain="gpu:0", device="gpu:0")
+    gpu = recorded_gpu_processes(start_s=3.0, n=4)  # inside the recorded 0.8 s burst
+    result = wait_for_stable(lambda: [stable, gpu], GateThresholds(max_wait_s=3.0, window=4),
+                             clock=clock, sleep=clock.sleep)
+    assert not result["passed"]
+    quiet = next(c for c in result["checked"] if c["check"] == "gpu_quiet")
+    assert quiet["value"] > 80 and not quiet["passed"]
+    assert any("nvml:0:processes_sm: not quiet: other processes used" in r
+               for r in result["reasons"])
+    assert not any("gpu:0" in n for n in result["not_checked"])  # it was checked
+
+
+def test_a_quiet_gpu_passes_and_a_gpu_without_process_data_is_named():
+    clock = FakeClock()
+    stable = series("nvml:0:power_instant", [130.0] * 20, domain="gpu:0", device="gpu:0")
+    idle = recorded_gpu_processes(start_s=0.0, n=14)  # the recorded idle before the work
+    result = wait_for_stable(lambda: [stable, idle], GateThresholds(max_wait_s=3.0, window=14),
+                             clock=clock, sleep=clock.sleep)
+    assert result["passed"] and result["waited_s"] == 0
+    assert next(c for c in result["checked"] if c["check"] == "gpu_quiet")["value"] == 0.0
+    result = wait_for_stable(lambda: [stable], GateThresholds(max_wait_s=3.0),
+                             clock=clock, sleep=clock.sleep)
+    assert ("whether other processes use gpu:0: NVML gives no per-process utilisation"
+            in result["not_checked"])
+
+
+def test_a_machine_without_gpu_says_no_gpu():
+    clock = FakeClock()
+    cpu = series("rapl", [100.0] * 20)
+    result = wait_for_stable(lambda: [cpu], GateThresholds(max_wait_s=3.0), clock=clock,
+                             sleep=clock.sleep)
+    assert "no GPU" in result["reasons"]
+    assert not any("GPU" in n for n in result["not_checked"])

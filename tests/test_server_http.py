@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 import typer
-from fakesys.nvml import H200
+from fakesys.nvml import H200, ReplayNvmlForTests
 from test_server_support import FakeSensorForTests, encode_batch, served
 from typer.testing import CliRunner
 
+from fecomlite.sensors.nvml import discover_nvml
 from fecomlite.sensors.replay import fixture_sensors
 from fecomlite.server.app import ServerConfigError
 from fecomlite.server.client import ServerClient, ServerError
@@ -153,6 +154,21 @@ def test_gate_fails_within_its_max_wait_on_the_busy_part_and_says_why(tmp_path: 
     assert any("power_instant: power_cv" in r for r in result["reasons"])
     with Store(tmp_path / "store.sqlite") as store:
         assert store.result(run, "gates")[-1]["passed"] is False
+
+
+def test_gate_fails_while_another_process_computes_on_the_gpu(tmp_path: Path):
+    # the recorded burst (3.0–3.8 s into the trace) and the work after it, done by pid 1
+    nvml = ReplayNvmlForTests(energy_read_s=0, offset_s=3.05, gpu_users=(1,))
+    sensors, _ = discover_nvml(None, nvml)
+    with served(tmp_path, sensors) as client:
+        run, _ = client.create_run("x.py", [], "method", {})
+        result = client.gate(run, window=3, max_wait_s=1.0, gpu_temp_max_c=80,
+                             gpu_power_cv_max=10.0)
+    quiet = next(c for c in result["checked"] if c["check"] == "gpu_quiet")
+    assert quiet["sensor"] == "nvml:0:processes_sm" and quiet["value"] > 10, result
+    assert not result["passed"]
+    assert any("not quiet: other processes used" in r for r in result["reasons"])
+    assert not any("gpu:0" in n for n in result["not_checked"])
 
 
 def test_samples_and_sensor_metadata_of_a_run_with_a_watched_process(tmp_path: Path):

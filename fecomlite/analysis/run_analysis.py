@@ -14,7 +14,7 @@ import csv
 import dataclasses
 import io
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
@@ -22,15 +22,17 @@ from typing import Any
 import numpy as np
 
 from fecomlite.analysis import attribution as at
-from fecomlite.analysis.calibration import fit_groups
+from fecomlite.analysis import noise_floor
 from fecomlite.analysis.devices import (
     attribute_calls,
     device_masks,
     device_owners,
     domain_calls,
 )
+from fecomlite.analysis.units import scaled, with_noise
 from fecomlite.runtime.batch_codec import PROJECT_SITE
 from fecomlite.runtime.calibration_replay import KIND as CALIBRATION_KIND
+from fecomlite.runtime.calibration_replay import fit_groups
 from fecomlite.sensors.estimate import ABOVE_IDLE_MODELS
 from fecomlite.store import Store
 
@@ -453,7 +455,9 @@ def analyse_run(
     notes += _share_notes(domains)
     load = machine_load(store, sensors, baseline, reps)
     for d in domains:
-        d["reliable"] = not (load["busy"] and d["domain"] in HOST_DOMAINS and d["role"] != "share")
+        busy = d["domain"] in load["busy_domains"] and d["role"] != "share"
+        d["unreliable"] = [load["busy_domains"][d["domain"]]] if busy else []
+        d["reliable"] = not busy
     above_by_domain = {d["domain"]: d["program_J"] if d["program_J"] > finite_or_zero(d["noise_J"])
                        else math.nan for d in domains}
     site_rows = _aggregate(calls, site_of, len(sites), dom_info, above_by_domain, reps,
@@ -470,6 +474,8 @@ def analyse_run(
         row["sites"] = len(members)
     site_rows = [r for r in site_rows if r["calls"]]
     api_rows = [r for r in api_rows if r["calls"]]
+    flagged = _below_zero_reasons(domains, api_rows, "APIs", "api")
+    _below_zero_reasons(domains, site_rows, "call sites", "key", skip=flagged)
     order_key = _sort_key(domains)
     site_rows.sort(key=order_key, reverse=True)
     api_rows.sort(key=order_key, reverse=True)
@@ -615,20 +621,81 @@ def machine_load(
     store: Store, sensors: list[dict[str, Any]], baseline: dict[str, Any],
     reps: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """Whether other processes used the CPUs during the idle baseline or the repetitions: the
-    machine's CPU utilisation (util:cpu) less the measured process tree's (util:process), in %
-    of all CPUs. Above BUSY_SHARE the machine-level above-idle figures are unreliable: the
-    baseline or the program's power held other processes' work. GPUs are not checked here."""
-    by_name = {s["name"]: s for s in sensors}
+    """Whether other processes used the CPUs or a GPU during the idle baseline or the
+    repetitions. CPUs: the machine's utilisation (util:cpu) less the measured process tree's
+    (util:process), in % of all CPUs. GPUs: NVML's per-process SM utilisation of every process
+    (nvml:N:processes_sm) less the tree's (nvml:N:process_sm), in % of that GPU's SM time.
+    Above BUSY_SHARE the machine-level above-idle figures of that device are unreliable: its
+    baseline or the program's power held other processes' work. `busy_domains`: {domain: why}."""
     out: dict[str, Any] = {"checked": [], "not_checked": [], "busy": False, "text": "",
-                           "baseline_other_pct": math.nan, "program_other_pct": math.nan}
+                           "baseline_other_pct": math.nan, "program_other_pct": math.nan,
+                           "cpu_busy": False, "gpus": [], "busy_domains": {}}
+    windows = [(r["t_start_ns"], r["t_end_ns"]) for r in reps
+               if r.get("t_start_ns") is not None and r.get("t_end_ns") is not None]
+    span = (baseline.get("t_start_ns"), baseline.get("t_end_ns"))
+    baseline_window = span if None not in span else None
+    by_name = {s["name"]: s for s in sensors}
+    texts = []
     machine = by_name.get("util:cpu")
     if machine is None:
         out["not_checked"].append("CPU: no machine utilisation was recorded")
-        return out
+    else:
+        cpu = _other_load(store, machine, by_name.get("util:process"), baseline_window, windows,
+                          "CPU", "the program's own utilisation")
+        out["checked"] += cpu["checked"]
+        out["not_checked"] += cpu["not_checked"]
+        out["baseline_other_pct"], out["program_other_pct"] = cpu["baseline"], cpu["program"]
+        out["cpu_busy"] = cpu["busy"]
+        if cpu["busy"]:
+            out["busy_domains"].update(dict.fromkeys(HOST_DOMAINS, (
+                f"other processes used the CPUs ({cpu['parts']} of all CPUs): the machine's "
+                "above-idle power includes their work")))
+            texts.append("The CPUs were busy: other processes used them ("
+                         + cpu["parts"] + " of all CPUs). Machine-level above-idle figures "
+                         "(CPU package, DRAM) are unreliable; the program's own share "
+                         "(cpu-process) is not affected.")
+        else:
+            texts.append("The CPUs were quiet: other processes used "
+                         + (cpu["parts"] or "nothing measurable") + " of all CPUs.")
+    gpus = sorted({s["domain"] for s in sensors if s["domain"].startswith("gpu:")})
+    if not gpus:
+        out["checked"].append("GPUs: none on this machine")
+        texts.append("No GPU.")
+    for gpu in gpus:
+        index = gpu.partition(":")[2]
+        every = by_name.get(f"nvml:{index}:processes_sm")
+        if every is None:
+            out["not_checked"].append(f"{gpu}: NVML gave no per-process utilisation, so other "
+                                      "processes' use of this GPU could not be read")
+            continue
+        g = _other_load(store, every, by_name.get(f"nvml:{index}:process_sm"), baseline_window,
+                        windows, gpu, "the program's own use of it")
+        out["checked"] += g["checked"]
+        out["not_checked"] += g["not_checked"]
+        out["gpus"].append({"gpu": gpu, "baseline_other_pct": g["baseline"],
+                            "program_other_pct": g["program"], "busy": g["busy"]})
+        if g["busy"]:
+            out["busy_domains"][gpu] = (f"other processes used {gpu} ({g['parts']} of its "
+                                        "compute time): its above-idle power includes their work")
+            texts.append(f"Other processes used {gpu} ({g['parts']} of its compute time): its "
+                         "above-idle figures are unreliable.")
+        else:
+            texts.append(f"{gpu} was quiet: other processes used "
+                         f"{g['parts'] or 'nothing measurable'} of its compute time.")
+    out["busy"] = bool(out["busy_domains"])
+    out["text"] = " ".join(texts)
+    return out
+
+
+def _other_load(
+    store: Store, machine: dict[str, Any], own: dict[str, Any] | None,
+    baseline: tuple[int, int] | None, windows: list[tuple[int, int]], device: str,
+    own_words: str,
+) -> dict[str, Any]:
+    """Other processes' mean utilisation of one device (%), during the baseline (everything
+    there is other) and the repetitions (the machine's less the tree's `own` sensor)."""
     tm, vm = _samples(store, machine["id"])
-    proc = by_name.get("util:process")
-    tp, vp = _samples(store, proc["id"]) if proc else (np.zeros(0, np.int64), np.zeros(0))
+    tp, vp = _samples(store, own["id"]) if own else (np.zeros(0, np.int64), np.zeros(0))
 
     def other(a: int, b: int, with_program: bool) -> float:
         inside = (tm > a) & (tm <= b)
@@ -637,33 +704,23 @@ def machine_load(
         mine = np.interp(tm[inside], tp, vp) if with_program and tp.size else 0.0
         return float(np.mean(np.clip(vm[inside] - mine, 0, None)))
 
-    if baseline.get("t_start_ns") is not None and baseline.get("t_end_ns") is not None:
-        out["baseline_other_pct"] = other(baseline["t_start_ns"], baseline["t_end_ns"], False)
-        out["checked"].append("CPU during the idle baseline")
-    windows = [(r["t_start_ns"], r["t_end_ns"]) for r in reps
-               if r.get("t_start_ns") is not None and r.get("t_end_ns") is not None]
-    if windows and proc is not None:
+    out: dict[str, Any] = {"checked": [], "not_checked": [], "baseline": math.nan,
+                           "program": math.nan}
+    if baseline is not None:
+        out["baseline"] = other(*baseline, False)
+        out["checked"].append(f"{device} during the idle baseline")
+    if windows and own is not None:
         values = [other(a, b, True) for a, b in windows]
-        out["program_other_pct"] = float(np.nanmean(values)) if np.isfinite(values).any() \
-            else math.nan
-        out["checked"].append("CPU during the repetitions")
+        out["program"] = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
+        out["checked"].append(f"{device} during the repetitions")
     elif windows:
-        out["not_checked"].append("CPU during the repetitions: the program's own utilisation "
-                                  "was not recorded")
-    if any(s["domain"].startswith("gpu:") for s in sensors):
-        out["not_checked"].append("GPUs: other processes' use is not read")
-    worst = np.nanmax([out["baseline_other_pct"], out["program_other_pct"], 0.0])
+        out["not_checked"].append(f"{device} during the repetitions: {own_words} was not "
+                                  "recorded")
+    worst = np.nanmax([out["baseline"], out["program"], 0.0])
     out["busy"] = bool(worst > 100 * BUSY_SHARE)
-    parts = [f"{label} {value:.0f} %" for label, value in (
-        ("during the idle baseline", out["baseline_other_pct"]),
-        ("during the repetitions", out["program_other_pct"])) if math.isfinite(value)]
-    if out["busy"]:
-        out["text"] = ("The machine was busy: other processes used the CPUs (" + ", ".join(parts)
-                       + " of all CPUs). Machine-level above-idle figures (CPU package, DRAM) "
-                       "are unreliable; the program's own share (cpu-process) is not affected.")
-    else:
-        out["text"] = ("The machine was quiet: other processes used " + (", ".join(parts) or
-                       "nothing measurable") + " of all CPUs.")
+    out["parts"] = ", ".join(f"{label} {value:.0f} %" for label, value in (
+        ("during the idle baseline", out["baseline"]),
+        ("during the repetitions", out["program"])) if math.isfinite(value))
     return out
 
 
@@ -680,8 +737,9 @@ def _share_notes(domains: list[dict[str, Any]]) -> list[str]:
                 f"0 W; {whole['domain']} above idle is the whole machine's power less its idle "
                 "baseline. The two are never added.")
         if d["program_J"] > whole["program_J"] + finite_or_zero(whole["noise_J"]):
-            text += (f" Here the share ({_joules(d['program_J'])}) exceeds the whole above idle "
-                     f"({_joules(whole['program_J'])}): the baseline was not idle (other "
+            text += (f" Here the share ({scaled(d['program_J'], 'J')}) exceeds the whole above "
+                     f"idle ({with_noise(whole['program_J'], whole['noise_J'])}): the baseline was "
+                     "not idle (other "
                      f"processes were running), so {whole['domain']} above idle is too low.")
         notes.append(text)
     return notes
@@ -690,10 +748,6 @@ def _share_notes(domains: list[dict[str, Any]]) -> list[str]:
 def finite_or_zero(value: Any) -> float:
     """A figure that may be missing (None, NaN, not a number) as a term of a sum: 0."""
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
-
-
-def _joules(value: float) -> str:
-    return f"{value:.3g} J"
 
 
 def _intensity_record(res: at.Attribution, api_names: list[str], asked: str) -> dict[str, Any]:
@@ -728,7 +782,9 @@ def _aggregate(
     uncertainty_J (1σ of the sum, `attribution.group_uncertainty`), per_call: {sum, mean, median,
     stdev, ci95_low, ci95_high}, share (of the repetitions' above-idle energy; nested rows
     overlap, as in a profiler), below_resolution_share, per_rep_J, rep_mean_J, rep_ci95_low,
-    rep_ci95_high}}; all_domains: the sum over additive domains with its provenance; memory:
+    rep_ci95_high, and never below zero (`_floor_at_zero`): below_zero, raw_above_idle_J,
+    raw_self_J, raw_per_rep_J}}; all_domains: the sum over additive domains with its provenance
+    (raw_above_idle_J, below_zero likewise); memory:
     rss_peak_max_B, rss_delta_mean_B, gpu_mem_peak_max_B, gpu_mem_delta_mean_B."""
     order = np.argsort(group, kind="stable")
     bounds = np.searchsorted(group[order], np.arange(ngroups + 1))
@@ -770,22 +826,82 @@ def _aggregate(
                 "per_rep_J": per_rep, "rep_mean_J": rep_mean,
                 "rep_ci95_low": rep_lo, "rep_ci95_high": rep_hi,
             }
+            _floor_at_zero(row["energy"][domain], sigma, idx.size, len(rep_ids))
         row["all_domains"] = cross_domain(row["energy"])
         rows.append(row)
     return rows
 
 
+def _floor_at_zero(e: dict[str, Any], sigma: float, calls: int, reps: int) -> None:
+    """Never below zero (`noise_floor`): the raw above-idle, self and per-repetition estimates
+    stay as raw_*; the shown figures are 0 within noise, NaN beyond it (`below_zero` says
+    which); per-call and per-repetition figures by their own noise (σ over the calls, the
+    repetitions)."""
+    raw_above, raw_self = e["above_idle_J"], e["self_J"]
+    states = {noise_floor.below_zero(raw_above, sigma), noise_floor.below_zero(raw_self, sigma)}
+    e["raw_above_idle_J"], e["raw_self_J"] = raw_above, raw_self
+    e["below_zero"] = next((s for s in (noise_floor.BEYOND_NOISE, noise_floor.WITHIN_NOISE)
+                            if s in states), None)
+    e["above_idle_J"] = noise_floor.shown(raw_above, sigma)
+    e["self_J"] = noise_floor.shown(raw_self, sigma)
+    if e["above_idle_J"] != raw_above:  # below zero: the share is 0 within noise, else unknown
+        e["share"] = 0.0 if e["above_idle_J"] == 0 else math.nan
+    per_call = e["per_call"]
+    per_call["sum"] = e["above_idle_J"]
+    for key in ("mean", "median"):
+        per_call[key] = noise_floor.shown(per_call[key], sigma / max(calls, 1))
+    e["rep_mean_J"] = noise_floor.shown(e["rep_mean_J"], sigma / max(reps, 1))
+    e["raw_per_rep_J"] = e["per_rep_J"]  # for statistics over repetitions (the sweep)
+    e["per_rep_J"] = [noise_floor.shown(v, sigma / math.sqrt(max(reps, 1)))
+                      for v in e["per_rep_J"]]
+
+
+def _below_zero_reasons(
+    domains: list[dict[str, Any]], rows: list[dict[str, Any]], name: str, label: str,
+    skip: Collection[str] = (),
+) -> set[str]:
+    """Flag a domain unreliable where some of its per-API (per-site) figures fell below zero
+    beyond their noise, with the reason in words (those figures are not shown); the domains
+    flagged, to `skip` in the next pass."""
+    flagged = set()
+    for d in domains:
+        key = d["domain"]
+        if key in skip:
+            continue
+        bad = [r for r in rows
+               if r["energy"].get(key, {}).get("below_zero") == noise_floor.BEYOND_NOISE]
+        if not bad:
+            continue
+        worst = min(bad, key=lambda r: min(r["energy"][key]["raw_above_idle_J"],
+                                           r["energy"][key]["raw_self_J"]))
+        e = worst["energy"][key]
+        depth = -min(e["raw_above_idle_J"], e["raw_self_J"])
+        d["unreliable"].append(
+            f"{len(bad)} {name[:-1] if len(bad) == 1 else name} came out below the idle "
+            f"baseline by more than {'its' if len(bad) == 1 else 'their'} noise "
+            f"(most: {worst[label]}, by {scaled(depth, 'J')}, noise ± "
+            f"{scaled(e['uncertainty_J'], 'J')}): the idle baseline was "
+            "higher than this domain's level while they ran (other load during the baseline, "
+            "or an idle level that drifted), so their figures are not shown")
+        d["reliable"] = False
+        flagged.add(key)
+    return flagged
+
+
 def cross_domain(energy: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The sum over additive domains (package, DRAM, GPUs), `estimated` if any part is."""
+    """The sum over additive domains (package, DRAM, GPUs), `estimated` if any part is; of the
+    parts' raw estimates, never shown below zero (`noise_floor`)."""
     parts = {d: e for d, e in energy.items() if _addable(d.partition("@")[0])}
     if not parts:
         return {"above_idle_J": math.nan, "uncertainty_J": math.nan, "total_J": math.nan,
                 "provenance": None, "domains": []}
     estimated = any(e["provenance"] != "measured" for e in parts.values())
+    raw = float(sum(e["raw_above_idle_J"] for e in parts.values()))
+    sigma = math.sqrt(sum(finite_or_zero(e["uncertainty_J"]) ** 2 for e in parts.values()))
     return {
-        "above_idle_J": float(sum(e["above_idle_J"] for e in parts.values())),
-        "uncertainty_J": math.sqrt(sum(finite_or_zero(e["uncertainty_J"]) ** 2
-                                       for e in parts.values())),
+        "above_idle_J": noise_floor.shown(raw, sigma), "raw_above_idle_J": raw,
+        "below_zero": noise_floor.below_zero(raw, sigma),
+        "uncertainty_J": sigma,
         "total_J": float(sum(e["total_J"] for e in parts.values())),
         "provenance": "estimated" if estimated else "measured",
         "domains": sorted(parts),
@@ -826,7 +942,11 @@ def _sort_key(domains: list[dict[str, Any]]) -> Callable[[dict[str, Any]], float
     ranked = sorted(domains, key=lambda d: (not d.get("reliable", True),
                                             d["provenance"] != "measured", d["domain"]))
     first = ranked[0]["domain"] if ranked else None
-    return lambda row: row["energy"][first]["above_idle_J"] if first else row["total_time_s"]
+    def key(row: dict[str, Any]) -> float:
+        value = row["energy"][first]["above_idle_J"] if first else row["total_time_s"]
+        return value if math.isfinite(value) else -math.inf  # not shown: last
+
+    return key
 
 
 def _per_rep(
@@ -912,7 +1032,7 @@ _ID_COLUMNS = {
     "api": ("api", "written", "sites"),
     "site": ("key", "api", "written", "file", "line", "col", "kind", "function", "source"),
 }
-_ENERGY_COLUMNS = ("above_idle_J", "total_J", "self_J", "uncertainty_J", "share",
+_ENERGY_COLUMNS = ("above_idle_J", "below_zero", "total_J", "self_J", "uncertainty_J", "share",
                    "below_resolution_share", "rep_mean_J", "rep_ci95_low", "rep_ci95_high",
                    "provenance", "model", "method")
 _PER_CALL_COLUMNS = ("mean", "median", "stdev", "ci95_low", "ci95_high")

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from fecomlite.analysis.units import scaled
 from fecomlite.model.cache import MemoryHierarchy, cpu_hierarchy
 from fecomlite.model.features import FeatureError, StepFeatures, training_step
 from fecomlite.model.fit import (
@@ -47,7 +48,6 @@ from fecomlite.model.sweep import (
     measured_columns,
     parse_list,
 )
-from fecomlite.report.units import scaled
 from fecomlite.store import Store, StoreError, default_home
 
 console = Console()

@@ -208,7 +208,8 @@ def measured_columns(
         energy = site["energy"].get(d)
         if energy is None:
             continue
-        per_rep = [e for e in energy["per_rep_J"] if e is not None and math.isfinite(e)]
+        # the raw estimates: their spread is the noise, and a bound is drawn from them below
+        per_rep = [e for e in energy["raw_per_rep_J"] if e is not None and math.isfinite(e)]
         mean, spread = _mean(per_rep), _std(per_rep) or 0.0
         if mean is None:
             continue

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from units import tables
 
-from fecomlite.analysis import collectives
+from fecomlite.analysis import collectives, units
 from fecomlite.analysis.carbon import Intensity
 from fecomlite.analysis.ranks import add_rank_figures
 from fecomlite.analysis.run_analysis import RunAnalysis, analyse_run, mean_ci95
 from fecomlite.report import layers as layer_report
-from fecomlite.report import tables, units
 from fecomlite.report.co2e import add_co2e, csv_with_co2e
 from fecomlite.report.distributed import rank_section
 from fecomlite.report.model_section import model_section
@@ -199,7 +199,7 @@ def _domain_card(a: RunAnalysis, d: dict[str, Any]) -> dict[str, Any]:
         "sensor": d["sensor"], "provenance": d["provenance"], "model": d.get("model"),
         "model_text": MODELS.get(d.get("model") or "", ""),
         "role": d.get("role"), "meaning": d.get("meaning", ""), "of": d.get("of"),
-        "reliable": d.get("reliable", True),
+        "reliable": d.get("reliable", True), "unreliable": d.get("unreliable") or [],
         "total": units.scaled(d["total_J"], "J"), "total_wh": units.watt_hours(d["total_J"]),
         "above": units.with_noise(d["above_idle_J"], d.get("above_noise_J")),
         "program": program,

@@ -28,9 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from units import tables
 
+from fecomlite.analysis import units
 from fecomlite.analysis.run_analysis import RunAnalysis, analyse_run, mean_ci95
-from fecomlite.report import tables, units
 from fecomlite.report.palette import domain_color, domain_name, shade
 
 TOP_BARS = 15
@@ -78,10 +79,10 @@ def _comparable(da: dict[str, Any] | None, db: dict[str, Any] | None) -> tuple[b
     if da.get("method") != db.get("method"):
         return False, (f"attributed by {da.get('method')} in A and {db.get('method')} in B: "
                        "the difference would be the methods'")
-    busy = [side for side, d in (("A", da), ("B", db)) if not d.get("reliable", True)]
-    if busy:
-        return False, (f"other processes kept the machine busy in run {' and '.join(busy)}: "
-                       "its machine-level above-idle figures are unreliable")
+    unreliable = [f"in run {side}, {'; '.join(d.get('unreliable') or ['it is unreliable'])}"
+                  for side, d in (("A", da), ("B", db)) if not d.get("reliable", True)]
+    if unreliable:
+        return False, "its above-idle figures are unreliable: " + "; ".join(unreliable)
     return True, da["provenance"]
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from fecomlite.analysis import units
 from fecomlite.analysis.run_analysis import RunAnalysis
-from fecomlite.report import units
 
 MAX_ROWS = 30  # APIs shown, most time first
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from fecomlite.analysis import units
 from fecomlite.analysis.run_analysis import RunAnalysis
-from fecomlite.report import units
 from fecomlite.runtime.layers import facts
 
 FACT_FIELDS = (

@@ -18,6 +18,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from fecomlite.analysis import units
 from fecomlite.analysis.run_analysis import RunAnalysis
 from fecomlite.model.cache import MemoryHierarchy
 from fecomlite.model.features import FeatureError, api_kind, training_step
@@ -38,7 +39,6 @@ from fecomlite.model.sweep import (
     SWEEP_KIND,
     measured_columns,
 )
-from fecomlite.report import units
 from fecomlite.report.palette import SERIES_COLORS
 from fecomlite.store import Store
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 from markupsafe import Markup
 
-from fecomlite.report import units
+from fecomlite.analysis import units
 
 if TYPE_CHECKING:
     from fecomlite.report.build import Report

@@ -109,7 +109,7 @@ def run_row(store: Store, run_id: int, method: str = "overlap") -> dict[str, Any
             "above_idle_J": mean if resolved else None, "sigma_J": sigma,
             "below_J": None if resolved else max(2 * sigma, abs(mean)),
             "provenance": d["provenance"], "model": d.get("model"),
-            "reliable": d.get("reliable", True),
+            "reliable": d.get("reliable", True), "unreliable": d.get("unreliable") or [],
         }
     settings = {k: v for k, v in (run.get("settings") or {}).items()
                 if k not in ("network", "params")}

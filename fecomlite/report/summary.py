@@ -11,8 +11,9 @@ from typing import Any
 
 from rich.table import Table
 
+from fecomlite.analysis import noise_floor
 from fecomlite.analysis.run_analysis import RunAnalysis
-from fecomlite.report.units import scaled
+from fecomlite.analysis.units import scaled
 from fecomlite.terminal import plain
 
 
@@ -29,7 +30,7 @@ def summary_table(analysis: RunAnalysis, top: int = 10) -> Table:
     table.add_column("time", justify="right")
     for domain in analysis.domains:
         what = f"share of {domain['of']}" if domain.get("role") == "share" else "above idle"
-        flag = ", unreliable: busy machine" if not domain.get("reliable", True) else ""
+        flag = ", unreliable" if not domain.get("reliable", True) else ""
         table.add_column(f"{plain(domain['domain'])} {what}\n({plain(_provenance(domain))}{flag})",
                          justify="right")
     for row in analysis.apis[:top]:
@@ -41,6 +42,9 @@ def summary_table(analysis: RunAnalysis, top: int = 10) -> Table:
     caption = []
     if (analysis.load or {}).get("busy"):
         caption.append(analysis.load["text"])
+    said = set(((analysis.load or {}).get("busy_domains") or {}).values())  # in the load text
+    caption += [f"{plain(d['domain'])} unreliable: {plain(why)}" for d in analysis.domains
+                for why in d.get("unreliable") or [] if why not in said]
     # where each was read ("sources") is in the report; the terminal gets the values
     hyperparams = {k: v for k, v in (run.get("hyperparams") or {}).items() if k != "sources"}
     if hyperparams:
@@ -64,14 +68,16 @@ def _provenance(domain: dict[str, Any]) -> str:
 
 
 def _energy_cell(energy: dict[str, Any]) -> str:
-    value = energy.get("above_idle_J", math.nan)
-    if not math.isfinite(value):
-        return "-"
+    value = _number(energy.get("above_idle_J"))
+    below = energy.get("below_zero")
+    if value is None:  # not shown below the idle baseline (the caption says why)
+        return "below idle" if below == noise_floor.BEYOND_NOISE else "-"
     spread = energy.get("uncertainty_J")
+    has_spread = bool(spread) and math.isfinite(spread)
+    if below and value == 0:  # zero within noise, as in the report's tables
+        return "≈ 0" + (f" (noise ± {scaled(spread, 'J')})" if has_spread else "")
     text = scaled(value, "J")
-    if value < 0 and spread is not None and -value <= 2 * spread:
-        text = "≈ 0"  # below idle only by noise, as in the report's tables
-    if spread and math.isfinite(spread):
+    if has_spread:
         text += f" ± {scaled(spread, 'J')}"
     if _below_resolution(energy):
         text += " *"
@@ -101,8 +107,11 @@ def summary_notes(analysis: RunAnalysis, top: int = 10) -> list[str]:
             "* : most of this energy comes from calls shorter than the sensor's update "
             "period; it is apportioned by time within each reading, not seen directly."
         )
-    if any(not math.isfinite(c.get("above_idle_J", math.nan)) for c in cells):
+    if any(_number(c.get("above_idle_J")) is None and not c.get("below_zero") for c in cells):
         notes.append("- : no reading of that sensor covered the API's calls.")
+    if any(c.get("below_zero") for c in cells):
+        notes.append("≈ 0: below the idle baseline by no more than the noise, i.e. zero; below "
+                     "idle: below it by more, not shown (the domain is flagged unreliable).")
     return notes
 
 
@@ -122,6 +131,7 @@ def summary_rows(analysis: RunAnalysis) -> list[dict[str, Any]]:
             record[f"{name}_uncertainty_J"] = _number(energy.get("uncertainty_J"))
             record[f"{name}_provenance"] = _provenance(domain)
             record[f"{name}_below_resolution"] = _below_resolution(energy)
+            record[f"{name}_below_zero"] = energy.get("below_zero") or ""
         rows.append(record)
     return rows
 

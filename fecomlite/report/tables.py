@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fecomlite.report import units
+from fecomlite.analysis import noise_floor, units
 from fecomlite.report.palette import domain_name
 
 HTML_ROW_LIMIT = 1000  # rows beyond this stay in the CSV and JSON only
@@ -41,6 +41,7 @@ class Column:
     title: str = ""
     shown: bool = True  # shown at first; the table's column chooser shows the others
     noise: tuple[str, ...] | None = None  # path of the figure's 1σ: negative within it is ≈ 0
+    below: tuple[str, ...] | None = None  # path of the row's `below_zero` (analysis.noise_floor)
 
     @property
     def numeric(self) -> bool:
@@ -78,6 +79,7 @@ def domain_group(domain: dict[str, Any]) -> Group:
 def _energy_columns(domain: dict[str, Any], *, with_total: bool) -> list[Column]:
     d = domain["domain"]
     g = domain_group(domain)
+    below = ("energy", d, "below_zero")
     cols = []
     if with_total:
         cols.append(Column(f"{d}:total", "total", "J", ("energy", d, "total_J"), f"{d} total_J",
@@ -85,15 +87,15 @@ def _energy_columns(domain: dict[str, Any], *, with_total: bool) -> list[Column]
                            shown=False))
     cols += [
         Column(f"{d}:above", "above idle", "J", ("energy", d, "above_idle_J"),
-               f"{d} above_idle_J", g, noise=("energy", d, "uncertainty_J"),
+               f"{d} above_idle_J", g, noise=("energy", d, "uncertainty_J"), below=below,
                title="energy above the idle baseline: what the calls cost"),
         Column(f"{d}:per_call", "per call ± 95 % CI", "J", ("energy", d, "per_call", "mean"),
                f"{d} per_call_mean_J", g,
                ci=(("energy", d, "per_call", "ci95_low"), ("energy", d, "per_call", "ci95_high")),
-               noise=("energy", d, "per_call", "noise_J"),
+               noise=("energy", d, "per_call", "noise_J"), below=below,
                title="mean above-idle energy per call, with the 95 % t-interval of the mean"),
         Column(f"{d}:share", "% of program", "%", ("energy", d, "share"), f"{d} share", g,
-               noise=("energy", d, "share_sigma"),
+               noise=("energy", d, "share_sigma"), below=below,
                title="of the program's above-idle energy in this domain (the repetitions, start "
                      "to end); nested calls are counted in their callers too"),
     ]
@@ -110,6 +112,7 @@ def _common_tail(domains: list[dict[str, Any]], gpu_memory: bool) -> list[Column
                   sensor=", ".join(d["domain"] for d in additive))
         cols.append(Column("all:above", "above idle", "J", ("all_domains", "above_idle_J"),
                            "all_domains_above_idle_J", g, noise=("all_domains", "uncertainty_J"),
+                           below=("all_domains", "below_zero"),
                            title="sum over " + ", ".join(d["domain"] for d in additive)))
     mem = Group("memory")
     for key, name in (("rss", "RSS"), ("gpu_mem", "GPU mem")):
@@ -161,8 +164,10 @@ def site_columns(domains: list[dict[str, Any]], gpu_memory: bool) -> list[Column
 
 def cell(column: Column, row: dict[str, Any]) -> Cell:
     value = lookup(row, column.path)
+    below = lookup(row, column.below) if column.below else None
     if value is None:
-        return Cell(None, "–")
+        # an estimate below the idle baseline beyond its noise is not shown (its domain says why)
+        return Cell(None, "below idle" if below == noise_floor.BEYOND_NOISE else "–")
     if not column.numeric:
         return Cell(value, str(value), data=str(value))
     data = repr(float(value)) if isinstance(value, float) else str(value)
@@ -173,7 +178,7 @@ def cell(column: Column, row: dict[str, Any]) -> Cell:
     else:
         text = units.scaled(value, column.unit, signed=column.signed)
     ci = ""
-    spread = 0.0  # 95 %: the CI's half-width, or 2σ of the figure's noise
+    spread = 0.0  # the CI's half-width (95 %), or the figure's noise (noise_floor.NOISE_SIGMAS σ)
     if column.ci:
         low, high = lookup(row, column.ci[0]), lookup(row, column.ci[1])
         if low is not None and high is not None:
@@ -181,9 +186,13 @@ def cell(column: Column, row: dict[str, Any]) -> Cell:
             ci = "± " + units.scaled(spread, column.unit)
     sigma = lookup(row, column.noise) if column.noise else None
     if sigma is not None:
-        spread = max(spread, 2 * sigma)
+        spread = max(spread, noise_floor.NOISE_SIGMAS * sigma)
     if isinstance(value, (int, float)) and value < 0 and -value <= spread:
         text = "≈ 0"  # below idle only by noise: never shown as negative energy
+    if below and value == 0:  # zero within noise (analysis.noise_floor)
+        text = "≈ 0"
+        noise = units.percent(sigma) if column.unit == "%" else units.scaled(sigma, column.unit)
+        ci = f"(noise ± {noise})" if sigma else ""
     return Cell(value, text, ci, data)
 
 

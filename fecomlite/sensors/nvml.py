@@ -10,10 +10,17 @@ The NVML module is injectable (`nvml=`): tests pass a replay of a recorded trace
 pynvml. Any NVMLError at discovery (no library, no driver, no GPU) gives no sensors and a note.
 Per-process GPU memory matches NVML's pids against the process tree; inside a container with
 its own pid namespace NVML reports host pids, and that sensor then reads 0.
+
+Other processes on a GPU: NVML's per-process accounting (`nvmlDeviceGetProcessUtilization`)
+gives each process's SM utilisation. The machine sensor `processes_sm` sums it over every
+process, the run's `process_sm` over the measured tree only; their difference is what other
+processes used, read the way the CPUs' is (util:cpu less util:process). Where NVML offers no
+per-process utilisation (some products, vGPUs, MIG) there is no such sensor and a note says so.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -25,7 +32,57 @@ UPDATE_PERIOD_S = 0.1  # energy counter and power fields, measured on an H200
 AVERAGING_S = 1.0  # nvmlDeviceGetPowerUsage's moving-average window on an H200
 UTILISATION_PERIOD_S = 1.0  # NVML's utilisation sample window: 1/6 s to 1 s by product
 
+PROCESS_SM_PERIOD_S = 0.2  # NVML samples process utilisation every ~1/6 s
+SAMPLE_HOLD_S = 0.4  # no new process sample for this long: no process ran
+OTHER_PROCESSES = "gpu-processes"  # domain: SM % used by every process on a GPU (the machine's)
+PROCESS_GPU_UTIL = "process-gpu-util"  # domain: SM % used by the measured process tree
+PROCESS_DOMAINS = ("process-gpu-memory", PROCESS_GPU_UTIL)  # follow a pid's tree
+
+_MISSING = {  # what a missing quantity means for the run, in words
+    "processes_sm": ": NVML gives no per-process utilisation here, so whether other processes "
+                    "use this GPU cannot be checked",
+}
+
 _VALUE_FIELDS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")  # by valueType
+
+
+class ProcessSmUtilisation:
+    """SM utilisation (%) of the processes `pids()` lists (every process: None), from NVML's
+    per-process samples since the previous read: each process's mean over its samples, summed,
+    at most 100.
+
+    NVML answers NOT_FOUND when no process ran on the GPU since the time asked. Its samples
+    come every ~1/6 s, so a read between two of them holds the last value, until no sample has
+    come for SAMPLE_HOLD_S: then no process ran, 0 %. Timestamps are NVML's (µs of the wall
+    clock); the first read looks one period back.
+    """
+
+    def __init__(self, nvml: Any, pids: Callable[[], set[int]] | None = None) -> None:
+        self._nvml = nvml
+        self._pids = pids
+        self._since_us = time.time_ns() // 1000 - int(PROCESS_SM_PERIOD_S * 1e6)
+        self._value = 0.0
+
+    def __call__(self, handle: Any) -> float:
+        nvml = self._nvml
+        try:
+            samples = nvml.nvmlDeviceGetProcessUtilization(handle, self._since_us)
+        except nvml.NVMLError as exc:
+            if exc.value not in (nvml.NVML_ERROR_NOT_FOUND, nvml.NVML_SUCCESS):
+                raise  # SUCCESS: pynvml's way of saying "no sample" when the count is 0
+            samples = []
+        if not samples:
+            held = time.time_ns() // 1000 - self._since_us < SAMPLE_HOLD_S * 1e6
+            self._value = self._value if held else 0.0
+            return self._value
+        keep = self._pids() if self._pids is not None else None
+        by_pid: dict[int, list[float]] = {}
+        for sample in samples:
+            self._since_us = max(self._since_us, int(sample.timeStamp))
+            if keep is None or int(sample.pid) in keep:
+                by_pid.setdefault(int(sample.pid), []).append(float(sample.smUtil))
+        self._value = min(100.0, sum(sum(v) / len(v) for v in by_pid.values()))
+        return self._value
 
 
 class NvmlSensor(BaseSensor):
@@ -69,14 +126,14 @@ def discover_nvml(
             notes.append(f"GPU {index} skipped: NVML: {exc}")
             continue
         for quantity, getter, meta in _quantities(nvml, pid, index):
-            if process_only and meta["domain"] != "process-gpu-memory":
+            if process_only and meta["domain"] not in PROCESS_DOMAINS:
                 continue
             sensor = NvmlSensor(getter, handle, index, quantity, **meta)
             try:
                 if getter(handle) is None:
                     raise ValueError("no value")
             except (nvml.NVMLError, ValueError) as exc:
-                notes.append(f"GPU {index}: no {quantity} ({exc})")
+                notes.append(f"GPU {index}: no {quantity} ({exc})" + _MISSING.get(quantity, ""))
                 continue
             sensors.append(sensor)
     return sensors, notes
@@ -133,8 +190,16 @@ def _quantities(
                                           "nvmlDeviceGetUtilizationRates.gpu",
                                           watch_period=False)),
     ]
+    out.append(("processes_sm", ProcessSmUtilisation(nvml),
+                meta(OTHER_PROCESSES, "%", GAUGE, PROCESS_SM_PERIOD_S,
+                     "nvmlDeviceGetProcessUtilization: SM % of every process on the GPU",
+                     watch_period=False)))
     if pid is not None:
         tree = ProcessTree(pid)
+        out.append(("process_sm", ProcessSmUtilisation(nvml, lambda: set(tree.pids())),
+                    meta(PROCESS_GPU_UTIL, "%", GAUGE, PROCESS_SM_PERIOD_S,
+                         "nvmlDeviceGetProcessUtilization: SM % of the measured process tree",
+                         watch_period=False)))
 
         def process_memory(h: Any) -> float:
             pids = set(tree.pids())

@@ -6,8 +6,11 @@ power sensor's readings, a counter's power over `bin_s` bins: see series.py); ut
 under `util_std_max_pp` percentage points over the same window, and the machine *quiet*: its
 mean utilisation (other processes: the program is not running yet) at most `util_quiet_max_pct`
 % of all CPUs, since a stable but busy machine makes every machine-level above-idle figure
-wrong. The verdict says what it could not check (no temperature, no machine utilisation, other
-processes on the GPUs). The wait is bounded by
+wrong; and each GPU quiet: the SM utilisation of the processes on it (NVML's per-process
+accounting; nobody's program is running yet, so all of it is other processes') at most
+`gpu_quiet_max_pct` %. The verdict says what it could not check (no temperature, no machine
+utilisation, a GPU without per-process utilisation) and says "no GPU" where there is none.
+The wait is bounded by
 `max_wait_s`: a gate that cannot be met is reported as failed, never looped on. Only samples
 taken after the gate began count, so the verdict is about now, not about the repetition before;
 or, with `lookback_s`, from that long before (the caller knows the machine was left alone then:
@@ -30,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from fecomlite.sensors.nvml import OTHER_PROCESSES
 from fecomlite.server.series import BIN_S, POWER_KINDS, Series, power_values
 
 MAX_WAIT_LIMIT_S = 3600.0
@@ -44,6 +48,7 @@ class GateThresholds:
     gpu_power_cv_max: float = 0.01  # σ/mean, GPUs
     util_std_max_pp: float = 5.0  # σ of utilisation, percentage points
     util_quiet_max_pct: float = 10.0  # mean machine utilisation, % of all CPUs: quiet
+    gpu_quiet_max_pct: float = 10.0  # mean SM utilisation of the processes on a GPU: quiet
     window: int = 20  # the last N power/utilisation values
     bin_s: float = BIN_S  # a counter's power is taken over bins this long
     max_wait_s: float = 120.0
@@ -69,7 +74,7 @@ class GateThresholds:
 
 def gated(domain: str, kind: str) -> bool:
     """Whether the gate looks at a sensor of this domain and kind (memory it does not)."""
-    return domain in ("temperature", "utilisation") or kind in POWER_KINDS
+    return domain in ("temperature", "utilisation", OTHER_PROCESSES) or kind in POWER_KINDS
 
 
 def of_the_machine(series: Series) -> bool:
@@ -114,6 +119,11 @@ def evaluate(series: list[Series], th: GateThresholds) -> list[dict[str, Any]]:
             ratio = float(p.std() / mean) if p.size and mean > 0 else None
             ok = ratio is not None and ratio <= limit
             checks.append(_check(s, "power_cv", ratio, limit, ok, p.size, th.window))
+        elif s.domain == OTHER_PROCESSES:
+            u = s.values[-th.window :]
+            mean = float(np.mean(u))
+            checks.append(_check(s, "gpu_quiet", mean, th.gpu_quiet_max_pct,
+                                 mean <= th.gpu_quiet_max_pct, u.size, th.window))
         elif s.domain == "utilisation":
             u = s.values[-th.window :]
             std = float(np.std(u))
@@ -166,7 +176,7 @@ def wait_for_stable(
         "gated": bool(checks),
         "waited_s": round(clock() - start, 3),
         "checked": checks,
-        "reasons": _reasons(checks, silent, passed),
+        "reasons": _reasons(checks, silent, passed) + no_gpu(series),
         "not_checked": not_checked(series, checks),
         "thresholds": asdict(th),
     }
@@ -179,9 +189,25 @@ def not_checked(series: list[Series], checks: list[dict[str, Any]]) -> list[str]
         out.append("temperature: no sensor")
     if not any(c["check"] == "utilisation_quiet" for c in checks):
         out.append("whether other processes use the CPUs: no machine utilisation")
-    if any(is_gpu(s) for s in series):
-        out.append("other processes on the GPUs: not read")
+    quiet_checked = {gpu_of(s) for s in series if s.domain == OTHER_PROCESSES}
+    for gpu in sorted({gpu_of(s) for s in series if is_gpu(s)} - quiet_checked):
+        out.append(f"whether other processes use {gpu}: NVML gives no per-process utilisation")
     return out
+
+
+def no_gpu(series: list[Series]) -> list[str]:
+    """"no GPU" where the machine has none: nothing there was left unchecked."""
+    return [] if any(is_gpu(s) for s in series) else ["no GPU"]
+
+
+def gpu_of(series: Series) -> str:
+    """The GPU a sensor reads, `gpu:N` (NVML sensors are named nvml:N:quantity)."""
+    for label in (series.device, series.domain):
+        if label.startswith("gpu:"):
+            return label
+    if series.name.startswith("nvml:"):
+        return "gpu:" + series.name.split(":")[1]
+    return "gpu"
 
 
 def _reasons(checks: list[dict[str, Any]], silent: list[str], passed: bool) -> list[str]:
@@ -195,6 +221,11 @@ def _reasons(checks: list[dict[str, Any]], silent: list[str], passed: bool) -> l
     for c in checks:
         if c["pending"]:
             reasons.append(f"{c['sensor']}: only {c['n']} of {c['needed']} values in time")
+        elif not c["passed"] and c["check"] == "gpu_quiet":
+            reasons.append(f"{c['sensor']}: not quiet: other processes used {c['value']:.0f} % "
+                           f"of the GPU's compute time before the program started (quiet is ≤ "
+                           f"{c['limit']:g} %); that GPU's above-idle figures will include their "
+                           "work")
         elif not c["passed"] and c["check"] == "utilisation_quiet":
             reasons.append(f"{c['sensor']}: not quiet: {c['value']:.0f} % of all CPUs busy "
                            f"before the program started (quiet is ≤ {c['limit']:g} %); "

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from fecomlite.analysis.run_analysis import BUSY_SHARE, cross_domain, domain_role, reliable_when
+from fecomlite.analysis.units import percent, scaled
 from fecomlite.report.palette import MEMORY_COLORS, domain_color, domain_name
 from fecomlite.report.render import jsonable
-from fecomlite.report.units import percent, scaled
 from fecomlite.server.monitor import BIN_S, Monitor, Snapshot
 from fecomlite.server.replies import Reply, Stream
 

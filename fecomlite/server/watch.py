@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fecomlite.analysis import attribution as at
-from fecomlite.report.units import scaled
+from fecomlite.analysis.units import scaled
 from fecomlite.server.client import ServerClient, ServerError, ensure_server
 from fecomlite.store import Store, default_home
 from fecomlite.terminal import plain

@@ -6,14 +6,23 @@ recorded ~4 ms cost of an energy read. Errors, constants and result structures a
 (NVMLError subclasses, c_nvmlFieldValue_t, c_nvmlMemory_t), so the code under test decodes
 exactly what the real library returns. The trace has no utilisation and no process list: the
 utilisation call answers NOT_SUPPORTED, and the process list is given by the test.
+
+Per-process utilisation comes from the trace's own record of when the GPU computed
+(gpu_calls.csv: the GPU was busy exactly inside each call): `gpu_users` names the pids that
+did that work, so a test can put the recorded work on the measured process or on another one.
+Samples are NVML's: one per user per ~1/6 s window the GPU was busy in, `smUtil` the busy share
+of the window, timestamps in µs of the wall clock; NOT_FOUND when none is newer than asked.
+`process_utilisation=False` answers NOT_SUPPORTED, as some products do.
 """
 
 from __future__ import annotations
 
+import csv
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pynvml
 
 from fecomlite.sensors.replay import TracePlayer, load_trace
@@ -21,6 +30,7 @@ from fecomlite.sensors.replay import TracePlayer, load_trace
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"  # recorded H200 traces, in the repo
 H200 = FIXTURES / "h200-nvml"
 _GIB = 2**30
+SAMPLE_NS = 166_666_667  # NVML's process-utilisation sample window on recent products
 
 
 class ReplayNvmlForTests:
@@ -28,10 +38,12 @@ class ReplayNvmlForTests:
     NVML_SUCCESS = pynvml.NVML_SUCCESS
     NVML_FI_DEV_POWER_INSTANT = pynvml.NVML_FI_DEV_POWER_INSTANT
     NVML_TEMPERATURE_GPU = pynvml.NVML_TEMPERATURE_GPU
+    NVML_ERROR_NOT_FOUND = pynvml.NVML_ERROR_NOT_FOUND
 
     def __init__(
         self, directory: Path = H200, *, offset_s: float = 0.0, energy_read_s: float = 0.0039,
         processes: tuple[tuple[int, int], ...] = (), init_error: int | None = None,
+        gpu_users: tuple[int, ...] = (), process_utilisation: bool = True,
     ) -> None:
         energy = directory / "gpu_samples_energy.csv"
         power = directory / "gpu_samples_power.csv"
@@ -45,6 +57,10 @@ class ReplayNvmlForTests:
         self.energy_read_s = energy_read_s
         self.processes = processes
         self.init_error = init_error
+        self.gpu_users = gpu_users
+        self.process_utilisation = process_utilisation
+        self.busy = busy_windows(directory / "gpu_calls.csv")
+        self.wall_minus_mono_ns = time.time_ns() - time.monotonic_ns()
 
     def _at(self, trace) -> float:
         t = min(max(self.player.now(), int(trace.t_ns[0])), int(trace.t_ns[-1]))
@@ -94,3 +110,35 @@ class ReplayNvmlForTests:
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: str) -> list[SimpleNamespace]:
         return [SimpleNamespace(pid=p, usedGpuMemory=b) for p, b in self.processes]
+
+    def nvmlDeviceGetProcessUtilization(self, handle: str, since_us: int) -> list:
+        if not self.process_utilisation:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        now = self.player.now()  # trace clock; the player maps it to the monotonic clock
+        mono_of_trace = self.player.start_ns - self.player.t0_ns
+        ends = np.arange(int(self.busy[0, 0]) + SAMPLE_NS, now + 1, SAMPLE_NS, dtype=np.int64)
+        wall_us = (ends + mono_of_trace + self.wall_minus_mono_ns) // 1000
+        ends = ends[wall_us > since_us]
+        samples = []
+        for end in ends:
+            share = overlap(self.busy, int(end) - SAMPLE_NS, int(end)) / SAMPLE_NS
+            stamp = (int(end) + mono_of_trace + self.wall_minus_mono_ns) // 1000
+            for pid in self.gpu_users if share > 0 else ():
+                samples.append(pynvml.c_nvmlProcessUtilizationSample_t(
+                    pid=pid, timeStamp=stamp, smUtil=round(100 * share), memUtil=0, encUtil=0,
+                    decUtil=0))
+        if not samples:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return samples
+
+
+def busy_windows(path: Path) -> np.ndarray:
+    """[start, end] ns (trace clock) of every recorded call, sorted: when the GPU computed."""
+    with open(path, newline="") as f:
+        rows = [(int(r["t_start_ns"]), int(r["t_end_ns"])) for r in csv.DictReader(f)]
+    return np.array(sorted(rows), dtype=np.int64).reshape(-1, 2)
+
+
+def overlap(windows: np.ndarray, a: int, b: int) -> int:
+    """ns of [a, b] inside the windows (the calls of one trace do not overlap)."""
+    return int(np.clip(np.minimum(windows[:, 1], b) - np.maximum(windows[:, 0], a), 0, None).sum())

@@ -23,7 +23,7 @@
     return probe.firstChild.namespaceURI;
   })();
 
-  // -- numbers (the same rules as fecomlite/report/units.py) ---------------------------------
+  // -- numbers (the same rules as fecomlite/analysis/units.py) ---------------------------------
 
   const SCALES = {
     J: [["µJ", 1e-6], ["mJ", 1e-3], ["J", 1], ["kJ", 1e3], ["MJ", 1e6]],

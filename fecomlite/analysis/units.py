@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+from fecomlite.analysis import noise_floor
+
 # (unit, factor) from the smallest; a value takes the largest unit it is ≥ 1 of.
 ENERGY_UNITS = (("µJ", 1e-6), ("mJ", 1e-3), ("J", 1.0), ("kJ", 1e3), ("MJ", 1e6))
 POWER_UNITS = (("mW", 1e-3), ("W", 1.0), ("kW", 1e3))
@@ -79,18 +81,19 @@ def watt_hours(joules: float | None) -> str:
 def with_noise(
     value: float | None, noise: float | None, unit: str = "J", *, short: bool = False
 ) -> str:
-    """A figure that can fall below zero by noise (a tail, energy outside calls): within its
-    noise it reads "≈ 0 (−7.09 J, noise ± 8.1 J)", never as negative energy; a negative figure
-    beyond its noise says it is below the idle baseline. short: "≈ 0" and the figure alone, for
-    table cells."""
+    """A figure that can fall below zero by noise (a tail, energy outside calls), never shown
+    as negative energy: within its noise (NOISE_SIGMAS σ) it reads "≈ 0 (noise ± 8.1 J)"; below
+    zero beyond its noise it says by how much it is below the idle baseline. short: "≈ 0" and
+    "below idle", for table cells."""
     if value is None or not math.isfinite(value):
         return "–"
-    text = scaled(value, unit)
     has_noise = noise is not None and math.isfinite(noise) and noise > 0
-    if has_noise and value < 0 and -value <= 2 * noise:
-        return "≈ 0" if short else f"≈ 0 ({text}, noise ± {scaled(noise, unit)})"
-    if short:
-        return text + (" (below idle)" if value < 0 else "")
-    if value < 0:
-        return f"{text}: below the idle baseline (the baseline was busier)"
-    return text + (f" ± {scaled(noise, unit)}" if has_noise else "")
+    state = noise_floor.below_zero(value, noise if has_noise else 0.0)
+    if state == noise_floor.WITHIN_NOISE:
+        return "≈ 0" if short or not has_noise else f"≈ 0 (noise ± {scaled(noise, unit)})"
+    if state == noise_floor.BEYOND_NOISE:
+        return "below idle" if short else (
+            f"below the idle baseline by {scaled(-value, unit)}"
+            + (f" (noise ± {scaled(noise, unit)})" if has_noise else "")
+            + ": the baseline was busier; not energy the program used")
+    return scaled(value, unit) + (f" ± {scaled(noise, unit)}" if has_noise and not short else "")
