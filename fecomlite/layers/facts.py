@@ -7,7 +7,8 @@ graph), model, path, class, params (parameter count, the layer's own and its chi
 saved_bytes_max (PyTorch: bytes of tensors the layer's forward kept for backward, weights not
 counted — the activation memory the layer adds), output_bytes_max, compiled (a compiled unit,
 timed whole), traced (Keras layers seen while a compiled step was traced), timed (of those,
-the layers the TensorFlow profiler's op events timed).
+the layers the TensorFlow profiler's op events timed), eager (a Keras layer called eagerly:
+forward only).
 """
 
 from __future__ import annotations

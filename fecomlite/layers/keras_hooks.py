@@ -173,6 +173,7 @@ class KerasTracer:
             site,
             params=self._count(layer),
             output_bytes_max=None if raised else nbytes_of((result,), {}),
+            eager=True,
         )
 
     def _symbolic(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:

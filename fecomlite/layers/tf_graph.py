@@ -132,12 +132,13 @@ class GraphProfiler:
 
     def _roll(self) -> None:
         while not self.stop.wait(WINDOW_S):
-            with self.lock:
-                data, mark = self._stop()
-                self._start()
-            found = self._spans(data, mark)
-            with self.lock:
-                self.spans.extend(found)
+            with contextlib.suppress(Exception):  # a probe thread never prints a traceback
+                with self.lock:
+                    data, mark = self._stop()
+                    self._start()
+                found = self._spans(data, mark)
+                with self.lock:
+                    self.spans.extend(found)
 
     def _start(self) -> bool:
         from tensorflow.python.profiler.internal import _pywrap_profiler
@@ -213,11 +214,11 @@ def profiler_logs_dropped() -> Any:
     lines ("Profiler session started." …), which the program would not print."""
     with contextlib.suppress(Exception):
         sys.stderr.flush()
+    saved = os.dup(2)  # first: with no fd 2 (closed by the program) nothing is redirected
     read, write = os.pipe()
     chunks: list[bytes] = []
     reader = threading.Thread(target=_read_all, args=(read, chunks), daemon=True)
     reader.start()  # drained meanwhile: a writer never waits on a full pipe
-    saved = os.dup(2)
     os.dup2(write, 2)
     os.close(write)
     try:

@@ -93,22 +93,9 @@ def _notes(a: RunAnalysis, layer_facts: dict[str, Any]) -> list[str]:
             )
         elif fact.get("compiled") and fact.get("phase") == "forward":
             notes.append(COMPILED_NOTE.format(site=site))
-    apis = {r["api"] for r in a.apis}
-    if any(
-        r.get("kind") == "layer"
-        and r.get("phase") == "forward"
-        and _is_keras(r, layer_facts)
-        and r["api"].replace(facts.FORWARD, facts.BACKWARD, 1) not in apis  # eager, not graph
-        for r in a.apis
-    ):
+    if any(f.get("eager") for f in layer_facts.values()):
         notes.append(KERAS_BACKWARD_NOTE)
     return notes
-
-
-def _is_keras(row: dict[str, Any], layer_facts: dict[str, Any]) -> bool:
-    """Keras layer facts carry no saved-tensor count (PyTorch's always do)."""
-    fact = layer_facts.get(row["api"]) or {}
-    return bool(fact) and "saved_bytes_max" not in fact
 
 
 def tree(a: RunAnalysis) -> list[dict[str, Any]]:
