@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import importlib
 import sys
+from types import SimpleNamespace
 
 from fecomlite.layers import facts, layer_env, on_import
+from fecomlite.layers.keras_hooks import _own_scope
 from fecomlite.layers.spans import nest
 from fecomlite.layers.tf_graph import Scopes, op_spans, profiler_logs_dropped
 from fecomlite.layers.torch_hooks import _Backward
@@ -150,6 +152,22 @@ def test_a_layer_s_consecutive_ops_form_one_span_nested_in_its_parent_s():
     assert a.parent is block and b.parent is block and block.parent is None
     assert (block.begin, block.end) == (12, 35)  # starts where first ended
     assert (b.begin, b.end) == (23, 35) and (again.begin, again.end) == (40, 50)
+
+
+def test_a_traced_layer_s_scope_is_read_from_its_output_op():
+    def out(name):
+        return SimpleNamespace(name=name)
+
+    assert _own_scope("", "net", out("net_1/head_1/BiasAdd:0")) == "net_1"
+    assert _own_scope("net_1", "dense", [out("net_1/dense_1/Relu:0")]) == "net_1/dense_1"
+    assert _own_scope("net_1", "dense_1", out("net_1/dense_1_2/BiasAdd:0")) == "net_1/dense_1_2"
+    assert _own_scope("net_1/block_1", "a", {"y": out("net_1/block_1/a_1/MatMul:0")}) == (
+        "net_1/block_1/a_1"
+    )
+    # a layer that returns its input (or another layer's tensor) has no op of its own
+    assert _own_scope("net_1", "dropout", out("net_1/dense_1/Relu:0")) is None
+    assert _own_scope("net_1", "dense", out("other/dense_1/Relu:0")) is None
+    assert _own_scope("net_1", "dense", 3.0) is None
 
 
 def test_only_the_profiler_s_log_lines_are_dropped_from_stderr(capfd):
