@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from types import SimpleNamespace
 
@@ -202,6 +203,22 @@ def test_watcher_runs_the_callback_after_the_module_executed(tmp_path, monkeypat
         assert not any(isinstance(f, on_import._Watcher) for f in sys.meta_path)
     finally:
         sys.modules.pop("fakeframework", None)
+
+
+def test_a_spec_looked_up_without_importing_does_not_use_up_the_callback(tmp_path, monkeypatch):
+    """TensorFlow calls `importlib.util.find_spec("keras")` before it imports Keras."""
+    (tmp_path / "fakeframework3.py").write_text("X = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+    on_import.when_imported({"fakeframework3": lambda m: seen.append(m.X)})
+    try:
+        assert importlib.util.find_spec("fakeframework3") is not None
+        assert seen == []
+        importlib.import_module("fakeframework3")
+        assert seen == [3]
+        assert not any(isinstance(f, on_import._Watcher) for f in sys.meta_path)
+    finally:
+        sys.modules.pop("fakeframework3", None)
 
 
 def test_a_failing_callback_does_not_fail_the_import(tmp_path, monkeypatch):
