@@ -1,8 +1,10 @@
 """What `--trace-layers` costs: each sample project instrumented, flag off and on, side by side.
 
 Both variants run exactly as `fecomlite run` runs them (probe posting to a live measurement
-server); they alternate round by round, so machine noise hits both alike. The figure is the
-median wall time of the whole program and the ratio on/off, with the layer events counted.
+server); they alternate round by round, so machine noise hits both alike. The figures are the
+median wall time and the median CPU time (user + system of the program's process: less moved
+by other load on a shared machine) of the whole program and their ratios on/off, with the layer
+events counted. On a Keras project with a compiled `fit` the cost is the TensorFlow profiler's.
 
     python benchmarks/layer_overhead.py [--rounds 3] [PROJECT ...]
     python benchmarks/layer_overhead.py --micro   # µs the hooks add per layer call
@@ -15,6 +17,7 @@ layer call, without a whole program's noise.
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import subprocess
 import sys
@@ -30,6 +33,12 @@ from fecomlite.server.client import ensure_server
 from fecomlite.store import Store
 
 DEFAULT_PROJECTS = ("torch_cnn", "torch_mlp_jit", "keras_mlp")
+
+
+def cpu_s() -> float:
+    """CPU seconds of the waited-for children so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def layer_events(home: Path, run_id: int) -> int:
@@ -88,7 +97,8 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="fecomlite-layers-"))
     client = ensure_server(home)
     settings = RunSettings(repeat=args.rounds)
-    print(f"{'project':16s} {'flag off':>9s} {'flag on':>9s} {'on/off':>8s} {'layer events':>13s}")
+    print(f"{'project':16s} {'wall off':>9s} {'wall on':>9s} {'on/off':>8s} "
+          f"{'cpu off':>9s} {'cpu on':>9s} {'on/off':>8s} {'layer events':>13s}")
     try:
         for name in args.projects or DEFAULT_PROJECTS:
             script = PROJECTS / name / "train.py"
@@ -101,20 +111,25 @@ def main() -> None:
                     manifest=program.manifest.get("sites", {}),
                 )
             times: dict[str, list[float]] = {"0": [], "1": []}
+            cpu: dict[str, list[float]] = {"0": [], "1": []}
             with tempfile.TemporaryDirectory() as cwd:
                 for rep in range(1, args.rounds + 1):
                     for flag, (run_id, token) in runs.items():
                         env = program_env(client, run_id, token, rep, program, False,
                                           home / f"{name}-{flag}-{rep}.spool", None, {ENV: flag})
                         client.rep_start(run_id, rep)
+                        before = cpu_s()
                         times[flag].append(timed([sys.executable, str(program.script)], env,
                                                   Path(cwd)))
+                        cpu[flag].append(cpu_s() - before)
                         client.rep_end(run_id, rep, 0)
             for run_id, _ in runs.values():
                 client.finish_run(run_id, "finished", 0)
             off, on = statistics.median(times["0"]), statistics.median(times["1"])
+            c_off, c_on = statistics.median(cpu["0"]), statistics.median(cpu["1"])
             events = layer_events(home, runs["1"][0]) // args.rounds
-            print(f"{name:16s} {off:8.2f}s {on:8.2f}s {on / off - 1:+7.1%} {events:13,d}")
+            print(f"{name:16s} {off:8.2f}s {on:8.2f}s {on / off - 1:+7.1%} "
+                  f"{c_off:8.2f}s {c_on:8.2f}s {c_on / c_off - 1:+7.1%} {events:13,d}")
     finally:
         client.shutdown()
     print(f"median of {args.rounds} alternating rounds; layer events per run of the program")

@@ -30,18 +30,26 @@ FACT_FIELDS = (
 )
 GRAPH_NOTE = (
     "{model} ({cls}) ran as a compiled graph (tf.function: what keras.Model.fit, evaluate and "
-    "predict compile by default): its {n} layers were seen only while the graph was traced, so "
-    "they cannot be timed one by one and their energy stays in the driving call. Compile the "
-    "model with run_eagerly=True to see them (eager steps are slower, so their energy is not "
-    "the graph's)."
+    "predict compile by default) that the TensorFlow profiler could not time here (another "
+    "profiler session ran, a TensorBoard callback, or XLA fused its ops): its {n} layers were "
+    "seen only while the graph was traced and their energy stays in the driving call. Compile "
+    "the model with run_eagerly=True to see them (eager steps are slower, so their energy is "
+    "not the graph's)."
+)
+PROFILED_NOTE = (
+    "{model} ({cls}) ran as a compiled graph: {timed} of its {n} layers were timed from the "
+    "TensorFlow profiler's op events grouped by layer name scope, forward and backward "
+    "(gradient ops). Ops the graph optimiser fused across layers count for the layer of the "
+    "op they were fused into; the loss, the optimizer and variable reads stay in the driving "
+    "call."
 )
 COMPILED_NOTE = (
     "{site}: a torch.compile'd module, timed as one unit (its layers run inside "
     "the compiled code, where no hook can see them)."
 )
 KERAS_BACKWARD_NOTE = (
-    "Keras layers have forward entries only: gradients are computed by a "
-    "GradientTape inside train_step, which no layer hook sees."
+    "Keras layers run eagerly have forward entries only: their gradients are computed by a "
+    "GradientTape, whose eager backward ops carry no layer name and pass no layer hook."
 )
 
 
@@ -74,25 +82,20 @@ def _notes(a: RunAnalysis, layer_facts: dict[str, Any]) -> list[str]:
     notes = []
     for site, fact in sorted(layer_facts.items()):
         if fact.get("phase") == "graph":
+            note = PROFILED_NOTE if fact.get("timed") else GRAPH_NOTE
             notes.append(
-                GRAPH_NOTE.format(
-                    model=fact.get("model"), cls=fact.get("class"), n=fact.get("traced")
+                note.format(
+                    model=fact.get("model"),
+                    cls=fact.get("class"),
+                    n=fact.get("traced"),
+                    timed=fact.get("timed"),
                 )
             )
         elif fact.get("compiled") and fact.get("phase") == "forward":
             notes.append(COMPILED_NOTE.format(site=site))
-    if any(
-        r.get("kind") == "layer" and r.get("phase") == "forward" and _is_keras(r, layer_facts)
-        for r in a.apis
-    ):
+    if any(f.get("eager") for f in layer_facts.values()):
         notes.append(KERAS_BACKWARD_NOTE)
     return notes
-
-
-def _is_keras(row: dict[str, Any], layer_facts: dict[str, Any]) -> bool:
-    """Keras layer facts carry no saved-tensor count (PyTorch's always do)."""
-    fact = layer_facts.get(row["api"]) or {}
-    return bool(fact) and "saved_bytes_max" not in fact
 
 
 def tree(a: RunAnalysis) -> list[dict[str, Any]]:

@@ -122,7 +122,7 @@ def run_command(
         bool | None,
         typer.Option(
             "--trace-layers/--no-trace-layers",
-            help="Time each framework layer (forward, PyTorch backward) inside calls.",
+            help="Time each framework layer (forward and backward) inside calls.",
         ),
     ] = None,
 ) -> None:

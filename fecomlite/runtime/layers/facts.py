@@ -6,7 +6,9 @@ backward is `layer-backward:` with the same rest. Facts per site: phase (forward
 graph), model, path, class, params (parameter count, the layer's own and its children's),
 saved_bytes_max (PyTorch: bytes of tensors the layer's forward kept for backward, weights not
 counted — the activation memory the layer adds), output_bytes_max, compiled (a compiled unit,
-timed whole), traced (Keras layers seen only while a graph was traced, so never timed).
+timed whole), traced (Keras layers seen while a compiled step was traced), timed (of those,
+the layers the TensorFlow profiler's op events timed), eager (a Keras layer called eagerly:
+forward only).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def parse(key: str) -> dict[str, str] | None:
 class FactsTable:
     """Per-site facts; the sender takes the ones that changed since its last batch."""
 
-    MAX_KEYS = ("saved_bytes_max", "output_bytes_max", "traced")
+    MAX_KEYS = ("saved_bytes_max", "output_bytes_max", "traced", "timed")
 
     def __init__(self) -> None:
         self._facts: dict[str, dict[str, Any]] = {}

@@ -1,17 +1,21 @@
-"""Keras 3 (TensorFlow backend): every layer call timed by wrapping `keras.layers.Layer.__call__`.
+"""Keras 3 (TensorFlow backend): layer calls timed by wrapping `keras.layers.Layer.__call__`,
+and the layers of compiled steps from the TensorFlow profiler (`tf_graph`).
 
-Only calls that run eagerly are timed: a custom training loop, `predict`/`fit` of a model
-compiled with `run_eagerly=True`. A step compiled by `tf.function` (what `fit` does by default)
-runs the layers' Python once, while tracing, and then as one graph: the wrapper counts the layers
-it saw traced (`layer-graph:` facts, never an event) so the report can say that `fit`'s layers
-could not be seen one by one. Keras computes gradients with a `GradientTape` inside `train_step`,
-which no layer hook sees: Keras layers have no backward entries. Under the PyTorch backend Keras
-layers are `torch.nn.Module`s and the PyTorch hooks time them, so nothing is wrapped here.
+Eager calls (a custom training loop, `fit`/`predict` of a model compiled with
+`run_eagerly=True`) are timed by the wrapper itself, forward only: Keras computes gradients with a
+`GradientTape`, whose eager backward ops carry no layer name and pass no layer hook. A step
+compiled by `tf.function` (what `fit`, `evaluate` and `predict` do by default) runs the layers'
+Python once, while tracing: the wrapper then notes each layer's name scope, and
+`keras.Model.fit`/`evaluate`/`predict` are wrapped to profile the run and turn its ops into
+forward and backward layer spans. Layers traced but never timed are counted (`layer-graph:`
+facts, never an event) so the report can say what could not be seen. Under the PyTorch backend
+Keras layers are `torch.nn.Module`s and the PyTorch hooks time them, so nothing is wrapped here.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import threading
 from time import monotonic_ns as _now
 from typing import Any
@@ -19,6 +23,9 @@ from typing import Any
 from fecomlite.runtime.capture import nbytes_of, safely
 from fecomlite.runtime.layers import facts
 from fecomlite.runtime.layers.facts import Record
+from fecomlite.runtime.layers.tf_graph import GraphProfiler, Scopes
+
+PROFILED = ("fit", "evaluate", "predict")  # the calls that compile a step by default
 
 
 class KerasTracer:
@@ -29,6 +36,11 @@ class KerasTracer:
         self.local = threading.local()
         self.params: dict[int, int] = {}
         self.traced: dict[str, set[int]] = {}
+        self.graph_keys: dict[str, str] = {}  # model -> its `layer-graph:` facts key
+        self.timed: dict[str, set[str]] = {}  # model -> layers timed from the profiler
+        self.scopes = Scopes()
+        self.graph = GraphProfiler(self.scopes)
+        self.profiling = threading.local()
 
     def install(self) -> None:
         if self.keras.backend.backend() != "tensorflow":
@@ -36,7 +48,9 @@ class KerasTracer:
         import tensorflow as tf  # the backend imported it already
 
         self.eager = tf.executing_eagerly
+        self.name_scope = tf.get_current_name_scope
         self.symbolic_type = self.keras.KerasTensor
+        self.callback_types = (self.keras.callbacks.TensorBoard,)
         layer_type = self.keras.layers.Layer
         original = layer_type.__call__
 
@@ -45,6 +59,49 @@ class KerasTracer:
             return self.call(original, layer, args, kwargs)
 
         layer_type.__call__ = __call__
+        for name in PROFILED:
+            self._wrap_driver(name)
+
+    def _wrap_driver(self, name: str) -> None:
+        original = getattr(self.keras.Model, name)
+
+        @functools.wraps(original)
+        def driver(model: Any, *args: Any, **kwargs: Any) -> Any:
+            profiled = safely(self._profile_begin, model, kwargs, default=False)
+            try:
+                return original(model, *args, **kwargs)
+            finally:
+                if profiled:
+                    safely(self._profile_end)
+
+        setattr(self.keras.Model, name, driver)
+
+    def _profile_begin(self, model: Any, kwargs: dict[str, Any]) -> bool:
+        """Profile this call if it runs compiled steps and nothing else profiles: not inside
+        another profiled call (`fit` runs `evaluate`), not with a TensorBoard callback (it may
+        start the profiler itself, which allows one session at a time)."""
+        if getattr(self.profiling, "on", False) or getattr(model, "run_eagerly", False):
+            return False
+        callbacks = kwargs.get("callbacks") or []
+        if any(isinstance(c, self.callback_types) for c in callbacks):
+            return False
+        if not self.graph.begin():
+            return False
+        self.profiling.on = True
+        return True
+
+    def _profile_end(self) -> None:
+        self.profiling.on = False
+        spans = self.graph.end()
+        for site, t0, t1 in spans:
+            self.record(site, t0, t1, False)
+        for site in dict.fromkeys(site for site, _, _ in spans):
+            forward = site.replace(facts.BACKWARD, facts.FORWARD, 1)
+            facts.TABLE.update(site, params=self.scopes.params.get(forward))
+            model = facts.parse(site)["model"]  # type: ignore[index]
+            self.timed.setdefault(model, set()).add(forward)
+            if model in self.graph_keys:
+                facts.TABLE.update(self.graph_keys[model], timed=len(self.timed[model]))
 
     def call(self, original: Any, layer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """`original(layer, *args, **kwargs)`, timed when eager and not the outermost layer."""
@@ -61,7 +118,7 @@ class KerasTracer:
         safely(self._close, stack, frame, t0, result, False)
         return result
 
-    def _stack(self) -> list[tuple[Any, str, str, bool]]:
+    def _stack(self) -> list[tuple[Any, ...]]:
         stack = getattr(self.local, "stack", None)
         if stack is None:
             stack = self.local.stack = []
@@ -69,7 +126,7 @@ class KerasTracer:
 
     def _open(
         self,
-        stack: list[tuple[Any, str, str, bool]],
+        stack: list[tuple[Any, ...]],
         layer: Any,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
@@ -78,17 +135,18 @@ class KerasTracer:
             return None
         eager = bool(self.eager())
         if stack:
-            _, model, parent_path, _ = stack[-1]
+            _, model, parent_path, _, _ = stack[-1]
             path = f"{parent_path}/{layer.name}" if parent_path else layer.name
         else:
             model, path = layer.name, ""
-        frame = (layer, model, path, eager)
+        frame = (layer, model, path, eager, None if eager else self.name_scope())
         if not eager and stack:
             seen = self.traced.setdefault(model, set())
             seen.add(id(layer))
-            facts.TABLE.update(
-                facts.site_key(facts.GRAPH, model, "", type(stack[0][0]).__name__), traced=len(seen)
+            key = self.graph_keys[model] = facts.site_key(
+                facts.GRAPH, model, "", type(stack[0][0]).__name__
             )
+            facts.TABLE.update(key, traced=len(seen))
         if self.sync is not None and eager:
             self.sync()
         stack.append(frame)
@@ -102,8 +160,13 @@ class KerasTracer:
         t1 = _now()
         if stack and stack[-1] is frame:
             stack.pop()
-        layer, model, path, eager = frame
-        if not eager or not stack:
+        layer, model, path, eager, outer_scope = frame
+        if not eager:
+            scope = None if raised else _own_scope(outer_scope, layer.name, result)
+            if scope is not None:
+                self.scopes.add(scope, model, path, type(layer).__name__, self._count(layer))
+            return
+        if not stack:
             return
         site = facts.site_key(facts.FORWARD, model, path, type(layer).__name__)
         self.record(site, t0, t1, raised)
@@ -111,6 +174,7 @@ class KerasTracer:
             site,
             params=self._count(layer),
             output_bytes_max=None if raised else nbytes_of((result,), {}),
+            eager=True,
         )
 
     def _symbolic(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -125,3 +189,28 @@ class KerasTracer:
         if n is None and getattr(layer, "built", False):
             n = self.params[id(layer)] = int(layer.count_params())
         return n
+
+
+def _own_scope(outer: str, name: str, result: Any) -> str | None:
+    """The name scope a traced layer call ran in: `outer` plus the component that its output
+    op's name has next (Keras enters `name`, made unique as `name_N`); None when the output is
+    not the layer's own op (a layer that returns its input)."""
+    first = next(iter(_flat(result)), None)
+    op_name = getattr(first, "name", None)
+    if not isinstance(op_name, str):
+        return None
+    prefix = f"{outer}/" if outer else ""
+    if not op_name.startswith(prefix):
+        return None
+    own = op_name[len(prefix) :].split("/", 1)[0]
+    if own != name and not re.fullmatch(re.escape(name) + r"_\d+", own):
+        return None
+    return prefix + own
+
+
+def _flat(value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        return [v for item in value for v in _flat(item)]
+    if isinstance(value, dict):
+        return [v for item in value.values() for v in _flat(item)]
+    return [value]

@@ -52,10 +52,18 @@ class _Watcher(importlib.abc.MetaPathFinder):
             self.busy.discard(name)
         if spec is None or spec.loader is None:
             return None
-        spec.loader = _Loader(spec.loader, self.callbacks.pop(name))
+        spec.loader = _Loader(spec.loader, lambda module: self._loaded(name, module))
+        return spec
+
+    def _loaded(self, name: str, module: ModuleType) -> None:
+        """The module executed: its callback runs now, once. (Not at `find_spec`: a spec may be
+        looked up without importing, as TensorFlow does with `importlib.util.find_spec("keras")`
+        before it imports Keras.)"""
+        callback = self.callbacks.pop(name, None)
         if not self.callbacks and self in sys.meta_path:
             sys.meta_path.remove(self)
-        return spec
+        if callback is not None:
+            callback(module)
 
 
 class _Loader(importlib.abc.Loader):

@@ -31,6 +31,7 @@ from typing import Any
 
 from fecomlite.runtime.layers import facts
 from fecomlite.runtime.layers.facts import Record
+from fecomlite.runtime.layers.spans import nest
 
 SAMPLED_CALLS = 3  # calls of each layer whose saved-for-backward bytes are counted
 MAX_NODES = 10_000  # graph nodes one count visits at most
@@ -264,50 +265,10 @@ class TorchTracer:
             pass
 
 
-def nest(spans: list[_Backward]) -> None:
-    """Make one backward pass's spans nest like a call stack, as the attribution expects: each
-    layer's span holds its children's, and spans that overlap without nesting are separated."""
-    for span in sorted(spans, key=lambda s: -s.depth):  # parents hold children
-        span.end = max(span.end, span.begin)
-        up = _begun_parent(span)
-        if up is not None:
-            up.begin = min(up.begin, span.begin)
-            up.end = max(up.end, span.end)
-    _as_stack(spans)
-    for span in sorted(spans, key=lambda s: s.depth):  # and still do once separated
-        up = _begun_parent(span)
-        if up is not None:
-            span.begin = min(max(span.begin, up.begin), up.end)
-            span.end = max(min(span.end, up.end), span.begin)
-
-
-def _as_stack(spans: list[_Backward]) -> None:
-    """Make the spans nest like a call stack. One graph node's pre-hooks mark both the end of
-    the layer after it and the start of the layer before it, a few nanoseconds apart and in hook
-    order: a span that starts inside another but outlasts it starts where the other ended."""
-    open_spans: list[_Backward] = []
-    for span in sorted(spans, key=lambda s: (s.begin, -s.end)):
-        while open_spans and (open_spans[-1].end <= span.begin or open_spans[-1].end < span.end):
-            top = open_spans.pop()
-            if top.end > span.begin:
-                span.begin = top.end
-        span.end = max(span.end, span.begin)
-        open_spans.append(span)
-
-
 def _remove_hooks(spans: list[_Backward]) -> None:
     for span in spans:
         for handle in span.handles:
             handle.remove()
-
-
-def _begun_parent(span: _Backward) -> _Backward | None:
-    """The nearest enclosing layer whose backward was seen (a layer whose output needed no
-    gradient has no span of its own)."""
-    up = span.parent
-    while up is not None and not up.begin:
-        up = up.parent
-    return up
 
 
 def _mark_end(span: _Backward) -> None:
