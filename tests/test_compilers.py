@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from fecomlite import probe_source
+from fecomlite import batch_codec, probe_source
 from fecomlite.instrument.project import ORIGINALS, instrument_path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -190,6 +190,66 @@ def test_torch_compile_of_another_file_captures_the_original_graphs(tmp_path: Pa
     out = _assert_same(src, copy)
     assert out.count("graph:") == 3 and "torch.sin(l_x_)" in out  # embed: its own backend
     assert "'unique_graphs': 4" in out and "breaks {}\n" in out
+
+
+def _spooled_sites(folder: Path) -> set[str]:
+    with open(folder / "spool.bin", "rb") as spool:
+        return {
+            header["sites"][index]
+            for header, columns in map(batch_codec.decode, batch_codec.read_records(spool))
+            for index in columns["site"]
+        }
+
+
+def test_tf_function_of_another_file_traces_the_original_and_records_no_tracing(
+    tmp_path: Path,
+) -> None:
+    src, copy = _project(
+        tmp_path,
+        {
+            "ops.py": """
+                import tensorflow as tf
+
+
+                def step(x):
+                    y = tf.matmul(x, x)
+                    if tf.reduce_sum(y) > 0:
+                        y = tf.nn.relu(y)
+                    return tf.reduce_mean(y)
+
+
+                def fast(x):
+                    return tf.reduce_sum(tf.sin(x) * tf.cos(x))
+
+
+                def eager(x):
+                    return tf.reduce_max(x)
+                """,
+            "main.py": """
+                import tensorflow as tf
+                from ops import eager, fast, step
+
+                tf.get_logger().setLevel("ERROR")  # retracing warnings name addresses
+                g = tf.function(step)
+                h = tf.function(fast, jit_compile=True)
+                raw = tf.function(fast, autograph=False)  # runs the body's Python as it is
+                for n in (2, 3, 4):  # a trace for each shape
+                    x = tf.ones((n, n))
+                    print(float(g(x)), float(h(x)), float(raw(x)), float(eager(x)))
+                counts = (g, h, raw)
+                print([f.experimental_get_tracing_count() for f in counts])
+                print(tf.autograph.to_code(step))
+                print(h.experimental_get_compiler_ir(tf.ones((2, 2)))(stage="hlo").count("sin"))
+                """,
+        },
+    )
+    original, instrumented = _run_both(src, copy)  # stderr: TensorFlow's timestamped log
+    assert original[0] == 0 and instrumented[:2] == original[:2], instrumented[2]
+    out = original[1]
+    assert "[3, 3, 3]" in out and "ag__.if_stmt" in out
+    sites = _spooled_sites(copy)
+    assert {"main.py:10:16", "main.py:10:29", "main.py:10:42"} <= sites, sites  # compiled
+    assert [site for site in sites if site.startswith("ops.py")] == ["ops.py:16:11"]  # eager
 
 
 @pytest.mark.parametrize("earlier_calls", [0, 1, 2, 3])
