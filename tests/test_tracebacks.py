@@ -3,7 +3,8 @@ exception object (type, args, cause, context, groups), a traceback with the user
 and carets (`^^^^`, `~~~^^^`) under the same characters of the user's line.
 
 The two-file program below raises deep inside wrapped calls: on the sized path (first calls of
-a site) and the fast path, awaited (`acall`), chained, grouped, and uncaught at the end. It runs
+a site) and the fast path, awaited (`acall`), chained, grouped, uncaught in a thread and at the
+end. It runs
 as the original and as the instrumented copy, each in its own process with the real probe (no
 server: events go to a spool file), with the C hot path, without it (the pure-Python fallback)
 and with GPU synchronisation (its own entry point).
@@ -70,6 +71,7 @@ DEEP = """
 MAIN = """
     import asyncio
     import math
+    import threading
     import traceback
 
     from deep import checked, fetch, group, indexed, multi, tricky
@@ -109,6 +111,13 @@ MAIN = """
                 show(error)
 
 
+    def in_thread():
+        return math.floor(math.sqrt(-4.0))
+
+
+    worker = threading.Thread(target=in_thread, name="worker")  # uncaught there
+    worker.start()
+    worker.join()
     run_sync()
     asyncio.run(run_async())
     x = 1 + math.sqrt(-3.0)
@@ -172,6 +181,7 @@ def test_tracebacks_are_the_originals_line_for_line_and_caret_for_caret(
     assert original[0] == 1 and "ValueError: math domain error" in original[1]
     assert "~~~~~~~~~~~~~^~~~~~~~~~~~~~~" in original[1]  # carets that name one operator
     assert "^" in original[1] and "ExceptionGroup: many" in original[1]
+    assert "Exception in thread worker:" in original[1]
     assert "fecomlite" not in instrumented[1]
     assert instrumented == original
 
