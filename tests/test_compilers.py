@@ -12,6 +12,7 @@ import importlib
 import linecache
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from textwrap import dedent
 from typing import Any
@@ -336,6 +337,7 @@ def test_linecache_serves_the_original_until_cleared_and_after(
 ) -> None:
     monkeypatch.setattr(linecache, "updatecache", linecache.updatecache)  # restored after
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    monkeypatch.setattr(threading, "excepthook", threading.excepthook)
     src, copy = _project(
         tmp_path,
         {"main.py": "import math\n\nprint(math.sqrt(4.0))\n", "plain.py": "x = 1\n"},
