@@ -11,9 +11,10 @@ a small table, ``{module: {name: Export}}``, of:
   classes define (those are the user's code, never wrapped);
 * module-level names bound to what a framework call returns (``encoder = keras.Sequential()``),
   named as ``resolve.py`` names such objects, and instances of the classes above;
-* the project's functions that another module hands to a tracing compiler
-  (``tf.function(step)`` in ``train.py`` of ``step`` from ``ops.py``): their bodies are left
-  alone like those of a ``@tf.function`` in their own module (``names.TRACING_COMPILERS``);
+* the project's functions that a module hands to a tracing compiler (``tf.function(step)`` in
+  ``train.py`` of ``step`` from ``ops.py``), and the project's functions those call, module to
+  module: their bodies are left alone like those of a ``@tf.function`` in their own module
+  (``names.TRACING_COMPILERS``);
 * for every module, what ``from module import *`` binds (``StarNames``): the names it binds,
   its literal ``__all__``, the framework names its imports bind (``import torch``), and the
   modules it star-imports itself.
@@ -246,7 +247,7 @@ def _read(module: _Module, body: Iterable[ast.stmt]) -> None:
             _read(module, stmt.body)
 
 
-_COMPILER_WORDS = re.compile(r"\b(?:function|jit)\b")
+_COMPILER_WORDS = re.compile(r"\b(?:function|jit)\s*\(")  # a call, not the word in prose
 
 
 def _compile_calls(tree: ast.Module) -> list[tuple[str, str]]:
@@ -260,6 +261,56 @@ def _compile_calls(tree: ast.Module) -> list[tuple[str, str]]:
         if compiler and target and compiler.rpartition(".")[2] in ("function", "jit"):
             found.append((compiler, target))
     return found
+
+
+def _function_calls(text: str) -> dict[str, list[str]]:
+    """Each top-level function of a module, with the dotted callees its body calls."""
+    tree = ast.parse(text)
+    return {
+        stmt.name: [
+            dotted
+            for node in ast.walk(stmt)
+            if isinstance(node, ast.Call) and (dotted := _dotted(node.func))
+        ]
+        for stmt in tree.body
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+
+
+def _traced(
+    modules: dict[str, _Module], builder: _Builder, texts: dict[str, str]
+) -> dict[str, set[str]]:
+    """module → its functions a tracing compiler compiles, and the project's functions these
+    call, from module to module: a graph traces whatever its body calls."""
+    functions: dict[str, dict[str, list[str]]] = {}
+
+    def defs(name: str) -> dict[str, list[str]]:
+        if name not in functions:
+            functions[name] = _function_calls(texts[name])
+        return functions[name]
+
+    def locate(module: _Module, dotted: str) -> tuple[str, str] | None:
+        if dotted in defs(module.name):
+            return module.name, dotted
+        where = builder.qualify(module, dotted)
+        return where if isinstance(where, tuple) else None
+
+    pending = []
+    for module in modules.values():
+        for compiler, target in module.compiles:
+            api = builder.qualify(module, compiler)
+            if isinstance(api, str) and canonical(api) in TRACING_COMPILERS:
+                pending.append(locate(module, target))
+    traced: dict[str, set[str]] = {}
+    while pending:
+        where = pending.pop()
+        if where is None or where[1] in traced.get(where[0], ()):
+            continue
+        name, function = where
+        traced.setdefault(name, set()).add(function)
+        module = modules[name]
+        pending.extend(locate(module, callee) for callee in defs(name).get(function, ()))
+    return traced
 
 
 # ----------------------------------------------------------------------------- the table
@@ -350,6 +401,7 @@ class _Builder:
 def build_table(sources: Mapping[str, str], roots: Roots) -> ProjectTable:
     """The table for a project given as ``{relpath: source}`` (unparsable files are skipped)."""
     modules: dict[str, _Module] = {}
+    texts: dict[str, str] = {}
     for rel, text in sources.items():
         try:
             tree = compile(text, rel, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
@@ -360,15 +412,9 @@ def build_table(sources: Mapping[str, str], roots: Roots) -> ProjectTable:
             module = _Module(name, package, compiles=compiles)
             _read(module, tree.body)
             modules[name] = module
+            texts[name] = text
     builder = _Builder(modules, roots)
-    table = ProjectTable()
-    for module in modules.values():
-        for compiler, target in module.compiles:
-            api = builder.qualify(module, compiler)
-            where = builder.qualify(module, target)  # a project function: (module, name)
-            tracing = isinstance(api, str) and canonical(api) in TRACING_COMPILERS
-            if tracing and isinstance(where, tuple):
-                table.traced.setdefault(where[0], set()).add(where[1])
+    table = ProjectTable(traced=_traced(modules, builder, texts))
     for name, module in modules.items():
         exports = {}
         for local in (*module.classes, *module.calls):
