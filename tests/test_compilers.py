@@ -12,6 +12,7 @@ import importlib
 import linecache
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from textwrap import dedent
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from fecomlite.instrument.project import ORIGINALS, instrument_path
+from fecomlite.runtime import batch_codec
 from fecomlite.runtime import source as probe_source
 
 REPO = Path(__file__).resolve().parents[1]
@@ -192,6 +194,66 @@ def test_torch_compile_of_another_file_captures_the_original_graphs(tmp_path: Pa
     assert "'unique_graphs': 4" in out and "breaks {}\n" in out
 
 
+def _spooled_sites(folder: Path) -> set[str]:
+    with open(folder / "spool.bin", "rb") as spool:
+        return {
+            header["sites"][index]
+            for header, columns in map(batch_codec.decode, batch_codec.read_records(spool))
+            for index in columns["site"]
+        }
+
+
+def test_tf_function_of_another_file_traces_the_original_and_records_no_tracing(
+    tmp_path: Path,
+) -> None:
+    src, copy = _project(
+        tmp_path,
+        {
+            "ops.py": """
+                import tensorflow as tf
+
+
+                def step(x):
+                    y = tf.matmul(x, x)
+                    if tf.reduce_sum(y) > 0:
+                        y = tf.nn.relu(y)
+                    return tf.reduce_mean(y)
+
+
+                def fast(x):
+                    return tf.reduce_sum(tf.sin(x) * tf.cos(x))
+
+
+                def eager(x):
+                    return tf.reduce_max(x)
+                """,
+            "main.py": """
+                import tensorflow as tf
+                from ops import eager, fast, step
+
+                tf.get_logger().setLevel("ERROR")  # retracing warnings name addresses
+                g = tf.function(step)
+                h = tf.function(fast, jit_compile=True)
+                raw = tf.function(fast, autograph=False)  # runs the body's Python as it is
+                for n in (2, 3, 4):  # a trace for each shape
+                    x = tf.ones((n, n))
+                    print(float(g(x)), float(h(x)), float(raw(x)), float(eager(x)))
+                counts = (g, h, raw)
+                print([f.experimental_get_tracing_count() for f in counts])
+                print(tf.autograph.to_code(step))
+                print(h.experimental_get_compiler_ir(tf.ones((2, 2)))(stage="hlo").count("sin"))
+                """,
+        },
+    )
+    original, instrumented = _run_both(src, copy)  # stderr: TensorFlow's timestamped log
+    assert original[0] == 0 and instrumented[:2] == original[:2], instrumented[2]
+    out = original[1]
+    assert "[3, 3, 3]" in out and "ag__.if_stmt" in out
+    sites = _spooled_sites(copy)
+    assert {"main.py:10:16", "main.py:10:29", "main.py:10:42"} <= sites, sites  # compiled
+    assert [site for site in sites if site.startswith("ops.py")] == ["ops.py:16:11"]  # eager
+
+
 @pytest.mark.parametrize("earlier_calls", [0, 1, 2, 3])
 def test_jit_trace_after_earlier_calls_of_the_traced_sites(
     tmp_path: Path, earlier_calls: int
@@ -227,14 +289,6 @@ def test_jit_trace_after_earlier_calls_of_the_traced_sites(
         return
     code, out, err = _finish(_start(copy, (str(earlier_calls),)))
     assert code == 0 and "torch.Size([5, 3])" in out and "permute" in out, err
-
-
-def _without_carets(run: tuple[int, str, str]) -> tuple[int, str, str]:
-    """Caret lines (`~~~^^^`) mark columns of the running code, which the instrumented call
-    extends: the one part of a traceback that still differs."""
-    code, *texts = run
-    kept = ("".join(ln for ln in t.splitlines(True) if ln.strip(" ^~\n")) for t in texts)
-    return (code, *kept)
 
 
 def test_tracebacks_and_getsource_show_the_users_lines(tmp_path: Path) -> None:
@@ -273,9 +327,9 @@ def test_tracebacks_and_getsource_show_the_users_lines(tmp_path: Path) -> None:
         },
     )
     assert "__fecomlite__.call(" in (copy / "calc.py").read_text()
-    original, instrumented = (_without_carets(run) for run in _run_both(src, copy))
+    original, instrumented = _run_both(src, copy)
     assert original[0] == 1 and "ValueError: math domain error" in original[2]
-    assert instrumented == original  # printed and uncaught tracebacks, line for line
+    assert instrumented == original  # printed and uncaught tracebacks, line and caret alike
     assert "return math.sqrt(-1.0) + y" in original[2] and "fecomlite" not in instrumented[2]
 
 
@@ -284,6 +338,7 @@ def test_linecache_serves_the_original_until_cleared_and_after(
 ) -> None:
     monkeypatch.setattr(linecache, "updatecache", linecache.updatecache)  # restored after
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    monkeypatch.setattr(threading, "excepthook", threading.excepthook)
     src, copy = _project(
         tmp_path,
         {"main.py": "import math\n\nprint(math.sqrt(4.0))\n", "plain.py": "x = 1\n"},

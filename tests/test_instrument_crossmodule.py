@@ -328,3 +328,70 @@ def test_sample_scripts_resolve_across_modules() -> None:
         "encoder.m": "fakeapi.Thing.m",
         "cm.Net()": "fakeapi.Layer.__call__",
     }  # tests/test_instrument_semantics.py runs this script original vs instrumented
+
+
+def test_functions_another_module_compiles_with_a_tracing_compiler_are_left_alone(
+    tmp_path: Path,
+) -> None:
+    util = """
+        import tensorflow as tf
+
+
+        def square(x):
+            return tf.matmul(x, x)
+
+
+        def unused(x):
+            return tf.reduce_min(x)
+        """
+    ops = """
+        import jax.numpy as jnp
+        import tensorflow as tf
+        import torch
+        from util import square
+
+
+        def step(x):
+            return tf.reduce_mean(square(x))
+
+
+        def fast(x):
+            return tf.reduce_sum(tf.sin(x))
+
+
+        def pure(x):
+            return jnp.sum(jnp.cos(x))
+
+
+        def eager(x):
+            return tf.reduce_max(x)
+
+
+        def scripted(x):
+            return torch.relu(x)
+        """
+    train = """
+        import tensorflow as tf
+        import torch
+        from jax import jit
+
+        import ops
+        from ops import step as train_step
+
+        g = tf.function(train_step)
+        h = tf.function(jit_compile=True)(ops.fast)
+        j = jit(ops.pure)
+        s = torch.jit.script(ops.scripted)
+        print(ops.eager(tf.ones(2)), g, h, j, s)
+        """
+    files = {"util.py": util, "ops.py": ops, "train.py": train}
+    found = sites_of(tmp_path, files, api_roots=["jax"])
+    assert found["util.py"] == {"tf.reduce_min": "tensorflow.reduce_min"}  # square: in a graph
+    assert found["ops.py"] == {
+        "tf.reduce_max": "tensorflow.reduce_max",  # never compiled: measured
+        "torch.relu": "torch.relu",  # PyTorch's compilers see through the probe at run time
+    }
+    assert found["train.py"]["tf.function"] == "tensorflow.function"
+    sources = {rel: dedent(text) for rel, text in files.items()}
+    table = build_table(sources, Roots((*DEFAULT_ROOTS, "jax")))
+    assert table.traced == {"ops": {"step", "fast", "pure"}, "util": {"square"}}

@@ -11,6 +11,10 @@ a small table, ``{module: {name: Export}}``, of:
   classes define (those are the user's code, never wrapped);
 * module-level names bound to what a framework call returns (``encoder = keras.Sequential()``),
   named as ``resolve.py`` names such objects, and instances of the classes above;
+* the project's functions that a module hands to a tracing compiler (``tf.function(step)`` in
+  ``train.py`` of ``step`` from ``ops.py``), and the project's functions those call, module to
+  module: their bodies are left alone like those of a ``@tf.function`` in their own module
+  (``names.TRACING_COMPILERS``);
 * for every module, what ``from module import *`` binds (``StarNames``): the names it binds,
   its literal ``__all__``, the framework names its imports bind (``import torch``), and the
   modules it star-imports itself.
@@ -24,10 +28,18 @@ on ``sys.path``); relative imports are resolved against the importing module's p
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from fecomlite.instrument.names import COMPILERS, Roots, canonical, factory_class, is_class_name
+from fecomlite.instrument.names import (
+    COMPILERS,
+    TRACING_COMPILERS,
+    Roots,
+    canonical,
+    factory_class,
+    is_class_name,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +81,7 @@ class ProjectTable:
 
     exports: dict[str, dict[str, Export]] = field(default_factory=dict)
     stars: dict[str, StarNames] = field(default_factory=dict)
+    traced: dict[str, set[str]] = field(default_factory=dict)  # module → functions compiled
 
 
 def module_identities(rel: str) -> list[tuple[str, str]]:
@@ -108,6 +121,8 @@ class _Module:
     bound: set[str] = field(default_factory=set)  # every top-level name
     declared: list[str] | None = None  # a literal __all__
     stars: list[str] = field(default_factory=list)  # star-imported modules, absolute
+    # (compiler, function) as written in `compiler(function, ...)` and `compiler(...)(function)`
+    compiles: list[tuple[str, str]] = field(default_factory=list)
 
     def bind(self, name: str, imported: str | None = None) -> None:
         """A top-level binding: it replaces whatever the name was bound to before; `imported`
@@ -232,6 +247,72 @@ def _read(module: _Module, body: Iterable[ast.stmt]) -> None:
             _read(module, stmt.body)
 
 
+_COMPILER_WORDS = re.compile(r"\b(?:function|jit)\s*\(")  # a call, not the word in prose
+
+
+def _compile_calls(tree: ast.Module) -> list[tuple[str, str]]:
+    """Every call that may hand a function to a compiler, anywhere in the module."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        callee = node.func.func if isinstance(node.func, ast.Call) else node.func
+        compiler, target = _dotted(callee), _dotted(node.args[0])
+        if compiler and target and compiler.rpartition(".")[2] in ("function", "jit"):
+            found.append((compiler, target))
+    return found
+
+
+def _function_calls(text: str) -> dict[str, list[str]]:
+    """Each top-level function of a module, with the dotted callees its body calls."""
+    tree = ast.parse(text)
+    return {
+        stmt.name: [
+            dotted
+            for node in ast.walk(stmt)
+            if isinstance(node, ast.Call) and (dotted := _dotted(node.func))
+        ]
+        for stmt in tree.body
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+
+
+def _traced(
+    modules: dict[str, _Module], builder: _Builder, texts: dict[str, str]
+) -> dict[str, set[str]]:
+    """module → its functions a tracing compiler compiles, and the project's functions these
+    call, from module to module: a graph traces whatever its body calls."""
+    functions: dict[str, dict[str, list[str]]] = {}
+
+    def defs(name: str) -> dict[str, list[str]]:
+        if name not in functions:
+            functions[name] = _function_calls(texts[name])
+        return functions[name]
+
+    def locate(module: _Module, dotted: str) -> tuple[str, str] | None:
+        if dotted in defs(module.name):
+            return module.name, dotted
+        where = builder.qualify(module, dotted)
+        return where if isinstance(where, tuple) else None
+
+    pending = []
+    for module in modules.values():
+        for compiler, target in module.compiles:
+            api = builder.qualify(module, compiler)
+            if isinstance(api, str) and canonical(api) in TRACING_COMPILERS:
+                pending.append(locate(module, target))
+    traced: dict[str, set[str]] = {}
+    while pending:
+        where = pending.pop()
+        if where is None or where[1] in traced.get(where[0], ()):
+            continue
+        name, function = where
+        traced.setdefault(name, set()).add(function)
+        module = modules[name]
+        pending.extend(locate(module, callee) for callee in defs(name).get(function, ()))
+    return traced
+
+
 # ----------------------------------------------------------------------------- the table
 
 
@@ -320,17 +401,20 @@ class _Builder:
 def build_table(sources: Mapping[str, str], roots: Roots) -> ProjectTable:
     """The table for a project given as ``{relpath: source}`` (unparsable files are skipped)."""
     modules: dict[str, _Module] = {}
+    texts: dict[str, str] = {}
     for rel, text in sources.items():
         try:
             tree = compile(text, rel, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
+        compiles = _compile_calls(tree) if _COMPILER_WORDS.search(text) else []
         for name, package in module_identities(rel):
-            module = _Module(name, package)
+            module = _Module(name, package, compiles=compiles)
             _read(module, tree.body)
             modules[name] = module
+            texts[name] = text
     builder = _Builder(modules, roots)
-    table = ProjectTable()
+    table = ProjectTable(traced=_traced(modules, builder, texts))
     for name, module in modules.items():
         exports = {}
         for local in (*module.classes, *module.calls):
@@ -353,6 +437,7 @@ class Project:
     def __init__(self, table: ProjectTable) -> None:
         self.table = table.exports
         self.stars = table.stars
+        self.traced = table.traced
         modules = set()
         for name in table.exports:
             parts = name.split(".")
@@ -366,7 +451,8 @@ class Project:
 
     def view(self, rel: str) -> ProjectView:
         identities = module_identities(rel)
-        return ProjectView(self, identities[0][1] if identities else "")
+        traced = frozenset().union(*(self.traced.get(name, ()) for name, _ in identities))
+        return ProjectView(self, identities[0][1] if identities else "", traced)
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,6 +461,7 @@ class ProjectView:
 
     project: Project
     package: str
+    traced: frozenset[str] = frozenset()  # its functions another module compiles (tracing)
 
     def lookup(self, qualified: str) -> Export | str | None:
         """An exported name, a project module (its dotted name), or ``None``."""

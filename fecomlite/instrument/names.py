@@ -68,6 +68,11 @@ COMPILERS: frozenset[str] = frozenset(
         "jax.jit",
     }
 )
+# Compilers that run a function's Python with symbolic values to build a graph: a probe inside
+# would run once per trace and time the tracing, so such a body is never instrumented, even where
+# another module of the project compiles it. (PyTorch's compilers see through the probe at run
+# time instead, `fecomlite/runtime/compilers.py`, so eager calls of those functions stay measured.)
+TRACING_COMPILERS: frozenset[str] = frozenset({"tensorflow.function", "jax.jit"})
 # Questions code asks to learn whether a compiler traces it (`if not torch.jit.is_scripting():`):
 # never wrapped, so a guarded body compiles as written and the answer costs nothing.
 COMPILER_GUARDS: frozenset[str] = frozenset(

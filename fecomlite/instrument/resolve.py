@@ -997,8 +997,10 @@ def compiled_bodies(resolver: Resolver) -> set[_DefNode]:
         elif isinstance(value, (UserClass, Instance)):
             add_class(value.cls)
 
-    for func in col.functions.values():
-        if resolver.compiler_of(func) is not None:
+    elsewhere = resolver.project.traced if resolver.project is not None else frozenset()
+    for func in col.functions.values():  # compiled here, or by another module (tf.function)
+        traced = func.cls is None and func.qualname in elsewhere
+        if traced or resolver.compiler_of(func) is not None:
             compiled.add(func.node)
     for cls in col.classes.values():
         for decorator in cls.node.decorators:

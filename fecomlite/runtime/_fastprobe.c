@@ -27,7 +27,6 @@ typedef struct {
 static Buffer buf;
 static PyObject *fast_sites = NULL; /* set of sites on the timestamps-only path */
 static PyObject *slow_call = NULL;  /* python: slow(site, fn, args_tuple, kwargs_dict) */
-static PyObject *slow_code = NULL;  /* slow_call's code: its frame is cut from tracebacks */
 static PyObject *bypass = NULL;     /* python: bypass() -> True while a compiler traces calls */
 
 /* The calls in progress, per thread, for the live view (`open_calls`): a fixed table of thread
@@ -181,27 +180,6 @@ static int bypassing(void) {
     return yes;
 }
 
-/* The user's traceback shows no probe frame: when fn raised through the Python slow path, its
- * frame (the first entry) is dropped and fn's own frames follow the user's line directly. */
-static void hide_slow_frame(void) {
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (slow_code && tb && PyTraceBack_Check(tb)) {
-        PyTracebackObject *entry = (PyTracebackObject *)tb;
-        PyCodeObject *code = PyFrame_GetCode(entry->tb_frame);
-        if ((PyObject *)code == slow_code) {
-            PyObject *next = (PyObject *)entry->tb_next;
-            Py_XINCREF(next);
-            Py_DECREF(tb);
-            tb = next;
-            if (value) PyException_SetTraceback(value, tb ? tb : Py_None);
-        }
-        Py_DECREF(code);
-    }
-    PyErr_Restore(type, value, tb);
-}
-
 /* call(site, fn, /, *args, **kwargs) -> fn(*args, **kwargs), timed. */
 static PyObject *probe_call(PyObject *self, PyObject *const *args, Py_ssize_t nargsf,
                             PyObject *kwnames) {
@@ -215,9 +193,8 @@ static PyObject *probe_call(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (slow_call && (!fast_sites || PySet_Contains(fast_sites, site) != 1) && !bypassing()) {
         int64_t opened = now_ns();
         open_push(tid, site, opened);
-        PyObject *result = slow_path(site, fn, args + 2, nargs - 2, kwnames);
+        PyObject *result = slow_path(site, fn, args + 2, nargs - 2, kwnames); /* hides its frame */
         open_pop(site, opened);
-        if (!result) hide_slow_frame();
         return result;
     }
     int64_t t0 = now_ns();
@@ -342,7 +319,6 @@ static PyObject *probe_configure(PyObject *self, PyObject *args) {
     Py_INCREF(slow);
     Py_XSETREF(fast_sites, fast);
     Py_XSETREF(slow_call, slow);
-    Py_XSETREF(slow_code, PyFunction_Check(slow) ? Py_NewRef(PyFunction_GET_CODE(slow)) : NULL);
     Py_XSETREF(bypass, skip == Py_None ? NULL : Py_NewRef(skip));
     Py_RETURN_NONE;
 }

@@ -11,7 +11,8 @@ the hyperparameters some APIs carry.
 Nothing here raises into user code, and nothing changes what a call returns or raises.
 Compilers see only the wrapped call (`probe_compilers.py`), and the source of an instrumented
 file, as `linecache` and so tracebacks, `inspect` and TorchScript read it, is the user's own
-(`probe_source.py`).
+(`probe_source.py`), with carets under the user's columns (`probe_positions.py`). A traceback
+through a wrapped call shows no probe frame.
 
 Configuration comes from the environment (docs/internals.md §2), read once at import.
 """
@@ -30,6 +31,7 @@ from typing import Any
 
 from fecomlite.runtime import capture as _capture
 from fecomlite.runtime import compilers as _compilers
+from fecomlite.runtime import positions as _positions
 from fecomlite.runtime import site_handlers as _site_handlers
 from fecomlite.runtime import source as _source
 from fecomlite.runtime.sender import Sender
@@ -133,17 +135,32 @@ else:
     pending = _buffer.pending
 
 
+def _hide_own_frame(error: BaseException) -> None:
+    """Drop the caller's (a probe function's) entry from the traceback of the exception it is
+    handling. A bare `raise` then re-raises with the traceback as it is now and adds no entry
+    for that frame: the user's line is followed directly by the callee's frames, as without
+    the probe. Exception, cause, context and groups are left as they are."""
+    tb = error.__traceback__
+    if tb is not None and tb.tb_frame is sys._getframe(1):
+        error.__traceback__ = tb.tb_next
+
+
 def _python_call(site: str, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
     """Call `fn(*args, **kwargs)` exactly as the original code did, and record when."""
     entry = _opened(site)
     try:
         if site not in _fast and not _compilers.tracing():
-            return _sized_call(site, fn, args, kwargs)
+            try:
+                return _sized_call(site, fn, args, kwargs)
+            except BaseException as error:
+                _hide_own_frame(error)
+                raise
         t0 = _now()
         try:
             result = fn(*args, **kwargs)
-        except BaseException:
+        except BaseException as error:
             _record(site, t0, _now(), 1)
+            _hide_own_frame(error)
             raise
         _record(site, t0, _now())
         return result
@@ -166,11 +183,12 @@ def _sized_call(site: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any
     t0 = _now()
     try:
         result = fn(*args, **kwargs)
-    except BaseException:
+    except BaseException as error:
         if sync is not None:
             _capture.safely(sync)
         _record(site, t0, _now(), 1, in_bytes, -1)
         _count_slow(site)
+        _hide_own_frame(error)
         raise
     if sync is not None:
         _capture.safely(sync)
@@ -192,15 +210,20 @@ def _call_with_gpu_sync(site: str, fn: Any, /, *args: Any, **kwargs: Any) -> Any
     entry = _opened(site)
     try:
         if site not in _fast and not _compilers.tracing():
-            return _sized_call(site, fn, args, kwargs)
+            try:
+                return _sized_call(site, fn, args, kwargs)
+            except BaseException as error:
+                _hide_own_frame(error)
+                raise
         sync = _capture.gpu_sync
         _capture.safely(sync)
         t0 = _now()
         try:
             result = fn(*args, **kwargs)
-        except BaseException:
+        except BaseException as error:
             _capture.safely(sync)
             _record(site, t0, _now(), 1)
+            _hide_own_frame(error)
             raise
         _capture.safely(sync)
         _record(site, t0, _now())
@@ -215,15 +238,19 @@ async def acall(site: str, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
     sync = _capture.gpu_sync if _config.sync else None
     if sync is not None:
         _capture.safely(sync)
-    t0, raised = _now(), 1
+    t0 = _now()
     try:
         result = await fn(*args, **kwargs)
-        raised = 0
-        return result
-    finally:
+    except BaseException as error:
         if sync is not None:
             _capture.safely(sync)
-        _record(site, t0, _now(), raised)
+        _record(site, t0, _now(), 1)
+        _hide_own_frame(error)
+        raise
+    if sync is not None:
+        _capture.safely(sync)
+    _record(site, t0, _now(), 0)
+    return result
 
 
 def _count_slow(site: str) -> None:
@@ -344,6 +371,7 @@ else:
 
 _compilers.register_with_dynamo((call, _python_call, _call_with_gpu_sync))
 _source.serve_original_sources()
+_positions.serve_original_positions()
 
 # `run --trace-layers` (fecomlite.runtime.layers)
 if os.environ.get("FECOMLITE_TRACE_LAYERS") == "1":

@@ -10,7 +10,8 @@ text on disk is never read back. Files with no original there are served as befo
 
 Python 3.11's own printer of uncaught exceptions reads source lines from disk, not through
 `linecache`; while `sys.excepthook` is still Python's own, it is replaced by
-`traceback.print_exception`, which prints the same report through `linecache`.
+`traceback.print_exception`, which prints the same report through `linecache`, and so is
+`threading.excepthook` (a thread's uncaught exception) while it is Python's own.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import linecache
 import os
 import sys
+import threading
 import tokenize
 import traceback
 from functools import lru_cache
@@ -80,7 +82,22 @@ def serve_original_sources() -> None:
         linecache.cache.pop(filename, None)  # read before the probe was imported: served anew
     if sys.excepthook is sys.__excepthook__:
         sys.excepthook = _print_uncaught
+    if threading.excepthook is threading.__excepthook__:
+        threading.excepthook = _print_uncaught_in_thread
 
 
 def _print_uncaught(kind: type[BaseException], error: BaseException, tb: Any) -> None:
     traceback.print_exception(kind, error, tb)
+
+
+def _print_uncaught_in_thread(args: Any) -> None:
+    """What Python's own `threading.excepthook` prints, with the source through `linecache`."""
+    if args.exc_type is SystemExit:
+        return
+    stream = sys.stderr if sys.stderr is not None else getattr(args.thread, "_stderr", None)
+    if stream is None:
+        return
+    name = args.thread.name if args.thread is not None else threading.get_ident()
+    print(f"Exception in thread {name}:", file=stream, flush=True)
+    traceback.print_exception(args.exc_type, args.exc_value, args.exc_traceback, file=stream)
+    stream.flush()
