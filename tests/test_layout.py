@@ -208,3 +208,20 @@ def test_top_level_modules_are_a_handful():
     that say where it runs."""
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert top == ["__init__.py", "cli.py", "terminal.py"]
+
+
+def test_every_module_imports():
+    """A moved module leaves no import behind that names where it was (in a fresh interpreter:
+    importing the probe starts its sender)."""
+    import subprocess
+    import sys
+
+    names = [m for m in module_names() if m not in C_MODULES
+             and not m.endswith(("__main__", "fc_program"))]  # these run a program at import
+    code = ("import importlib, sys\nbad = []\nfor name in sys.argv[1:]:\n"
+            "    try:\n        importlib.import_module(name)\n"
+            "    except Exception as exc:\n        bad.append(f'{name}: {exc!r}')\n"
+            "print('\\n'.join(bad))\nsys.exit(1 if bad else 0)\n")
+    done = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True,
+                          timeout=300, cwd=PACKAGE.parent)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -23,6 +23,7 @@ import numpy as np
 
 from fecomlite.analysis import attribution as at
 from fecomlite.analysis import noise_floor
+from fecomlite.analysis.calibration import fit_groups
 from fecomlite.analysis.devices import (
     attribute_calls,
     device_masks,
@@ -32,7 +33,6 @@ from fecomlite.analysis.devices import (
 from fecomlite.analysis.units import scaled, with_noise
 from fecomlite.runtime.batch_codec import PROJECT_SITE
 from fecomlite.runtime.calibration_replay import KIND as CALIBRATION_KIND
-from fecomlite.runtime.calibration_replay import fit_groups
 from fecomlite.sensors.estimate import ABOVE_IDLE_MODELS
 from fecomlite.store import Store
 

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from units import tables
 
 from fecomlite.analysis import collectives, units
 from fecomlite.analysis.carbon import Intensity
 from fecomlite.analysis.ranks import add_rank_figures
 from fecomlite.analysis.run_analysis import RunAnalysis, analyse_run, mean_ci95
 from fecomlite.report import layers as layer_report
+from fecomlite.report import tables
 from fecomlite.report.co2e import add_co2e, csv_with_co2e
 from fecomlite.report.distributed import rank_section
 from fecomlite.report.model_section import model_section

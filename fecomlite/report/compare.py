@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from units import tables
 
 from fecomlite.analysis import units
 from fecomlite.analysis.run_analysis import RunAnalysis, analyse_run, mean_ci95
+from fecomlite.report import tables
 from fecomlite.report.palette import domain_color, domain_name, shade
 
 TOP_BARS = 15
