@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fecomlite.layers import facts as layer_facts
-from fecomlite.probe_names import adopted
+from fecomlite.probe_names import adopted, shown_written
 
 SCHEMA_VERSION = 2
 APPLICATION_ID = int.from_bytes(b"FCML", "big")
@@ -396,7 +396,7 @@ class Store:
                             info.get("line", 0),
                             info.get("col", 0),
                             info.get("api", key),
-                            info.get("written", ""),
+                            shown_written(info),
                             info.get("kind", "function"),
                             info.get("function", ""),
                             info.get("source", ""),
@@ -505,7 +505,7 @@ class Store:
         for key, found in names.items():
             info = manifest.get(key) or _site_from_key(key)
             named = adopted(info, found) if isinstance(found, dict) else None
-            api, written = named or (info.get("api", key), info.get("written", ""))
+            api, written = named or (info.get("api", key), shown_written(info))
             self.db.execute(
                 "UPDATE sites SET api=?, written=? WHERE id=?", (api, written, ids[key])
             )

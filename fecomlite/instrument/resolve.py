@@ -40,7 +40,8 @@ from fecomlite.instrument.names import (
     RESULT,
     Roots,
     canonical,
-    compiled_name,
+    compiled_api,
+    compiled_type,
     factory_class,
     is_class_name,
 )
@@ -443,7 +444,15 @@ class Obj:
 
 @dataclass(frozen=True, slots=True)
 class Compiled:
-    name: str  # e.g. "tensorflow.function[train_step]"
+    """What a graph compiler returned for the user's function or class ``unit``."""
+
+    compiler: str  # "tensorflow.function"
+    type: str | None  # its public type ("tensorflow.types.experimental.PolymorphicFunction")
+    unit: str  # "train_step", "Net"; "" when unknown
+
+    @property
+    def api(self) -> str:
+        return compiled_api(self.compiler, self.type)
 
 
 @dataclass(frozen=True, slots=True)
@@ -511,6 +520,7 @@ Value = (
 class Resolution:
     api: str  # canonical name
     kind: str  # function | constructor | method | compiled
+    compiled: Compiled | None = None  # for a compiled unit: its compiler and the user's target
 
 
 @dataclass(frozen=True, slots=True)
@@ -521,6 +531,7 @@ class Site:
     api: str
     kind: str
     root: str
+    compiled: Compiled | None = None
 
 
 _PENDING = object()
@@ -695,7 +706,9 @@ class Resolver:
         if isinstance(base, Obj):
             return Obj(f"{base.type}{RESULT if base.returned else '.'}{attr}", member=True)
         if isinstance(base, Compiled):
-            return Obj(f"{base.name}.{attr}", member=True)
+            if base.type is None:
+                return Obj(f"{base.compiler}{RESULT}{attr}", member=True)
+            return Obj(f"{base.type}.{attr}", member=True)
         if isinstance(base, ProjectModule):
             assert self.project is not None
             return self._imported(self.project.lookup(f"{base.name}.{attr}"))
@@ -800,7 +813,7 @@ class Resolver:
             if name in COMPILER_GUARDS:
                 return None, None
             if name in COMPILERS:
-                return Resolution(name, "function"), Compiled(self._compiled_name(name, node))
+                return Resolution(name, "function"), self._compiled(name, node)
             if is_class_name(name):
                 return Resolution(name, "constructor"), Obj(name)
             owner = factory_class(name)
@@ -812,7 +825,7 @@ class Resolver:
                 api = f"{callee.type}{RESULT if callee.returned else '.'}__call__"
             return Resolution(api, "method"), _result(api)
         if isinstance(callee, Compiled):
-            return Resolution(callee.name, "compiled"), _result(callee.name)
+            return Resolution(callee.api, "compiled", callee), _result(callee.api)
         if isinstance(callee, UserClass):
             return None, Instance(callee.cls)
         if isinstance(callee, ImportedClass):
@@ -845,22 +858,23 @@ class Resolver:
     def _call_user(self, func: FuncInfo) -> tuple[Resolution | None, Value]:
         compiler = self.compiler_of(func)
         if compiler is not None:
-            name = compiled_name(compiler, func.qualname)
-            return Resolution(name, "compiled"), _result(name)
+            unit = Compiled(compiler, compiled_type(compiler, "function"), func.qualname)
+            return Resolution(unit.api, "compiled", unit), _result(unit.api)
         return None, self.returns(func)
 
-    def _compiled_name(self, compiler: str, node: cst.Call) -> str:
+    def _compiled(self, compiler: str, node: cst.Call) -> Compiled:
+        """What ``compiler(target)`` returns, typed by what the target is."""
         target = _first_positional(node)
-        if target is None:
-            return compiled_name(compiler, "")
-        value = self.value(target)
+        value = None if target is None else self.value(target)
         if isinstance(value, UserFunc):
-            return compiled_name(compiler, value.func.qualname)
+            return Compiled(compiler, compiled_type(compiler, "function"), value.func.qualname)
         if isinstance(value, (UserClass, Instance)):
-            return compiled_name(compiler, value.cls.qualname)
+            return Compiled(compiler, compiled_type(compiler, "module"), value.cls.qualname)
         if isinstance(value, (ImportedClass, ImportedInstance)):
-            return compiled_name(compiler, value.export.name)
-        return compiled_name(compiler, get_full_name_for_node(target) or "...")
+            return Compiled(compiler, compiled_type(compiler, "module"), value.export.name)
+        if isinstance(value, Obj) and not (value.member or value.returned):
+            return Compiled(compiler, compiled_type(compiler, "module"), "")  # a framework object
+        return Compiled(compiler, compiled_type(compiler, ""), "")
 
     def compiler_of(self, func: FuncInfo) -> str | None:
         """The compiler a decorator applies to ``func`` (``tensorflow.function``...), if any."""
@@ -1044,6 +1058,12 @@ def find_sites(
         resolution, _ = resolver.call(record.node)
         if resolution is not None:
             sites.append(
-                Site(record, resolution.api, resolution.kind, roots.root_of(resolution.api))
+                Site(
+                    record,
+                    resolution.api,
+                    resolution.kind,
+                    roots.root_of(resolution.api),
+                    resolution.compiled,
+                )
             )
     return collected, sites

@@ -310,6 +310,10 @@ def _splice(
         }
         if segment.cell is not None:
             entry["cell"] = segment.cell
+        if site.compiled is not None:  # shown as `train_step (tf.function)` per site
+            entry["compiler"] = site.compiled.compiler
+            if site.compiled.unit:
+                entry["unit"] = site.compiled.unit
         if callee.rpartition(".")[2] in TRAINING_STEPS:  # where the probe reads batch, epochs
             loop, epochs = iterated_names(record.loops), epochs_name(record.loops)
             if loop:
