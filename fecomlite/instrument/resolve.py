@@ -46,6 +46,7 @@ from fecomlite.instrument.names import (
     is_class_name,
 )
 from fecomlite.instrument.star import star_names
+from fecomlite.probe_hyperparams import TRAINING_STEPS
 
 # ----------------------------------------------------------------------------- pass 1: collect
 
@@ -389,9 +390,14 @@ def iterated_names(iterables: Iterable[cst.BaseExpression]) -> list[str]:
 def epochs_name(loops: tuple[cst.BaseExpression, ...]) -> str | None:
     """``EPOCHS`` when the loop around the innermost one iterates ``range(EPOCHS)`` (or
     ``range(0, EPOCHS)``, ``range(1, EPOCHS + 1)``): the passes it makes over that loop."""
-    if len(loops) < 2 or not isinstance(loops[1], cst.Call):
+    return range_bound(loops[1]) if len(loops) >= 2 else None
+
+
+def range_bound(outer: cst.BaseExpression) -> str | None:
+    """``N`` for ``range(N)``, ``range(0, N)`` and ``range(1, N + 1)`` with ``N`` a plain or
+    dotted name (read by the probe, never evaluated): the number of passes."""
+    if not isinstance(outer, cst.Call):
         return None
-    outer = loops[1]
     keyworded = any(a.keyword or a.star for a in outer.args)
     if keyworded or get_full_name_for_node(outer.func) != "range":
         return None
@@ -449,6 +455,8 @@ class Compiled:
     compiler: str  # "tensorflow.function"
     type: str | None  # its public type ("tensorflow.types.experimental.PolymorphicFunction")
     unit: str  # "train_step", "Net"; "" when unknown
+    trains: bool = False  # the unit's body steps an optimizer or calls backward
+    optimizer: str = ""  # the name it steps (`optimizer.apply_gradients`), if one plain name
 
     @property
     def api(self) -> str:
@@ -532,6 +540,9 @@ class Site:
     kind: str
     root: str
     compiled: Compiled | None = None
+    # (N, function) for a call inside a function the module calls in `for _ in range(N)` loops
+    # of that one function: the epochs around a training step written in another function
+    outer_epochs: tuple[str, str] | None = None
 
 
 _PENDING = object()
@@ -562,6 +573,7 @@ class Resolver:
         self._params: dict[cst.Param, Any] = {}
         self._bases: dict[ClassInfo, Any] = {}
         self._compilers: dict[FuncInfo, str | None] = {}
+        self._trains: dict[FuncInfo, tuple[bool, str]] = {}
         self._by_callee_name: dict[str, list[CallRecord]] | None = None
 
     # -- expressions
@@ -858,7 +870,8 @@ class Resolver:
     def _call_user(self, func: FuncInfo) -> tuple[Resolution | None, Value]:
         compiler = self.compiler_of(func)
         if compiler is not None:
-            unit = Compiled(compiler, compiled_type(compiler, "function"), func.qualname)
+            public_type = compiled_type(compiler, "function")
+            unit = Compiled(compiler, public_type, func.qualname, *self.trains(func))
             return Resolution(unit.api, "compiled", unit), _result(unit.api)
         return None, self.returns(func)
 
@@ -867,7 +880,9 @@ class Resolver:
         target = _first_positional(node)
         value = None if target is None else self.value(target)
         if isinstance(value, UserFunc):
-            return Compiled(compiler, compiled_type(compiler, "function"), value.func.qualname)
+            func = value.func
+            public_type = compiled_type(compiler, "function")
+            return Compiled(compiler, public_type, func.qualname, *self.trains(func))
         if isinstance(value, (UserClass, Instance)):
             return Compiled(compiler, compiled_type(compiler, "module"), value.cls.qualname)
         if isinstance(value, (ImportedClass, ImportedInstance)):
@@ -875,6 +890,26 @@ class Resolver:
         if isinstance(value, Obj) and not (value.member or value.returned):
             return Compiled(compiler, compiled_type(compiler, "module"), "")  # a framework object
         return Compiled(compiler, compiled_type(compiler, ""), "")
+
+    def trains(self, func: FuncInfo) -> tuple[bool, str]:
+        """Whether ``func``'s own body steps an optimizer or calls ``backward`` (a training step:
+        compiled, its calls are where the probe reads the epochs and batches around it), and
+        the name of the optimizer it steps where that is one name (``optimizer``)."""
+        known = self._trains.get(func)
+        if known is None:
+            steps = [
+                record.node.func
+                for record in self.col.calls
+                if func.node in record.chain
+                and isinstance(record.node.func, cst.Attribute)
+                and record.node.func.attr.value in TRAINING_STEPS
+            ]
+            stepped = {
+                get_full_name_for_node(f.value) or "" for f in steps if f.attr.value != "backward"
+            }
+            known = (bool(steps), stepped.pop() if len(stepped) == 1 else "")
+            self._trains[func] = known
+        return known
 
     def compiler_of(self, func: FuncInfo) -> str | None:
         """The compiler a decorator applies to ``func`` (``tensorflow.function``...), if any."""
@@ -1051,12 +1086,15 @@ def find_sites(
     collected = collect(module)
     resolver = Resolver(collected, scopes, roots, project)
     compiled = compiled_bodies(resolver)
+    epochs = epoch_loops(resolver)
     sites = []
     for record in collected.calls:
         if record.in_annotation or any(node in compiled for node in record.chain):
             continue
         resolution, _ = resolver.call(record.node)
         if resolution is not None:
+            inner = record.chain[-1] if record.chain else None
+            outer = epochs.get(inner) if len(record.loops) == 1 else None
             sites.append(
                 Site(
                     record,
@@ -1064,6 +1102,21 @@ def find_sites(
                     resolution.kind,
                     roots.root_of(resolution.api),
                     resolution.compiled,
+                    outer,
                 )
             )
     return collected, sites
+
+
+def epoch_loops(resolver: Resolver) -> dict[_DefNode, tuple[str, str] | None]:
+    """(N, caller) for each function of the module called directly inside ``for _ in range(N)``
+    loops of one function, ``caller`` (``for epoch in range(1, args.epochs + 1): train(...)``);
+    None where two such loops disagree (unsure)."""
+    found: dict[_DefNode, tuple[str, str] | None] = {}
+    for record in resolver.col.calls:
+        bound = range_bound(record.loops[0]) if record.loops else None
+        value = resolver.value(record.node.func) if bound else None
+        if isinstance(value, UserFunc):
+            place = (bound, record.function)
+            found[value.func.node] = place if found.get(value.func.node, place) == place else None
+    return found
