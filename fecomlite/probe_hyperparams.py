@@ -8,7 +8,8 @@ where training uses it, and where it was read goes with it (the "sources" hyperp
   named by a string is read off the model after compile), the loss, fit's batch size and epochs;
 * the training loop (rank 1): the optimizer whose `step()`/`apply_gradients()`/`minimize()` runs,
   with its learning rate at its first step (a scheduler's `step()` is not an optimizer's), and the
-  batch size of the DataLoader the `for` loop around that call or `loss.backward()` iterates
+  batch size of the DataLoader (or batched `tf.data.Dataset`) the `for` loop around that call or
+  `loss.backward()` iterates
   (the instrumenter writes the names that loop iterates into the site's manifest entry, "loop";
   they are read in the caller's frame, never evaluated).
 
@@ -119,7 +120,7 @@ class TrainingStepReader(Handler):
         loader = _loop_batch_size(frame, self.loop)
         if loader is not None:
             facts["batch_size"], name = loader
-            sources["batch_size"] = f"DataLoader {name}, iterated around {self.where}"
+            sources["batch_size"] = f"{name}, iterated around {self.where}"
         epochs = _read(_caller(frame, self.epochs_in) if self.epochs_in else frame, self.epochs)
         if isinstance(epochs, int) and not isinstance(epochs, bool) and epochs > 0 and self.loop:
             facts["epochs"] = epochs
@@ -186,19 +187,50 @@ def _read(frame: types.FrameType | None, dotted: str) -> Any:
 
 
 def _loop_batch_size(frame: types.FrameType | None, names: list[str]) -> tuple[int, str] | None:
-    """(batch size, name) of the one DataLoader the loop iterates; None when none or unsure."""
-    data = sys.modules.get("torch.utils.data")
-    if data is None or not names:
-        return None
+    """(batch size, name) of the one DataLoader or batched tf.data.Dataset the loop iterates;
+    None when none or unsure."""
     found = {}
     for name in names:
-        loader = _read(frame, name)
-        if isinstance(loader, data.DataLoader) and isinstance(loader.batch_size, int):
-            found[name] = loader.batch_size
+        size = _batch_size(_read(frame, name))
+        if size is not None:
+            found[name] = size
     if len(set(found.values())) != 1:
         return None
     name, size = next(iter(found.items()))
     return size, name
+
+
+# tf.data steps after `batch()` that keep the size of each batch (TF's own, private, classes)
+_SAME_BATCHES = frozenset(
+    {
+        "_PrefetchDataset",
+        "_ShuffleDataset",
+        "_RepeatDataset",
+        "CacheDataset",
+        "_TakeDataset",
+        "_SkipDataset",
+        "_OptionsDataset",
+    }
+)
+
+
+def _batch_size(data: Any) -> int | None:
+    """A torch DataLoader's batch size, or the size a tf.data pipeline's `batch()` gives, found
+    through the steps after it that keep batches whole; else None (a `map` may change them)."""
+    torch_data = sys.modules.get("torch.utils.data")
+    if torch_data is not None and isinstance(data, torch_data.DataLoader):
+        return data.batch_size if isinstance(data.batch_size, int) else None
+    tf_data = getattr(sys.modules.get("tensorflow"), "data", None)
+    if not isinstance(getattr(tf_data, "Dataset", None), type) or not isinstance(
+        data, tf_data.Dataset
+    ):
+        return None
+    while type(data).__name__ in _SAME_BATCHES:
+        data = safely(lambda d: vars(d).get("_input_dataset"), data)
+    if type(data).__name__ not in ("_BatchDataset", "_ParallelBatchDataset"):
+        return None
+    size = safely(lambda d: int(vars(d)["_batch_size"]), data)
+    return size if isinstance(size, int) and size > 0 else None
 
 
 def _optimizer_facts(optimizer: Any) -> dict[str, Any]:

@@ -12,7 +12,10 @@ which the same definition is reached, so a user's `nn.Module` subclass `Net` cal
 private class that overrides the method (the function `tf.function` returns,
 `polymorphic_function.Function`; `torch.compile`'s `OptimizedModule`) is named on the first public
 class of its MRO that has the method: its documented interface
-(`tensorflow.types.experimental.PolymorphicFunction.__call__`, `torch.nn.Module.__call__`).
+(`tensorflow.types.experimental.PolymorphicFunction.__call__`, `torch.nn.Module.__call__`). Where
+the framework has no public name for the method at all (an eager tensor's `numpy`: `tf.Tensor`
+has none), it is named where the framework defines the receiver's class,
+`tensorflow.python.framework.ops.EagerTensor.numpy`: not a public name, but one that exists.
 
 Only modules the program already imported are looked in, through their `__dict__` (no lazy
 loader runs, nothing is imported), and a name is given only when found: otherwise the static
@@ -107,7 +110,7 @@ def shown_written(site: dict[str, Any]) -> str:
     if site.get("kind") != "compiled" or not isinstance(compiler, str) or not compiler:
         return written
     label = compiler.replace("tensorflow.", "tf.", 1)
-    unit = str(site.get("unit", ""))
+    unit = str(site.get("unit", "")).rpartition(".")[2]  # `main.train_step`: `train_step`
     if unit and unit not in written:
         label = f"{unit}, {label}"
     return f"{written} ({label})" if written else label
@@ -151,7 +154,16 @@ def _find_member(cls: type, name: str) -> tuple[str, str] | None:
         public = public_class_name(klass)
         if public is not None and _definer(klass, name) is not None:
             return f"{public}.{name}", ""
-    return None
+    own = _own_path(cls)  # no public name at all (an EagerTensor's `numpy`): where it lives
+    return None if own is None else (f"{own}.{name}", "")
+
+
+def _own_path(cls: type) -> str | None:
+    """`module.Class` where the framework defines `cls`, if that path reaches it."""
+    found: Any = sys.modules.get(cls.__module__)
+    for part in cls.__qualname__.split("."):
+        found = _lookup(found, part)
+    return f"{cls.__module__}.{cls.__qualname__}" if found is cls else None
 
 
 def _defining_class(module: str | None, qualname: str) -> type | None:

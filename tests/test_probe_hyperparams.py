@@ -153,7 +153,7 @@ import keras
 
 x = np.random.rand(96, 8).astype("float32")
 y = np.random.randint(0, 3, 96)
-train_ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(96).batch(24)
+train_ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(96).batch(24).prefetch(2)
 model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(3)])
 optimizer = keras.optimizers.Adam(learning_rate=2e-3)
 loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -193,7 +193,12 @@ def run_instrumented(tmp_path: Path, source: str) -> tuple[dict[str, Any], dict[
     ({"api", "written"}), the run's hyperparameters and the manifest's sites."""
     (tmp_path / "project").mkdir()
     (tmp_path / "project" / "train.py").write_text(source)
-    result = instrument_path(tmp_path / "project", tmp_path / "copy")
+    return run_project(tmp_path, tmp_path / "project")
+
+
+def run_project(tmp_path: Path, project: Path) -> tuple[dict[str, Any], dict[str, Any], dict]:
+    """`run_instrumented` for the `train.py` of a project folder."""
+    result = instrument_path(project, tmp_path / "copy")
     assert not result.failures
     manifest = json.loads(result.manifest.read_text())["sites"]
     spool = tmp_path / "probe.spool"
@@ -315,7 +320,13 @@ def test_a_keras_custom_loop_with_a_tf_function_step_reports_its_epochs_and_opti
         sites, {"train_step (tf.function)": polymorphic, "test_step (tf.function)": polymorphic}
     )
     sources = hyperparams.pop("sources")
-    assert hyperparams == {"epochs": 3, "optimizer": "Adam", "learning_rate": pytest.approx(2e-3)}
+    assert hyperparams == {
+        "epochs": 3,
+        "optimizer": "Adam",
+        "learning_rate": pytest.approx(2e-3),
+        "batch_size": 24,  # train_ds's batch(), through the shuffle before it
+    }
+    assert sources["batch_size"].startswith("ds, iterated around train_step (train.py:")
     assert sources["epochs"] == "range(args.epochs) around the call of train_epoch in <module>"
     assert sources["optimizer"].startswith("train_step (train.py:")
 

@@ -149,6 +149,14 @@ def test_compiled_units_are_named_by_the_public_type_of_what_their_compiler_retu
     assert runtime_name(torch.compile(plain)) is None  # a plain function: the static name stands
 
 
+def test_a_method_without_a_public_name_is_named_where_the_framework_defines_it() -> None:
+    tf = pytest.importorskip("tensorflow")
+    # tf.Tensor has no `numpy`: only the eager tensor's private class holds it
+    named = runtime_name(tf.argmax(tf.ones((2, 3)), axis=1).numpy)
+    assert named == {"api": "tensorflow.python.framework.ops.EagerTensor.numpy", "callee": "method"}
+    assert resolves(named["api"])
+
+
 def test_a_compiled_site_shows_the_users_function_and_its_compiler_beside_written() -> None:
     api = "tensorflow.types.experimental.PolymorphicFunction.__call__"
     step = {"api": api, "kind": "compiled", "written": "train_step"}
@@ -156,6 +164,11 @@ def test_a_compiled_site_shows_the_users_function_and_its_compiler_beside_writte
     assert adopted({**step, "compiler": "tensorflow.function", "unit": "train_step"}, found) == (
         api,
         "train_step (tf.function)",
+    )
+    assert shown_written(
+        {**step, "compiler": "tensorflow.function", "unit": "main.train_step"}
+    ) == (
+        "train_step (tf.function)"  # a function defined in main
     )
     assert adopted({**step, "compiler": "tensorflow.function", "unit": "plain"}, found) == (
         api,
