@@ -204,14 +204,64 @@ def test_graph_compiled_functions_are_one_unit() -> None:
         model(4)
         """
     found = sites(source)
+    polymorphic = "tensorflow.types.experimental.PolymorphicFunction.__call__"
     assert found == {
         "tf.function": ("tensorflow.function", "function"),
-        "step": ("tensorflow.function[step]", "compiled"),
-        "fast": ("tensorflow.function[plain]", "compiled"),
+        "step": (polymorphic, "compiled"),  # what tf.function returns, by its public type
+        "fast": (polymorphic, "compiled"),
         "torch.compile": ("torch.compile", "function"),
-        "compiled": ("torch.compile[Net]", "compiled"),
+        "compiled": ("torch.nn.Module.__call__", "compiled"),  # OptimizedModule calls through it
         "model": ("torch.nn.Module.__call__", "method"),
     }  # helper (called from a graph), plain (compiled) and Net.forward: bodies untouched
+    units = {s["written"]: (s.get("compiler"), s.get("unit")) for s in compiled_sites(source)}
+    assert units == {
+        "step": ("tensorflow.function", "step"),
+        "fast": ("tensorflow.function", "plain"),
+        "compiled": ("torch.compile", "Net"),
+    }
+
+
+def compiled_sites(source: str) -> list[dict[str, object]]:
+    result = instrument_source(dedent(source), "t.py", Roots(DEFAULT_ROOTS))
+    return [s for s in result.sites if s["kind"] == "compiled"]
+
+
+def test_compiled_units_are_named_by_the_public_type_of_what_their_compiler_returns() -> None:
+    found = sites(
+        """
+        import torch
+
+
+        def f(x):
+            return x + 1
+
+
+        class Net(torch.nn.Module):
+            def forward(self, x):
+                return x
+
+
+        compiled_f = torch.compile(f)
+        scripted_f = torch.jit.script(f)
+        scripted_net = torch.jit.script(Net())
+        traced_linear = torch.jit.trace(torch.nn.Linear(2, 2), torch.ones(1, 2))
+        compiled_f(1)
+        compiled_f.cache_info()
+        scripted_f(1)
+        scripted_net(1)
+        scripted_net.save("m.pt")
+        traced_linear(1)
+        """
+    )
+    assert {k: v for k, v in found.items() if v[1] != "function"} == {
+        "compiled_f": ("torch.compile", "compiled"),  # a plain function: no public type
+        "compiled_f.cache_info": ("torch.compile/cache_info", "method"),
+        "scripted_f": ("torch.jit.ScriptFunction.__call__", "compiled"),
+        "scripted_net": ("torch.jit.ScriptModule.__call__", "compiled"),
+        "scripted_net.save": ("torch.jit.ScriptModule.save", "method"),
+        "traced_linear": ("torch.jit.ScriptModule.__call__", "compiled"),
+        "torch.nn.Linear": ("torch.nn.Linear", "constructor"),
+    }
 
 
 def test_scopes_decide_what_a_name_is() -> None:

@@ -144,13 +144,61 @@ for xb, yb in tf.data.Dataset.from_tensor_slices((x, y)).batch(16):
     sgd.apply_gradients(zip(grads, model.trainable_variables))
 """
 
+KERAS_CUSTOM_LOOP = """\
+import argparse
+
+import numpy as np
+import tensorflow as tf
+import keras
+
+x = np.random.rand(96, 8).astype("float32")
+y = np.random.randint(0, 3, 96)
+train_ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(96).batch(24).prefetch(2)
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(3)])
+optimizer = keras.optimizers.Adam(learning_rate=2e-3)
+loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+@tf.function
+def train_step(xb, yb):
+    with tf.GradientTape() as tape:
+        loss = loss_fn(yb, model(xb, training=True))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+
+
+@tf.function
+def test_step(xb):
+    return model(xb, training=False)
+
+
+def train_epoch(ds):
+    for xb, yb in ds:
+        train_step(xb, yb)
+
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int, default=3)
+args = parser.parse_args()
+for epoch in range(1, args.epochs + 1):
+    train_epoch(train_ds)
+    for xb, _ in train_ds:
+        test_step(xb)
+"""
+
 
 def run_instrumented(tmp_path: Path, source: str) -> tuple[dict[str, Any], dict[str, Any], dict]:
     """Instrument and run a program with the probe spooling; the store's sites by key
     ({"api", "written"}), the run's hyperparameters and the manifest's sites."""
     (tmp_path / "project").mkdir()
     (tmp_path / "project" / "train.py").write_text(source)
-    result = instrument_path(tmp_path / "project", tmp_path / "copy")
+    return run_project(tmp_path, tmp_path / "project")
+
+
+def run_project(tmp_path: Path, project: Path) -> tuple[dict[str, Any], dict[str, Any], dict]:
+    """`run_instrumented` for the `train.py` of a project folder."""
+    result = instrument_path(project, tmp_path / "copy")
     assert not result.failures
     manifest = json.loads(result.manifest.read_text())["sites"]
     spool = tmp_path / "probe.spool"
@@ -214,11 +262,13 @@ def test_an_mnist_style_torch_program(tmp_path: Path) -> None:
     sources = hyperparams.pop("sources")
     assert hyperparams == {
         "batch_size": 64,
+        "epochs": 2,  # the loop in main around train(...), the step's function
         "optimizer": "Adadelta",
         "learning_rate": 1.0,
         "parameters": 16 * 10 + 10,
     }
     assert "train_loader" in sources["batch_size"]  # not the test loader's 256
+    assert sources["epochs"] == "range(args.epochs) around the call of train in main"
     assert sources["optimizer"].startswith("optimizer.step (train.py:")
 
 
@@ -257,6 +307,59 @@ def test_keras_fit_of_every_model_kind_then_a_custom_loop(tmp_path: Path) -> Non
     assert hyperparams["learning_rate"] == pytest.approx(1e-3)
     assert (hyperparams["batch_size"], hyperparams["epochs"]) == (32, 2)
     assert sources["optimizer"].startswith("model.compile (train.py:")
+
+
+def test_a_keras_custom_loop_with_a_tf_function_step_reports_its_epochs_and_optimizer(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("tensorflow")
+    sites, hyperparams, manifest = run_instrumented(tmp_path, KERAS_CUSTOM_LOOP)
+    assert_names_exist(sites, manifest)
+    polymorphic = "tensorflow.types.experimental.PolymorphicFunction.__call__"
+    assert_named(
+        sites, {"train_step (tf.function)": polymorphic, "test_step (tf.function)": polymorphic}
+    )
+    sources = hyperparams.pop("sources")
+    assert hyperparams == {
+        "epochs": 3,
+        "optimizer": "Adam",
+        "learning_rate": pytest.approx(2e-3),
+        "batch_size": 24,  # train_ds's batch(), through the shuffle before it
+    }
+    assert sources["batch_size"].startswith("ds, iterated around train_step (train.py:")
+    assert sources["epochs"] == "range(args.epochs) around the call of train_epoch in <module>"
+    assert sources["optimizer"].startswith("train_step (train.py:")
+
+
+def test_epochs_around_calls_of_a_training_function_are_left_out_where_loops_disagree(
+    tmp_path: Path,
+) -> None:
+    source = textwrap.dedent("""\
+        import torch
+        def train(model: torch.nn.Module, loader, opt: torch.optim.Optimizer):
+            for x, y in loader:
+                model(x).sum().backward()
+                opt.step()
+        def evaluate(model: torch.nn.Module, loader):
+            for x, y in loader:
+                model(x).sum().backward()
+        def main(model, loader, opt, warmup, epochs):
+            for epoch in range(warmup):
+                train(model, loader, opt)
+            for epoch in range(1, epochs + 1):
+                train(model, loader, opt)
+            for epoch in range(epochs):
+                evaluate(model, loader)
+        """)
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "t.py").write_text(source)
+    result = instrument_path(tmp_path / "p", tmp_path / "out")
+    epochs = {
+        (s["function"], s["written"]): (s.get("epochs"), s.get("epochs_in"))
+        for s in result.sites.values()
+    }
+    assert epochs[("train", "opt.step")] == (None, None)  # range(warmup) or range(epochs)?
+    assert epochs[("evaluate", "model(x).sum().backward")] == ("epochs", "main")
 
 
 class FakeSink:

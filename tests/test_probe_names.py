@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812 - as users write it
 from torch import nn
 
-from fecomlite.runtime.names import adopted, runtime_name
+from fecomlite.runtime.names import adopted, runtime_name, shown_written
 from fecomlite.runtime.sender import Sender
 from fecomlite.store import Store
 
@@ -120,12 +120,65 @@ def test_a_callee_without_a_public_name_keeps_the_static_one() -> None:
     assert runtime_name(lambda: None) is None
     # numpy.add is a numpy.ufunc: the name the user called it by says more
     assert adopted({"api": "numpy.add", "kind": "function"}, runtime_name(np.add)) is None
-    assert (
-        adopted(
-            {"api": "tensorflow.function[step]", "kind": "compiled"},
-            {"api": "torch.nn.Module.__call__", "callee": "object"},
-        )
-        is None
+
+    class OwnCall(nn.Module):
+        def __call__(self, x: torch.Tensor) -> torch.Tensor:  # the user's override ran
+            return x
+
+    assert runtime_name(OwnCall()) is None
+
+
+def test_compiled_units_are_named_by_the_public_type_of_what_their_compiler_returned() -> None:
+    tf = pytest.importorskip("tensorflow")
+
+    @tf.function
+    def train_step(x):  # noqa: ANN001, ANN202
+        return x * 2
+
+    def plain(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    expected = {
+        "tensorflow.types.experimental.PolymorphicFunction.__call__": train_step,
+        "torch.nn.Module.__call__": torch.compile(Net()),  # OptimizedModule: torch's, private
+        "torch.ScriptFunction.__call__": torch.jit.trace(plain, torch.ones(1)),
+    }
+    for name, fn in expected.items():
+        assert runtime_name(fn) == {"api": name, "callee": "object"}
+        assert resolves(name), name
+    assert runtime_name(torch.compile(plain)) is None  # a plain function: the static name stands
+
+
+def test_a_method_without_a_public_name_is_named_where_the_framework_defines_it() -> None:
+    tf = pytest.importorskip("tensorflow")
+    # tf.Tensor has no `numpy`: only the eager tensor's private class holds it
+    named = runtime_name(tf.argmax(tf.ones((2, 3)), axis=1).numpy)
+    assert named == {"api": "tensorflow.python.framework.ops.EagerTensor.numpy", "callee": "method"}
+    assert resolves(named["api"])
+
+
+def test_a_compiled_site_shows_the_users_function_and_its_compiler_beside_written() -> None:
+    api = "tensorflow.types.experimental.PolymorphicFunction.__call__"
+    step = {"api": api, "kind": "compiled", "written": "train_step"}
+    found = {"api": api, "callee": "object"}
+    assert adopted({**step, "compiler": "tensorflow.function", "unit": "train_step"}, found) == (
+        api,
+        "train_step (tf.function)",
+    )
+    assert shown_written(
+        {**step, "compiler": "tensorflow.function", "unit": "main.train_step"}
+    ) == (
+        "train_step (tf.function)"  # a function defined in main
+    )
+    assert adopted({**step, "compiler": "tensorflow.function", "unit": "plain"}, found) == (
+        api,
+        "train_step (plain, tf.function)",
+    )
+    assert shown_written({**step, "compiler": "torch.compile", "written": "net"}) == (
+        "net (torch.compile)"
+    )
+    assert shown_written({"api": "torch.ones", "kind": "function", "written": "torch.ones"}) == (
+        "torch.ones"
     )
 
 

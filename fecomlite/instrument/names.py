@@ -24,7 +24,15 @@ Names of objects that framework calls return (see ``resolve.py``):
   ``torch.nn.functional.nll_loss/backward``). This says exactly what is known, never a guessed
   type, and is only the fallback: the probe names each call it sees from the callee that ran
   (``fecomlite.runtime.names``), so ``torch.Tensor.backward`` replaces it in a report;
-* a graph-compiled unit is ``compiler[target]``: ``tensorflow.function[train_step]``.
+* a graph-compiled unit is named after the public type of what the compiler returns, whose
+  ``__call__`` runs it: ``tf.function(f)`` is a
+  ``tensorflow.types.experimental.PolymorphicFunction`` (``….PolymorphicFunction.__call__``),
+  ``torch.compile(module)`` an ``nn.Module`` that calls the
+  original through ``torch.nn.Module.__call__``, ``torch.jit.script``/``trace`` a
+  ``torch.jit.ScriptFunction`` or ``torch.jit.ScriptModule``. ``torch.compile(f)`` returns a plain
+  function of no public type, so it is named by the public callable that made it,
+  ``torch.compile``. The user's function or class and the compiler go beside what was written in
+  per-site views: ``train_step (tf.function)``, ``compiled (Net, torch.compile)``.
 
 No name has ``()`` in it: such a name reads as a chain of calls, and a label cut short then
 names the wrong API.
@@ -93,6 +101,7 @@ COMPILER_GUARDS: frozenset[str] = frozenset(
 )
 # Methods Keras runs inside its own tf.function during fit/evaluate/predict.
 KERAS_GRAPH_METHODS: frozenset[str] = frozenset({"call", "train_step", "test_step", "predict_step"})
+_SCRIPT_TYPES = {"function": "torch.jit.ScriptFunction", "module": "torch.jit.ScriptModule"}
 
 
 def canonical(name: str) -> str:
@@ -116,9 +125,22 @@ def _rewrite_once(name: str) -> str:
     return name
 
 
-def compiled_name(compiler: str, target: str) -> str:
-    """The name of what a graph compiler made of ``target`` (written form or qualname)."""
-    return f"{compiler}[{target}]"
+def compiled_type(compiler: str, target: str) -> str | None:
+    """The public type of what ``compiler`` returns for a ``target`` that is a ``function``, a
+    ``module`` (a class or an instance) or ``""`` (unknown); None where it has no public type."""
+    if compiler == "tensorflow.function":
+        return "tensorflow.types.experimental.PolymorphicFunction"
+    if compiler == "torch.compile":
+        return "torch.nn.Module" if target == "module" else None
+    if compiler in ("torch.jit.script", "torch.jit.trace", "torch.jit.trace_module"):
+        kind = "module" if compiler == "torch.jit.trace_module" else target
+        return _SCRIPT_TYPES.get(kind)
+    return None
+
+
+def compiled_api(compiler: str, public_type: str | None) -> str:
+    """The canonical API of calling a compiled unit: its type's ``__call__``, else the compiler."""
+    return f"{public_type}.__call__" if public_type else compiler
 
 
 def is_class_name(name: str) -> bool:

@@ -40,11 +40,13 @@ from fecomlite.instrument.names import (
     RESULT,
     Roots,
     canonical,
-    compiled_name,
+    compiled_api,
+    compiled_type,
     factory_class,
     is_class_name,
 )
 from fecomlite.instrument.star import star_names
+from fecomlite.runtime.hyperparams import TRAINING_STEPS
 
 # ----------------------------------------------------------------------------- pass 1: collect
 
@@ -388,9 +390,14 @@ def iterated_names(iterables: Iterable[cst.BaseExpression]) -> list[str]:
 def epochs_name(loops: tuple[cst.BaseExpression, ...]) -> str | None:
     """``EPOCHS`` when the loop around the innermost one iterates ``range(EPOCHS)`` (or
     ``range(0, EPOCHS)``, ``range(1, EPOCHS + 1)``): the passes it makes over that loop."""
-    if len(loops) < 2 or not isinstance(loops[1], cst.Call):
+    return range_bound(loops[1]) if len(loops) >= 2 else None
+
+
+def range_bound(outer: cst.BaseExpression) -> str | None:
+    """``N`` for ``range(N)``, ``range(0, N)`` and ``range(1, N + 1)`` with ``N`` a plain or
+    dotted name (read by the probe, never evaluated): the number of passes."""
+    if not isinstance(outer, cst.Call):
         return None
-    outer = loops[1]
     keyworded = any(a.keyword or a.star for a in outer.args)
     if keyworded or get_full_name_for_node(outer.func) != "range":
         return None
@@ -443,7 +450,17 @@ class Obj:
 
 @dataclass(frozen=True, slots=True)
 class Compiled:
-    name: str  # e.g. "tensorflow.function[train_step]"
+    """What a graph compiler returned for the user's function or class ``unit``."""
+
+    compiler: str  # "tensorflow.function"
+    type: str | None  # its public type ("tensorflow.types.experimental.PolymorphicFunction")
+    unit: str  # "train_step", "Net"; "" when unknown
+    trains: bool = False  # the unit's body steps an optimizer or calls backward
+    optimizer: str = ""  # the name it steps (`optimizer.apply_gradients`), if one plain name
+
+    @property
+    def api(self) -> str:
+        return compiled_api(self.compiler, self.type)
 
 
 @dataclass(frozen=True, slots=True)
@@ -511,6 +528,7 @@ Value = (
 class Resolution:
     api: str  # canonical name
     kind: str  # function | constructor | method | compiled
+    compiled: Compiled | None = None  # for a compiled unit: its compiler and the user's target
 
 
 @dataclass(frozen=True, slots=True)
@@ -521,6 +539,10 @@ class Site:
     api: str
     kind: str
     root: str
+    compiled: Compiled | None = None
+    # (N, function) for a call inside a function the module calls in `for _ in range(N)` loops
+    # of that one function: the epochs around a training step written in another function
+    outer_epochs: tuple[str, str] | None = None
 
 
 _PENDING = object()
@@ -551,6 +573,7 @@ class Resolver:
         self._params: dict[cst.Param, Any] = {}
         self._bases: dict[ClassInfo, Any] = {}
         self._compilers: dict[FuncInfo, str | None] = {}
+        self._trains: dict[FuncInfo, tuple[bool, str]] = {}
         self._by_callee_name: dict[str, list[CallRecord]] | None = None
 
     # -- expressions
@@ -695,7 +718,9 @@ class Resolver:
         if isinstance(base, Obj):
             return Obj(f"{base.type}{RESULT if base.returned else '.'}{attr}", member=True)
         if isinstance(base, Compiled):
-            return Obj(f"{base.name}.{attr}", member=True)
+            if base.type is None:
+                return Obj(f"{base.compiler}{RESULT}{attr}", member=True)
+            return Obj(f"{base.type}.{attr}", member=True)
         if isinstance(base, ProjectModule):
             assert self.project is not None
             return self._imported(self.project.lookup(f"{base.name}.{attr}"))
@@ -800,7 +825,7 @@ class Resolver:
             if name in COMPILER_GUARDS:
                 return None, None
             if name in COMPILERS:
-                return Resolution(name, "function"), Compiled(self._compiled_name(name, node))
+                return Resolution(name, "function"), self._compiled(name, node)
             if is_class_name(name):
                 return Resolution(name, "constructor"), Obj(name)
             owner = factory_class(name)
@@ -812,7 +837,7 @@ class Resolver:
                 api = f"{callee.type}{RESULT if callee.returned else '.'}__call__"
             return Resolution(api, "method"), _result(api)
         if isinstance(callee, Compiled):
-            return Resolution(callee.name, "compiled"), _result(callee.name)
+            return Resolution(callee.api, "compiled", callee), _result(callee.api)
         if isinstance(callee, UserClass):
             return None, Instance(callee.cls)
         if isinstance(callee, ImportedClass):
@@ -845,22 +870,46 @@ class Resolver:
     def _call_user(self, func: FuncInfo) -> tuple[Resolution | None, Value]:
         compiler = self.compiler_of(func)
         if compiler is not None:
-            name = compiled_name(compiler, func.qualname)
-            return Resolution(name, "compiled"), _result(name)
+            public_type = compiled_type(compiler, "function")
+            unit = Compiled(compiler, public_type, func.qualname, *self.trains(func))
+            return Resolution(unit.api, "compiled", unit), _result(unit.api)
         return None, self.returns(func)
 
-    def _compiled_name(self, compiler: str, node: cst.Call) -> str:
+    def _compiled(self, compiler: str, node: cst.Call) -> Compiled:
+        """What ``compiler(target)`` returns, typed by what the target is."""
         target = _first_positional(node)
-        if target is None:
-            return compiled_name(compiler, "")
-        value = self.value(target)
+        value = None if target is None else self.value(target)
         if isinstance(value, UserFunc):
-            return compiled_name(compiler, value.func.qualname)
+            func = value.func
+            public_type = compiled_type(compiler, "function")
+            return Compiled(compiler, public_type, func.qualname, *self.trains(func))
         if isinstance(value, (UserClass, Instance)):
-            return compiled_name(compiler, value.cls.qualname)
+            return Compiled(compiler, compiled_type(compiler, "module"), value.cls.qualname)
         if isinstance(value, (ImportedClass, ImportedInstance)):
-            return compiled_name(compiler, value.export.name)
-        return compiled_name(compiler, get_full_name_for_node(target) or "...")
+            return Compiled(compiler, compiled_type(compiler, "module"), value.export.name)
+        if isinstance(value, Obj) and not (value.member or value.returned):
+            return Compiled(compiler, compiled_type(compiler, "module"), "")  # a framework object
+        return Compiled(compiler, compiled_type(compiler, ""), "")
+
+    def trains(self, func: FuncInfo) -> tuple[bool, str]:
+        """Whether ``func``'s own body steps an optimizer or calls ``backward`` (a training step:
+        compiled, its calls are where the probe reads the epochs and batches around it), and
+        the name of the optimizer it steps where that is one name (``optimizer``)."""
+        known = self._trains.get(func)
+        if known is None:
+            steps = [
+                record.node.func
+                for record in self.col.calls
+                if func.node in record.chain
+                and isinstance(record.node.func, cst.Attribute)
+                and record.node.func.attr.value in TRAINING_STEPS
+            ]
+            stepped = {
+                get_full_name_for_node(f.value) or "" for f in steps if f.attr.value != "backward"
+            }
+            known = (bool(steps), stepped.pop() if len(stepped) == 1 else "")
+            self._trains[func] = known
+        return known
 
     def compiler_of(self, func: FuncInfo) -> str | None:
         """The compiler a decorator applies to ``func`` (``tensorflow.function``...), if any."""
@@ -1039,13 +1088,37 @@ def find_sites(
     collected = collect(module)
     resolver = Resolver(collected, scopes, roots, project)
     compiled = compiled_bodies(resolver)
+    epochs = epoch_loops(resolver)
     sites = []
     for record in collected.calls:
         if record.in_annotation or any(node in compiled for node in record.chain):
             continue
         resolution, _ = resolver.call(record.node)
         if resolution is not None:
+            inner = record.chain[-1] if record.chain else None
+            outer = epochs.get(inner) if len(record.loops) == 1 else None
             sites.append(
-                Site(record, resolution.api, resolution.kind, roots.root_of(resolution.api))
+                Site(
+                    record,
+                    resolution.api,
+                    resolution.kind,
+                    roots.root_of(resolution.api),
+                    resolution.compiled,
+                    outer,
+                )
             )
     return collected, sites
+
+
+def epoch_loops(resolver: Resolver) -> dict[_DefNode, tuple[str, str] | None]:
+    """(N, caller) for each function of the module called directly inside ``for _ in range(N)``
+    loops of one function, ``caller`` (``for epoch in range(1, args.epochs + 1): train(...)``);
+    None where two such loops disagree (unsure)."""
+    found: dict[_DefNode, tuple[str, str] | None] = {}
+    for record in resolver.col.calls:
+        bound = range_bound(record.loops[0]) if record.loops else None
+        value = resolver.value(record.node.func) if bound else None
+        if isinstance(value, UserFunc):
+            place = (bound, record.function)
+            found[value.func.node] = place if found.get(value.func.node, place) == place else None
+    return found

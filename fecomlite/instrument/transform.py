@@ -310,12 +310,23 @@ def _splice(
         }
         if segment.cell is not None:
             entry["cell"] = segment.cell
-        if callee.rpartition(".")[2] in TRAINING_STEPS:  # where the probe reads batch, epochs
+        if site.compiled is not None:  # shown as `train_step (tf.function)` per site
+            entry["compiler"] = site.compiled.compiler
+            if site.compiled.unit:
+                entry["unit"] = site.compiled.unit
+        trains = site.compiled is not None and site.compiled.trains
+        if trains or callee.rpartition(".")[2] in TRAINING_STEPS:  # where batch, epochs are read
             loop, epochs = iterated_names(record.loops), epochs_name(record.loops)
+            if trains:
+                entry["trains"] = True
+                if site.compiled and site.compiled.optimizer:  # read where the unit is called
+                    entry["optimizer"] = site.compiled.optimizer
             if loop:
                 entry["loop"] = loop
             if epochs:
                 entry["epochs"] = epochs
+            elif loop and site.outer_epochs:  # the epoch loop is around a call of this function
+                entry["epochs"], entry["epochs_in"] = site.outer_epochs
         result.sites.append(entry)
     if not result.sites:
         return result

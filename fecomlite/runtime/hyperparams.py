@@ -8,14 +8,24 @@ where training uses it, and where it was read goes with it (the "sources" hyperp
   named by a string is read off the model after compile), the loss, fit's batch size and epochs;
 * the training loop (rank 1): the optimizer whose `step()`/`apply_gradients()`/`minimize()` runs,
   with its learning rate at its first step (a scheduler's `step()` is not an optimizer's), and the
-  batch size of the DataLoader the `for` loop around that call or `loss.backward()` iterates
+  batch size of the DataLoader (or batched `tf.data.Dataset`) the `for` loop around that call or
+  `loss.backward()` iterates
   (the instrumenter writes the names that loop iterates into the site's manifest entry, "loop";
   they are read in the caller's frame, never evaluated).
 
 A higher rank wins over a lower one; two different values at one rank (two optimizers stepped)
-leave the key out: unsure, nothing rather than a guess. Epochs of a PyTorch loop are reported only
-where the loop around the DataLoader's is `for epoch in range(EPOCHS)` in the same function (the
-manifest's "epochs" names `EPOCHS`); an epoch loop elsewhere says nothing here, so none is given.
+leave the key out: unsure, nothing rather than a guess.
+
+Epochs of a hand-written loop (PyTorch, or Keras with `GradientTape`) are the passes of a
+`for epoch in range(EPOCHS)` loop (`range(1, args.epochs + 1)` alike) around the data loop of a
+training step (the manifest's "epochs" names `EPOCHS`), read at the step's first call: either in
+the step's own function, or — the shape of the official MNIST example, `for epoch in ...:
+train(model, device, train_loader, optimizer, epoch)` — in the function the manifest names as
+"epochs_in", which must be the caller of the step's function at that first call; anything else
+gives no epochs. A call of a compiled unit whose body trains (`@tf.function def train_step`,
+manifest "trains") is read like a step; the optimizer its body steps (manifest "optimizer", one
+plain name) is read by that name where the unit is called, and counts only if it is a torch or
+Keras optimizer.
 """
 
 from __future__ import annotations
@@ -85,6 +95,8 @@ class TrainingStepReader(Handler):
         self.written = str(site.get("written", ""))
         self.loop = [n for n in site.get("loop", []) if isinstance(n, str)]
         self.epochs = str(site.get("epochs", ""))
+        self.epochs_in = str(site.get("epochs_in", ""))
+        self.optimizer = str(site.get("optimizer", ""))  # a compiled unit's, by name
         self.hyperparams = hyperparams
         self.where = where
 
@@ -94,7 +106,6 @@ class TrainingStepReader(Handler):
         self.finished = True  # read at the first call that returns: the site may then go fast
         frame = _user_frame()
         facts: dict[str, Any] = {}
-        sources: dict[str, str] = {}
         receiver, _, method = self.written.rpartition(".")
         if method in _OPTIMIZER_STEPS:
             owner = getattr(fn, "__self__", None)
@@ -102,19 +113,22 @@ class TrainingStepReader(Handler):
                 owner = _read(frame, receiver)  # a wrapper a scheduler set on the instance
             if not _is_optimizer(owner):
                 return  # a scheduler's step, or something else: not the training's optimizer
-            facts.update(optimizer=type(owner).__name__, learning_rate=_learning_rate(owner))
-            groups = getattr(owner, "param_groups", None)
-            if groups:  # torch: the parameters being optimised
-                facts["parameters"] = sum(p.numel() for g in groups for p in g["params"])
-            sources = dict.fromkeys(facts, self.where)
+            facts.update(_optimizer_facts(owner))
+        elif self.optimizer and _is_optimizer(_read(frame, self.optimizer)):
+            facts.update(_optimizer_facts(_read(frame, self.optimizer)))
+        sources: dict[str, str] = dict.fromkeys(facts, self.where)
         loader = _loop_batch_size(frame, self.loop)
         if loader is not None:
             facts["batch_size"], name = loader
-            sources["batch_size"] = f"DataLoader {name}, iterated around {self.where}"
-            epochs = _read(frame, self.epochs)
-            if isinstance(epochs, int) and not isinstance(epochs, bool) and epochs > 0:
-                facts["epochs"] = epochs
-                sources["epochs"] = f"range({self.epochs}) around the loop over {name}"
+            sources["batch_size"] = f"{name}, iterated around {self.where}"
+        epochs = _read(_caller(frame, self.epochs_in) if self.epochs_in else frame, self.epochs)
+        if isinstance(epochs, int) and not isinstance(epochs, bool) and epochs > 0 and self.loop:
+            facts["epochs"] = epochs
+            if self.epochs_in and frame is not None:
+                around = f"the call of {frame.f_code.co_name} in {self.epochs_in}"
+            else:
+                around = f"the loop over {self.loop[0]}"
+            sources["epochs"] = f"range({self.epochs}) around {around}"
         self.hyperparams.offer(facts, sources, LOOP_RANK)
 
 
@@ -126,7 +140,7 @@ def hyperparameter_handler(
     extract = _call_extractor(str(site.get("api", "")), str(site.get("kind", "")))
     if extract is not None:
         return CallReader(extract, hyperparams, where)
-    if str(site.get("written", "")).rpartition(".")[2] in TRAINING_STEPS:
+    if site.get("trains") or str(site.get("written", "")).rpartition(".")[2] in TRAINING_STEPS:
         return TrainingStepReader(site, hyperparams, where)
     return None
 
@@ -147,6 +161,17 @@ def _user_frame() -> types.FrameType | None:
     return frame
 
 
+def _caller(frame: types.FrameType | None, function: str) -> types.FrameType | None:
+    """The frame that called `frame`'s function, if it runs `function` (a qualname as the
+    instrumenter writes it: `main`, `Trainer.fit`, `<module>`); else None (unsure)."""
+    caller = frame.f_back if frame is not None else None
+    while caller is not None and caller.f_code.co_filename.startswith(_PACKAGE_DIR):
+        caller = caller.f_back
+    if caller is None or caller.f_code.co_qualname.replace(".<locals>", "") != function:
+        return None
+    return caller
+
+
 def _read(frame: types.FrameType | None, dotted: str) -> Any:
     """The value of a plain or dotted name in a frame, through namespaces only (no property or
     `__getattr__` of the user's runs)."""
@@ -162,19 +187,58 @@ def _read(frame: types.FrameType | None, dotted: str) -> Any:
 
 
 def _loop_batch_size(frame: types.FrameType | None, names: list[str]) -> tuple[int, str] | None:
-    """(batch size, name) of the one DataLoader the loop iterates; None when none or unsure."""
-    data = sys.modules.get("torch.utils.data")
-    if data is None or not names:
-        return None
+    """(batch size, name) of the one DataLoader or batched tf.data.Dataset the loop iterates;
+    None when none or unsure."""
     found = {}
     for name in names:
-        loader = _read(frame, name)
-        if isinstance(loader, data.DataLoader) and isinstance(loader.batch_size, int):
-            found[name] = loader.batch_size
+        size = _batch_size(_read(frame, name))
+        if size is not None:
+            found[name] = size
     if len(set(found.values())) != 1:
         return None
     name, size = next(iter(found.items()))
     return size, name
+
+
+# tf.data steps after `batch()` that keep the size of each batch (TF's own, private, classes)
+_SAME_BATCHES = frozenset(
+    {
+        "_PrefetchDataset",
+        "_ShuffleDataset",
+        "_RepeatDataset",
+        "CacheDataset",
+        "_TakeDataset",
+        "_SkipDataset",
+        "_OptionsDataset",
+    }
+)
+
+
+def _batch_size(data: Any) -> int | None:
+    """A torch DataLoader's batch size, or the size a tf.data pipeline's `batch()` gives, found
+    through the steps after it that keep batches whole; else None (a `map` may change them)."""
+    torch_data = sys.modules.get("torch.utils.data")
+    if torch_data is not None and isinstance(data, torch_data.DataLoader):
+        return data.batch_size if isinstance(data.batch_size, int) else None
+    tf_data = getattr(sys.modules.get("tensorflow"), "data", None)
+    if not isinstance(getattr(tf_data, "Dataset", None), type) or not isinstance(
+        data, tf_data.Dataset
+    ):
+        return None
+    while type(data).__name__ in _SAME_BATCHES:
+        data = safely(lambda d: vars(d).get("_input_dataset"), data)
+    if type(data).__name__ not in ("_BatchDataset", "_ParallelBatchDataset"):
+        return None
+    size = safely(lambda d: int(vars(d)["_batch_size"]), data)
+    return size if isinstance(size, int) and size > 0 else None
+
+
+def _optimizer_facts(optimizer: Any) -> dict[str, Any]:
+    facts = {"optimizer": type(optimizer).__name__, "learning_rate": _learning_rate(optimizer)}
+    groups = getattr(optimizer, "param_groups", None)
+    if groups:  # torch: the parameters being optimised
+        facts["parameters"] = sum(p.numel() for g in groups for p in g["params"])
+    return facts
 
 
 def _is_optimizer(owner: Any) -> bool:

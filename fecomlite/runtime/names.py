@@ -8,7 +8,14 @@ followed attribute by attribute from the top package, that holds the very same o
 (`torch._tensor.Tensor` is `torch.Tensor`, `keras.src.models.sequential.Sequential` is
 `keras.Sequential`). A method is named on the first public class of the receiver's MRO through
 which the same definition is reached, so a user's `nn.Module` subclass `Net` called on data is
-`torch.nn.Module.__call__`, and `Net` is kept beside it as the user's type.
+`torch.nn.Module.__call__`, and `Net` is kept beside it as the user's type. A framework's own
+private class that overrides the method (the function `tf.function` returns,
+`polymorphic_function.Function`; `torch.compile`'s `OptimizedModule`) is named on the first public
+class of its MRO that has the method: its documented interface
+(`tensorflow.types.experimental.PolymorphicFunction.__call__`, `torch.nn.Module.__call__`). Where
+the framework has no public name for the method at all (an eager tensor's `numpy`: `tf.Tensor`
+has none), it is named where the framework defines the receiver's class,
+`tensorflow.python.framework.ops.EagerTensor.numpy`: not a public name, but one that exists.
 
 Only modules the program already imported are looked in, through their `__dict__` (no lazy
 loader runs, nothing is imported), and a name is given only when found: otherwise the static
@@ -79,22 +86,34 @@ def _name(fn: Any) -> dict[str, str] | None:
 def adopted(site: dict[str, Any], found: dict[str, Any]) -> tuple[str, str] | None:
     """(api, written) a site takes from the name the probe found, None to keep its static ones.
 
-    A graph-compiled unit keeps its name (the callable is the framework's wrapper, not the
-    user's function); so does a function the user called by its public name whose object is
-    callable (`numpy.add` is a `numpy.ufunc`: its static name says more). A call on the user's
-    own subclass shows the class beside what was written: `model (Net)`.
+    A function the user called by its public name whose object is callable keeps its static
+    name (`numpy.add` is a `numpy.ufunc`: its static name says more). A call on the user's own
+    subclass shows the class beside what was written: `model (Net)`.
     """
     api = found.get("api")
-    kind = site.get("kind", "")
-    if not isinstance(api, str) or not api or kind == "compiled":
+    if not isinstance(api, str) or not api:
         return None
-    if kind == "function" and found.get("callee") == "object":
+    if site.get("kind", "") == "function" and found.get("callee") == "object":
         return None
-    written = str(site.get("written", ""))
+    written = shown_written(site)
     user_type = found.get("type")
     if isinstance(user_type, str) and user_type and user_type not in written:
         written = f"{written} ({user_type})" if written else user_type
     return api, written
+
+
+def shown_written(site: dict[str, Any]) -> str:
+    """What per-site views show for a manifest site: what was written, and for a compiled unit
+    the user's function or class and the compiler beside it (`train_step (tf.function)`)."""
+    written = str(site.get("written", ""))
+    compiler = site.get("compiler")
+    if site.get("kind") != "compiled" or not isinstance(compiler, str) or not compiler:
+        return written
+    label = compiler.replace("tensorflow.", "tf.", 1)
+    unit = str(site.get("unit", "")).rpartition(".")[2]  # `main.train_step`: `train_step`
+    if unit and unit not in written:
+        label = f"{unit}, {label}"
+    return f"{written} ({label})" if written else label
 
 
 def public_class_name(cls: type) -> str | None:
@@ -129,7 +148,22 @@ def _find_member(cls: type, name: str) -> tuple[str, str] | None:
             package = public.split(".", 1)[0]
             user = cls.__module__.split(".", 1)[0] != package and klass is not cls
             return f"{public}.{name}", cls.__name__ if user else ""
-    return None
+    if cls.__module__.split(".", 1)[0] not in _roots:
+        return None  # the user's override: its public base's method is not what ran
+    for klass in cls.__mro__[1:]:  # a framework's private override: its public interface
+        public = public_class_name(klass)
+        if public is not None and _definer(klass, name) is not None:
+            return f"{public}.{name}", ""
+    own = _own_path(cls)  # no public name at all (an EagerTensor's `numpy`): where it lives
+    return None if own is None else (f"{own}.{name}", "")
+
+
+def _own_path(cls: type) -> str | None:
+    """`module.Class` where the framework defines `cls`, if that path reaches it."""
+    found: Any = sys.modules.get(cls.__module__)
+    for part in cls.__qualname__.split("."):
+        found = _lookup(found, part)
+    return f"{cls.__module__}.{cls.__qualname__}" if found is cls else None
 
 
 def _defining_class(module: str | None, qualname: str) -> type | None:

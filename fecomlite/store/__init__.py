@@ -21,7 +21,7 @@ from typing import Any
 
 from fecomlite.runtime.comm_hooks import site_row as collective_site_row
 from fecomlite.runtime.layers import facts as layer_facts
-from fecomlite.runtime.names import adopted
+from fecomlite.runtime.names import adopted, shown_written
 from fecomlite.store.reads import StoreReads
 
 SCHEMA_VERSION = 2
@@ -398,7 +398,7 @@ class Store(StoreReads):
                             info.get("line", 0),
                             info.get("col", 0),
                             info.get("api", key),
-                            info.get("written", ""),
+                            shown_written(info),
                             info.get("kind", "function"),
                             info.get("function", ""),
                             info.get("source", ""),
@@ -508,7 +508,7 @@ class Store(StoreReads):
         for key, found in names.items():
             info = manifest.get(key) or _site_from_key(key)
             named = adopted(info, found) if isinstance(found, dict) else None
-            api, written = named or (info.get("api", key), info.get("written", ""))
+            api, written = named or (info.get("api", key), shown_written(info))
             self.db.execute(
                 "UPDATE sites SET api=?, written=? WHERE id=?", (api, written, ids[key])
             )
