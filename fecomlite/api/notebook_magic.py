@@ -50,7 +50,7 @@ class _CellSink:
         """Shapes are for the run store; a cell's table does not show them."""
 
     def add_name(self, site: str, named: dict[str, str] | None) -> None:
-        """The public name of the callee the site ran (`probe_names`), as the store keeps it: a
+        """The public name of the callee the site ran (`runtime.names`), as the store keeps it: a
         site seen running different callees keeps its static name."""
         known = self.names.get(site)
         self.names[site] = (named or {}) if known is None or known == named else {}

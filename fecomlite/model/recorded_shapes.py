@@ -1,4 +1,4 @@
-"""From the shapes the probe recorded at a call site (`probe_capture.call_shapes`) to the
+"""From the shapes the probe recorded at a call site (`capture.call_shapes`) to the
 arguments of `features.api_features`: which operand is the input, which the weights, in which
 layout. Conventions of each framework, stated so a figure can be checked:
 

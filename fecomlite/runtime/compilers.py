@@ -10,7 +10,7 @@
 * The JIT tracer (`torch.jit.trace`, and `make_fx`/export tracing) runs calls eagerly and names
   each value after the Python frame that made it; the sized path's frames and size reads would
   differ between the invocations `trace` compares. While one traces, calls stay on the fast path.
-* TorchScript compiles source text: `probe_source.py` serves the user's original text.
+* TorchScript compiles source text: `source.py` serves the user's original text.
 """
 
 from __future__ import annotations

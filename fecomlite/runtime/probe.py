@@ -6,7 +6,7 @@ to a column buffer. The hot path is C (`_fastprobe.c`) when it was built, else t
 `_python_call` below, with the same behaviour. A daemon thread sends the buffer to the
 measurement server every 200 ms, and at exit and on SIGTERM; with no server reachable the events
 go to a spool file. The first calls of each site (and a few again every few seconds) take a slower
-path that also names the callee that ran (`probe_names`), records argument and result sizes and
+path that also names the callee that ran (`runtime.names`), records argument and result sizes and
 the hyperparameters some APIs carry.
 Nothing here raises into user code, and nothing changes what a call returns or raises.
 Compilers see only the wrapped call (`probe_compilers.py`), and the source of an instrumented

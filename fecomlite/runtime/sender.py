@@ -77,13 +77,13 @@ class Sender:
             self.hyperparams.update(params)
 
     def add_shapes(self, site: str, shapes: dict[str, Any]) -> None:
-        """A sized call's shapes (`probe_capture.call_shapes`); sent once unless they change."""
+        """A sized call's shapes (`capture.call_shapes`); sent once unless they change."""
         if self._sent_shapes.get(site) != shapes:
             with self._shapes_lock:
                 self.shapes[site] = shapes
 
     def add_name(self, site: str, named: dict[str, str] | None) -> None:
-        """The public name of the callee a site ran (`probe_names.runtime_name`), sent once; a
+        """The public name of the callee a site ran (`runtime.names.runtime_name`), sent once; a
         site seen running different callees, or one without a name, is sent as {}: the store
         then keeps its static name."""
         decided = named or {}

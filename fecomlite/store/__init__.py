@@ -502,7 +502,7 @@ class Store(StoreReads):
 
     def _name_sites(self, run_id: int, names: dict[str, Any], manifest: dict[str, Any]) -> None:
         """Batch "names": {site: the public name of the callee it ran}, as the probe found it
-        (`probe_names`); the site's canonical API becomes that name where `adopted` says so,
+        (`runtime.names`); the site's canonical API becomes that name where `adopted` says so,
         else its static one (again). The manifest keeps the static name and written form."""
         ids = self.site_ids(run_id, names, manifest)  # the name may come before the events
         for key, found in names.items():
