@@ -11,7 +11,7 @@ exponent's standard error and 95 % interval from the scatter of the points.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any
 
 import numpy as np
@@ -98,30 +98,33 @@ def fit_curves(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
 def child_points(
     store: Any, run_id: int, target: str, fraction: float
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """One child run's points: the target's (one per repetition: its input bytes, time, energy,
-    memory added during its calls) and every API's (one per API and repetition)."""
+    """One child run's points: the target's (one per repetition: its input bytes, time, energy
+    per domain, memory added during its calls) and every API's (one per API and repetition).
+    Each names the run's lead domain; `summarise` fits the energy of one domain for all."""
     from fecomlite.analysis import analyse_run, lead_domain
 
     analysis = analyse_run(store, run_id, compare_levels=False)
     calls = analysis.calls
     lead = lead_domain(analysis.domains)  # the domain the API table is ranked by
-    domain = lead["domain"] if lead else None
-    energy = calls["energy_J"][domain] if domain else None
+    provenance = {d["domain"]: d["provenance"] for d in analysis.domains}
     added = _added(calls["rss_start_B"], calls["rss_peak_B"])
     gpu_added = _added(calls["gpu_mem_start_B"], calls["gpu_mem_peak_B"])
 
+    def sized(mask: np.ndarray) -> np.ndarray:
+        values = calls["in_bytes"][mask]
+        return values[values >= 0]
+
     def figures(mask: np.ndarray) -> dict[str, Any]:
-        sized = calls["in_bytes"][mask]
-        sized = sized[sized >= 0]
+        inputs = sized(mask)
         return {
             "fraction": fraction,
             "run_id": run_id,
             "calls": int(mask.sum()),
-            "in_bytes": float(sized.mean()) if sized.size else math.nan,  # per sized call
+            "in_bytes": float(inputs.mean()) if inputs.size else math.nan,  # per sized call
             "seconds": float(calls["duration_s"][mask].sum()),
-            "energy_J": float(energy[mask].sum()) if energy is not None else None,
-            "domain": domain,
-            "provenance": lead["provenance"] if lead else None,
+            "energy_by_domain": {d: float(e[mask].sum()) for d, e in calls["energy_J"].items()},
+            "provenance_by_domain": provenance,
+            "lead_domain": lead["domain"] if lead else None,
             "mem_added_B": _nanmax(added[mask]),
             "gpu_mem_added_B": _nanmax(gpu_added[mask]),
         }
@@ -132,22 +135,39 @@ def child_points(
     target_points, api_points = [], []
     for rep in sorted(set(calls["rep"].tolist())):
         in_rep = calls["rep"] == rep
-        if (on_target & in_rep).any():
-            mask = on_target & in_rep
-            sized = calls["in_bytes"][mask]
-            sized = sized[sized >= 0]
-            target_points.append(
-                {
-                    **figures(mask),
-                    "rep": rep,
-                    "input_bytes": float(sized.max()) if sized.size else math.nan,
-                }
-            )
+        mask = on_target & in_rep
+        if mask.any():
+            inputs = sized(mask)
+            largest = float(inputs.max()) if inputs.size else math.nan
+            target_points.append({**figures(mask), "rep": rep, "input_bytes": largest})
         for i in sorted(set(calls["api"][in_rep].tolist())):
             api_points.append(
                 {**figures(in_rep & (calls["api"] == i)), "rep": rep, "api": analysis.api_names[i]}
             )
     return target_points, api_points
+
+
+def energy_domain(points: list[dict[str, Any]]) -> str | None:
+    """The domain whose energy is fitted: the lead domain of most child runs (a busy machine can
+    change one run's lead) among those every point has."""
+    common = (
+        set.intersection(*(set(p.get("energy_by_domain", {})) for p in points)) if points else set()
+    )
+    leads = Counter(p.get("lead_domain") for p in points if p.get("lead_domain") in common)
+    return leads.most_common(1)[0][0] if leads else (min(common) if common else None)
+
+
+def with_energy(points: list[dict[str, Any]], domain: str | None) -> list[dict[str, Any]]:
+    """Each point with `energy_J` (in `domain`, None without one), `domain` and `provenance`."""
+    return [
+        {
+            **p,
+            "energy_J": p["energy_by_domain"][domain] if domain else None,
+            "domain": domain,
+            "provenance": p["provenance_by_domain"].get(domain) if domain else None,
+        }
+        for p in points
+    ]
 
 
 def _added(start: np.ndarray, peak: np.ndarray) -> np.ndarray:
@@ -167,19 +187,22 @@ def summarise(
     points: list[dict[str, Any]], api_points: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
     """The target's fits against its input bytes, and `apis`: each API's fits against the
-    fraction (`api_scaling`); `domain`/`provenance` name the energy's domain."""
+    fraction (`api_scaling`); energy in one domain for all (`energy_domain`), named with its
+    provenance."""
+    domain = energy_domain([*points, *(api_points or [])])
+    points = with_energy(points, domain)
+    api_points = with_energy(api_points or [], domain)
     x = np.array([p["input_bytes"] for p in points], float)
-    first = next(iter(api_points or points), {})
     return {
         "points": points,
-        "domain": first.get("domain"),
-        "provenance": first.get("provenance"),
+        "domain": domain,
+        "provenance": next((p["provenance"] for p in [*points, *api_points]), None),
         "fits": {
             metric: fit_curves(x, np.array([p[metric] for p in points], float))
             for metric in TARGET_METRICS
             if points and all(p.get(metric) is not None for p in points)
         },
-        "apis": api_scaling(api_points or []),
+        "apis": api_scaling(api_points),
     }
 
 

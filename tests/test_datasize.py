@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fecomlite.datasize import api_scaling, fit_curves, largest_exponents, summarise
+from fecomlite.datasize import fit_curves, largest_exponents, summarise
 
 
 @pytest.mark.parametrize("exponent", [0.5, 1.0, 2.0])
@@ -41,9 +41,9 @@ def _point(
         "calls": calls,
         "seconds": seconds,
         "in_bytes": in_bytes,
-        "energy_J": 2 * seconds,
-        "domain": "cpu-package",
-        "provenance": "estimated",
+        "energy_by_domain": {"cpu-package": 2 * seconds, "cpu-process": seconds},
+        "provenance_by_domain": {"cpu-package": "estimated", "cpu-process": "estimated"},
+        "lead_domain": "cpu-package" if rep == 1 or fraction < 1 else "cpu-process",
         "mem_added_B": 1e6,
         "gpu_mem_added_B": None,
         "run_id": 1,
@@ -61,7 +61,10 @@ def test_apis_whose_calls_or_inputs_change_are_fitted_and_ranked_first() -> None
                 _point("torch.utils.data.TensorDataset", f, rep, 1, 3e-5, in_bytes=5e5 * f),
                 _point("torch.manual_seed", f, rep, 1, 1e-5 * (1 + rep / 10)),
             ]
-    rows = {r["api"]: r for r in api_scaling(points)}
+    result = summarise([], points)
+    # one domain for every point, though one busy run led with the process's share
+    assert result["domain"] == "cpu-package" and result["provenance"] == "estimated"
+    rows = {r["api"]: r for r in result["apis"]}
     step = rows["torch.optim.SGD.step"]
     assert step["changes"] and step["fractions"] == [0.25, 0.5, 1.0]
     assert step["fits"]["calls"]["power"]["exponent"] == pytest.approx(1.0)
@@ -70,8 +73,6 @@ def test_apis_whose_calls_or_inputs_change_are_fitted_and_ranked_first() -> None
     assert rows["torch.utils.data.TensorDataset"]["changes"]  # its input shrank, not its calls
     assert not rows["torch.manual_seed"]["changes"]
     assert list(rows)[-1] == "torch.manual_seed"  # unchanged APIs last
-    result = summarise([], points)
-    assert result["domain"] == "cpu-package" and result["provenance"] == "estimated"
     assert [r["api"] for r in largest_exponents(result)] == [
         "torch.optim.SGD.step",
         "torch.utils.data.TensorDataset",
