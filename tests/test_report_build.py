@@ -15,6 +15,7 @@ import typer
 from report_helpers import MIXED, build_run, hostile_sites, html_tables
 from typer.testing import CliRunner
 
+from fecomlite.analysis.datasize import api_scaling
 from fecomlite.analysis.units import scaled
 from fecomlite.report import tables
 from fecomlite.report.build import Report, build_report
@@ -174,12 +175,17 @@ def test_datasize_result_is_charted_when_present(tmp_path: Path) -> None:
         run = build_run(store, reps=1)
         assert build_report(store, run).context["datasize"] is None
         points = [{"fraction": f, "input_bytes": f * 8e6, "seconds": 0.1 + f,
-                   "energy_J": 3 + 40 * f, "peak_rss_B": 4e8 + f * 8e6} for f in (0.25, 0.5, 1)]
+                   "energy_J": 3 + 40 * f, "mem_added_B": f * 8e6} for f in (0.25, 0.5, 1)]
         fits = {"energy_J": {"points": 3, "linear": {"intercept": 3.0, "slope": 5e-6, "r2": 1.0},
                              "power": {"coefficient": 1e-3, "exponent": 0.8, "r2": 0.97}}}
+        api_points = [{"api": "torch.optim.SGD.step", "fraction": f, "rep": rep,
+                       "calls": int(240 * f), "seconds": 0.01 * 240 * f * (1 + rep / 20),
+                       "in_bytes": 4096.0, "energy_J": 0.05 * f, "mem_added_B": 0.0}
+                      for f in (0.25, 0.5, 1) for rep in (1, 2)]
         store.put_result(run, "datasize", {"target": "torch.matmul", "points": points,
                                            "fits": fits, "domain": "cpu-package",
-                                           "provenance": "estimated"})
+                                           "provenance": "estimated",
+                                           "apis": api_scaling(api_points)})
         report = build_report(store, run)
     ds = report.context["datasize"]
     assert ds["target"] == "torch.matmul" and ds["points"] == 3
@@ -188,9 +194,19 @@ def test_datasize_result_is_charted_when_present(tmp_path: Path) -> None:
     assert [s["label"] for s in energy["series"][1:]] == [
         "linear fit (R² 1.000)", "power law (R² 0.970)"]
     assert energy["yLabel"] == "energy (cpu-package, estimated)"
-    assert {"datasize-seconds", "datasize-peak_rss_B"} <= report.charts.keys()
-    write_report(report, tmp_path / "out", ["html"])
-    assert 'data-chart="datasize-energy_J"' in (tmp_path / "out" / "index.html").read_text()
+    assert {"datasize-seconds", "datasize-mem_added_B"} <= report.charts.keys()
+    (step,) = ds["apis"]
+    assert (step["api"], step["calls"], step["calls_exponent"]) == (
+        "torch.optim.SGD.step", "60 → 240", "1.00 ± 0.00")
+    assert step["energy_J_exponent"] == "1.00 ± 0.00" and step["mem_added_B_exponent"] == "–"
+    assert ds["energy_label"] == "cpu-package, estimated"
+    write_report(report, tmp_path / "out", ["html", "csv"])
+    html = (tmp_path / "out" / "index.html").read_text()
+    assert 'data-chart="datasize-energy_J"' in html and 'id="datasize-apis"' in html
+    rows = list(csv.DictReader((tmp_path / "out" / "datasize_apis.csv").open()))
+    seconds = next(r for r in rows if r["figure"] == "seconds")
+    assert float(seconds["exponent_ci95_low"]) < 1.0 < float(seconds["exponent_ci95_high"])
+    assert next(r for r in rows if r["figure"] == "energy_J")["domain"] == "cpu-package"
 
 
 def test_project_level_run_is_set_against_the_method_level_sum(tmp_path: Path) -> None:

@@ -170,6 +170,55 @@ def test_datasize_run_fits_curves_against_input_bytes(home, tmp_path):
     print(json.dumps(datasize["fits"], indent=1))
 
 
+TORCH_LOADER_SCRIPT = """
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    features = torch.randn(1024, 16)
+    targets = features.sum(dim=1, keepdim=True)
+    loader = DataLoader(TensorDataset(features, targets), batch_size=16)
+    model = nn.Linear(16, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loss_fn = nn.MSELoss()
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.slow
+def test_datasize_cutting_a_dataloader_scales_every_api_it_drives(home, tmp_path):
+    """Cutting the TensorDataset cuts the DataLoader's batches: `step` and `backward` get their
+    own scaling (calls in proportion, time about so), not only the cut call."""
+    script = write(tmp_path, "loader_prog.py", TORCH_LOADER_SCRIPT)
+    result = fecomlite_run(
+        home, tmp_path, str(script), "--repeat", "2", "--datasize",
+        "torch.utils.data.TensorDataset", "--fractions", "0.25,0.5,1", *FAST,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    store = Store(home / "store.sqlite", create=False)
+    parent = min(r["id"] for r in store.runs())
+    datasize = store.result(parent, "datasize")
+    apis = {r["api"]: r for r in datasize["apis"]}
+    for api in ("torch.optim.SGD.step", "torch.Tensor.backward"):
+        row = apis[api]
+        assert row["changes"], api
+        calls = {(p["fraction"], p["calls"]) for p in row["points"]}
+        assert calls == {(0.25, 16), (0.5, 32), (1.0, 64)}
+        assert row["fits"]["calls"]["power"]["exponent"] == pytest.approx(1.0)
+        time_fit = row["fits"]["seconds"]["power"]
+        assert 0.3 < time_fit["exponent"] < 3.0, time_fit  # about 1, on a machine others share
+        assert time_fit["exponent_ci95"][0] < time_fit["exponent"] < time_fit["exponent_ci95"][1]
+        assert "energy_J" in row["fits"] and "mem_added_B" in row["fits"]
+    assert not apis["torch.manual_seed"]["changes"]
+    assert datasize["domain"] and datasize["provenance"] in ("measured", "estimated")
+    assert "data size: exponent k" in result.stdout and "torch.optim.SGD.step" in result.stdout
+
+
 def test_a_killed_server_loses_nothing_the_program_measured(home, tmp_path):
     """The program runs on when the server dies; its events wait in a spool for `ingest`."""
     script = write(tmp_path, "slow.py", """

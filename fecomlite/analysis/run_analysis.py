@@ -936,15 +936,23 @@ def _memory_row(calls: dict[str, Any], idx: np.ndarray) -> dict[str, float]:
     return out
 
 
-def _sort_key(domains: list[dict[str, Any]]) -> Callable[[dict[str, Any]], float]:
-    """Rows by above-idle energy of the first reliable measured domain (else the first reliable
-    domain: on a busy machine the program's own share leads)."""
+def lead_domain(domains: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first reliable measured domain, else the first reliable one (on a busy machine the
+    program's own share leads): what tables are ranked by and data-size energies are fitted in."""
     ranked = sorted(domains, key=lambda d: (not d.get("reliable", True),
                                             d["provenance"] != "measured", d["domain"]))
-    first = ranked[0]["domain"] if ranked else None
+    return ranked[0] if ranked else None
+
+
+def _sort_key(domains: list[dict[str, Any]]) -> Callable[[dict[str, Any]], float]:
+    """Rows by above-idle energy of the lead domain (`lead_domain`); a figure not shown (below
+    zero beyond noise) last."""
+    lead = lead_domain(domains)
+    first = lead["domain"] if lead else None
+
     def key(row: dict[str, Any]) -> float:
         value = row["energy"][first]["above_idle_J"] if first else row["total_time_s"]
-        return value if math.isfinite(value) else -math.inf  # not shown: last
+        return value if math.isfinite(value) else -math.inf
 
     return key
 

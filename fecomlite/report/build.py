@@ -6,6 +6,8 @@ as JSON) and the machine-readable files. Nothing here formats HTML; `render` doe
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import shlex
@@ -33,7 +35,7 @@ from fecomlite.store import Store
 TOP_BARS = 15  # APIs in the "top APIs by energy" chart
 MAX_INTENSITY_ROWS = 50
 DATASIZE_METRICS = (("energy_J", "J", "energy"), ("seconds", "s", "time"),
-                    ("peak_rss_B", "B", "peak memory"))
+                    ("mem_added_B", "B", "memory added during its calls"))
 
 
 @dataclass
@@ -116,6 +118,9 @@ def build_report(store: Store, run_id: int, method: str = "auto",
     if co2e:
         rows = {"apis": a.apis, "sites": a.sites}
         csv_tables = {k: csv_with_co2e(v, rows[k], co2e["label"]) for k, v in csv_tables.items()}
+    scaling = datasize_csv(datasize)
+    if scaling:
+        csv_tables["datasize_apis"] = scaling
     return Report(run_id, a, context, charts, report_json, csv_tables)
 
 
@@ -580,8 +585,53 @@ def _datasize(result: Any) -> dict[str, Any] | None:
             "type": "lines", "series": series, "xUnit": "B", "yUnit": unit,
             "xName": "input", "xLabel": "input size", "yLabel": label, "height": 220,
         }
-    if not charts:
+    apis = datasize_api_rows(result)
+    if not charts and not apis:
         return None
     return {"target": result.get("target", ""), "charts": charts,
             "keys": [{"key": k, "title": c["yLabel"]} for k, c in charts.items()],
-            "fits": fits, "points": len(points)}
+            "fits": fits, "points": len(points), "apis": apis,
+            "energy_label": ", ".join(str(x) for x in (domain, provenance) if x)}
+
+
+def datasize_api_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each API's scaling with the fraction (`datasize.api_scaling`) as table rows: the mean
+    calls per repetition at the smallest and the largest fraction, and every figure's exponent
+    with its 95 % half-width and R²."""
+    from fecomlite.analysis.datasize import API_METRICS, exponent_text
+
+    rows = []
+    for r in result.get("apis") or []:
+        ends = [[p["calls"] for p in r["points"] if p["fraction"] == f]
+                for f in (r["fractions"][0], r["fractions"][-1])]
+        row = {"api": r["api"], "changes": r["changes"],
+               "fractions": f"{r['fractions'][0]:g}–{r['fractions'][-1]:g}",
+               "calls": " → ".join(f"{float(np.mean(c)):.4g}" for c in ends)}
+        for metric, _, _ in API_METRICS:
+            power = ((r["fits"].get(metric) or {}).get("power")) or {}
+            row[f"{metric}_exponent"] = exponent_text(r, metric)
+            row[f"{metric}_r2"] = f"{power['r2']:.2f}" if power else "–"
+        rows.append(row)
+    return rows
+
+
+def datasize_csv(result: Any) -> str | None:
+    """One row per API and figure: the power law's exponent, its standard error and interval."""
+    if not isinstance(result, dict) or not result.get("apis"):
+        return None
+    from fecomlite.analysis.datasize import API_METRICS
+
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["api", "changes", "figure", "domain", "exponent", "exponent_se",
+                     "exponent_ci95_low", "exponent_ci95_high", "r2", "points"])
+    for r in result["apis"]:
+        for metric, _, _ in API_METRICS:
+            fit = r["fits"].get(metric) or {}
+            power = fit.get("power") or {}
+            ci = power.get("exponent_ci95") or [None, None]
+            writer.writerow([r["api"], r["changes"], metric,
+                             result.get("domain") if metric == "energy_J" else "",
+                             power.get("exponent"), power.get("exponent_se"), *ci,
+                             power.get("r2"), fit.get("points")])
+    return out.getvalue()

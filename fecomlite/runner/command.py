@@ -368,11 +368,11 @@ def _datasize_runs(
     quiet: bool,
 ) -> None:
     from fecomlite.analysis import datasize as datasize_analysis
-    from fecomlite.analysis.datasize import datasize_point
     from fecomlite.runner.experiment import run_experiment, unique_dir
     from fecomlite.store import Store
 
-    points = []
+    points: list[dict[str, Any]] = []
+    api_points: list[dict[str, Any]] = []
     for fraction in fractions:
         console.print(f"data size: [bold]{plain(target)}[/] at {fraction:g}")
         outcome = run_experiment(
@@ -389,11 +389,39 @@ def _datasize_runs(
             quiet=quiet,
         )
         with Store(client.store_path) as store:
-            points += datasize_point(store, outcome.run_id, target, fraction)
+            mine, apis = datasize_analysis.child_points(store, outcome.run_id, target, fraction)
+        points += mine
+        api_points += apis
+    result = {"target": target, **datasize_analysis.summarise(points, api_points)}
     with Store(client.store_path) as store:
-        store.put_result(
-            parent, "datasize", {"target": target, **datasize_analysis.summarise(points)}
-        )
+        store.put_result(parent, "datasize", result)
+    _print_scaling(result)
+
+
+def _print_scaling(result: dict[str, Any]) -> None:
+    """The APIs whose cost grows fastest with the data size: exponents k of figure ∝ fraction^k
+    (± the 95 % half-width), energy in the named domain."""
+    from rich.table import Table
+
+    from fecomlite.analysis.datasize import API_METRICS, exponent_text, largest_exponents
+
+    rows = largest_exponents(result)
+    if not rows:
+        console.print("data size: no API's calls or inputs changed with the fraction")
+        return
+    domain = ", ".join(str(x) for x in (result.get("domain"), result.get("provenance")) if x)
+    table = Table(
+        title="data size: exponent k of figure ∝ fraction^k (± 95 % interval), largest first",
+        title_justify="left",
+    )
+    table.add_column("API")
+    for metric, _, label in API_METRICS:
+        if metric == "energy_J" and domain:
+            label += f" ({domain})"
+        table.add_column(label, justify="right")
+    for row in rows:
+        table.add_row(plain(row["api"]), *(exponent_text(row, m) for m, _, _ in API_METRICS))
+    console.print(table)
 
 
 def _log_to_mlflow(client: ServerClient, run_id: int) -> None:

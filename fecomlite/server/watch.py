@@ -10,9 +10,11 @@ exits (its exit status is not ours to read). Ctrl-C ends the watch and keeps wha
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +29,7 @@ from rich.table import Table
 
 from fecomlite.analysis import attribution as at
 from fecomlite.analysis.units import scaled
+from fecomlite.runner.experiment import PUMP_DRAIN_S, tee_output
 from fecomlite.server.client import ServerClient, ServerError, ensure_server
 from fecomlite.store import Store, default_home
 from fecomlite.terminal import plain
@@ -80,10 +83,13 @@ class WatchOutcome:
 def watch(
     client: ServerClient, target: Target, *, idle_s: float = 0.0, tail_s: float = 0.0,
     on_start: Callable[[int, int, list[str]], object] = lambda run_id, pid, notes: None,
+    pipe_output: bool = False,
 ) -> WatchOutcome:
     """Create a `watch` run, measure the target until it exits (or Ctrl-C), finish the run.
     `on_start(run_id, pid, notes)` is called once the process is followed; the notes say what
-    of it cannot be measured (e.g. another user's process)."""
+    of it cannot be measured (e.g. another user's process). With `pipe_output` a started
+    command's output is copied to sys.stdout/sys.stderr as it comes (what a live display
+    redirects), rather than written to the terminal behind its back."""
     if target.pid is not None and idle_s > 0:
         raise WatchError("an idle baseline needs a quiet machine: use --idle with a COMMAND, "
                          "which starts after it, not with a PID that already runs")
@@ -94,6 +100,8 @@ def watch(
                                   settings=settings, kind="watch")
     outcome = WatchOutcome(run_id, "finished", None, target.pid)
     proc: subprocess.Popen[bytes] | None = None
+    pumps: list[threading.Thread] = []
+    sink = open(os.devnull, "wb")  # noqa: SIM115 (closed below) the piped output's copy: none
     started = False
     try:
         if idle_s > 0:
@@ -101,12 +109,15 @@ def watch(
         client.rep_start(run_id, 1)
         started = True
         if target.command:
+            piped = subprocess.PIPE if pipe_output else None
             try:
-                proc = subprocess.Popen(list(target.command))
+                proc = subprocess.Popen(list(target.command), stdout=piped, stderr=piped)
             except OSError as exc:
                 outcome.status, outcome.exit_code = "failed", 127
                 raise WatchError(f"cannot start {shlex.join(target.command)}: {exc}") from exc
             outcome.pid = proc.pid
+            if pipe_output:
+                pumps = tee_output(proc, sink)
         assert outcome.pid is not None
         followed = client.watch(run_id, outcome.pid)
         on_start(run_id, outcome.pid, list(followed.get("notes", [])))
@@ -118,6 +129,9 @@ def watch(
         if proc is not None:
             outcome.exit_code = _stop(proc)
     finally:
+        for pump in pumps:  # the last of its output, before the summary
+            pump.join(timeout=PUMP_DRAIN_S)
+        sink.close()
         if started:
             client.rep_end(run_id, 1, outcome.exit_code)
             if tail_s > 0 and outcome.status != "interrupted":
@@ -233,8 +247,17 @@ def watch_command(
     home: Annotated[
         Path | None, typer.Option(help="fecomlite's folder: store, server state (./.fecomlite).")
     ] = None,
+    live: Annotated[
+        bool | None,
+        typer.Option("--live/--no-live", help="Live figures in the terminal (power per domain, "
+                     "memory, the call in progress); on by default on a terminal.",
+                     show_default=False),
+    ] = None,
 ) -> None:
     """Measure any process, uninstrumented: memory and power over time, live and in the store."""
+    from fecomlite.server.watch_live import LiveFigures
+
+    display = LiveFigures(console) if (console.is_terminal if live is None else live) else None
     try:
         parsed = Target.parse(target)
         client = ensure_server((home or default_home()).resolve())
@@ -244,9 +267,18 @@ def watch_command(
             console.print(f"watching pid {pid} as run [bold]{run_id}[/]; Ctrl-C stops watching")
             for note in notes:
                 console.print(f"[yellow]note:[/] {plain(note)}")
+            if display is not None:
+                display.follow(run_id, pid)
 
         started_at = time.monotonic()
-        outcome = watch(client, parsed, idle_s=idle, tail_s=tail, on_start=started)
+        if display is not None:
+            display.start(client)
+        try:
+            outcome = watch(client, parsed, idle_s=idle, tail_s=tail, on_start=started,
+                            pipe_output=display is not None)
+        finally:
+            if display is not None:
+                display.stop()
     except (WatchError, ServerError) as exc:
         console.print(f"[red]error:[/] {plain(exc)}")
         raise typer.Exit(2) from exc
