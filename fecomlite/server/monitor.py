@@ -480,7 +480,7 @@ class Monitor:
                  "method": LIVE_METHOD, "settle_s": SETTLE_S}
         if view is None:
             return Snapshot(now, self.host, None, {"stage": "waiting"}, {}, None, [],
-                            {}, calls, [], energy, [])
+                            {}, calls, [], [], energy, [])
         row = view.row
         activity = self._activity(view.run_id)
         calls.update(
