@@ -17,19 +17,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import numpy as np
-import psutil
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from fecomlite import attribution as at
 from fecomlite.report.units import scaled
-from fecomlite.server.client import ServerClient, ServerError, ensure_server
-from fecomlite.store import Store, default_home
 from fecomlite.terminal import plain
+
+if TYPE_CHECKING:  # imported where used: `fecomlite watch --help` answers at once
+    import numpy as np
+
+    from fecomlite.server.client import ServerClient
+    from fecomlite.store import Store
 
 console = Console()
 STOP_WAIT_S = 10.0  # after Ctrl-C, how long a started command may take to exit
@@ -60,6 +61,8 @@ class Target:
         (a process whose command line cannot be read is named by its pid)."""
         if self.command:
             return shlex.join(self.command), list(self.command)
+        import psutil
+
         try:
             argv = psutil.Process(self.pid).cmdline()
         except psutil.NoSuchProcess as exc:
@@ -129,6 +132,8 @@ def watch(
 
 def _wait_for_exit(pid: int) -> None:
     """Until a process that is not our child has exited (psutil polls its pid)."""
+    import psutil
+
     with contextlib.suppress(psutil.NoSuchProcess):
         psutil.Process(pid).wait()
 
@@ -150,6 +155,7 @@ def watch_summary(store: Store, run_id: int) -> dict[str, Any]:
     """Duration, memory (the first reading and the peak of the tree's RSS, the root's VmHWM, GPU
     memory) and energy per domain with its provenance, over the watched repetition. (A process
     that has exited reads 0, so its last reading says nothing.)"""
+    from fecomlite import attribution as at
     from fecomlite.analysis import choose_energy_sensors
 
     rep = store.repetitions(run_id)[0]
@@ -186,6 +192,8 @@ def watch_summary(store: Store, run_id: int) -> dict[str, Any]:
 def _samples(
     store: Store, sensor_id: int, t0: int | None, t1: int | None
 ) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np
+
     rows = store.db.execute(
         "SELECT t_ns, value FROM samples WHERE sensor_id=? AND t_ns>=? AND t_ns<=? ORDER BY t_ns",
         (sensor_id, t0 or 0, t1 if t1 is not None else 2**63 - 1),
@@ -238,6 +246,9 @@ def watch_command(
     ] = None,
 ) -> None:
     """Measure any process, uninstrumented: memory and power over time, live and in the store."""
+    from fecomlite.server.client import ServerError, ensure_server
+    from fecomlite.store import Store, default_home
+
     try:
         parsed = Target.parse(target)
         client = ensure_server((home or default_home()).resolve())
