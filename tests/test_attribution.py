@@ -327,3 +327,33 @@ def test_a_short_lived_api_is_not_identifiable_and_no_intensity_exceeds_the_ceil
     assert list(fit.identifiable) == [True, True, False]
     assert not np.isfinite(fit.sigma_W[2])  # no own estimate: the pooled figure of the rest
     assert fit.intensity_W.max() <= 200.0 and fit.capped[0]  # 300 W true, cut to the ceiling
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.integers(1, 10),
+    cols=st.integers(1, 6),
+    seed=st.integers(0, 2**32 - 1),
+    scale=st.sampled_from([1e-3, 1.0, 1e3]),
+)
+def test_nnls_finds_scipys_optimum(rows, cols, seed, scale):
+    from scipy.optimize import nnls as scipy_nnls
+
+    rng = np.random.default_rng(seed)
+    a, b = rng.normal(size=(rows, cols)) * scale, rng.normal(size=rows) * scale
+    x, expected = at.nnls(a, b), scipy_nnls(a, b)[0]
+    assert (x >= 0).all()
+    residual = np.linalg.norm(a @ x - b)
+    assert residual <= np.linalg.norm(a @ expected - b) + 1e-9 * np.linalg.norm(b)
+
+
+def test_the_intervals_quantiles_are_scipy_stats():
+    from scipy import stats
+
+    from fecomlite.analysis import mean_ci95
+
+    values = np.array([3.0, 4.5, 2.5, 5.0, 4.0])
+    mean, low, high = mean_ci95(values)
+    want = stats.t.interval(0.95, values.size - 1, loc=values.mean(), scale=stats.sem(values))
+    assert mean == pytest.approx(values.mean())
+    assert (low, high) == pytest.approx(want, rel=1e-12)
