@@ -5,7 +5,8 @@ OfflineEmissionsTracker around the same work, rounds alternated.
 The script's work is fixed (matmul steps counted once to take ~5 s here), so any slowdown of
 the program itself shows. Before the rounds, one `fecomlite run` warms the server, the
 instrumented copy and the idle baseline, as a user's second run finds them. Prints each
-median, its ratio to the plain script, and what the runs did (baseline reused, gate wait, tail).
+median, its ratio to the plain script, and what the runs did (baseline: the server's rolling
+estimate, reused from a run or measured; gate wait; tail).
 
     python benchmarks/run_overhead.py [--rounds R] [--seconds S]
 """
@@ -140,18 +141,23 @@ def main() -> None:
 
 def _what_it_did(store: Store, run: int) -> str:
     idle = store.result(run, "idle_baseline") or {}
-    reused = (
-        f"baseline reused from run {idle['reused_from_run']} ({idle['age_s']:g} s old)"
-        if idle.get("reused_from_run") is not None
-        else f"baseline measured {idle.get('seconds', 0):g} s"
-    )
-    parts = [reused]
+    if "rolling" in idle:
+        reused = f"baseline: the server's rolling estimate ({idle['rolling']['age_s']:g} s old)"
+    elif idle.get("reused_from_run") is not None:
+        reused = f"baseline reused from run {idle['reused_from_run']} ({idle['age_s']:g} s old)"
+    else:
+        reused = f"baseline measured {idle.get('seconds', 0):g} s"
+    refused = (store.result(run, "rolling_idle") or {}).get("refused")
+    parts = [reused + (f" (rolling estimate refused: {refused})" if refused else "")]
     for rep in store.repetitions(run):
         gate = json.loads(rep["gate"]) if isinstance(rep["gate"], str) else rep["gate"]
         tail = (rep["tail_end_ns"] - rep["t_end_ns"]) / 1e9
         program = (rep["t_end_ns"] - rep["t_start_ns"]) / 1e9
+        before = gate.get("readings_before_run", 0)
         parts.append(
-            f"gate waited {gate.get('waited_s', 0):g} s, program {program:.2f} s, tail {tail:.2f} s"
+            f"gate waited {gate.get('waited_s', 0):g} s"
+            + (f" (counting {before} readings from before the run)" if before else "")
+            + f", program {program:.2f} s, tail {tail:.2f} s"
         )
     return "; ".join(parts)
 

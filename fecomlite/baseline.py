@@ -118,3 +118,23 @@ def back_at_baseline(means: dict[str, float], baseline: dict[str, Any]) -> bool:
     return bool(stats) and all(
         name in means and _share(means[name], s) <= 1.0 for name, s in stats.items()
     )
+
+
+def described(detail: dict[str, Any]) -> str:
+    """Where a run's idle baseline came from, with its age, in words (summary and report)."""
+    if not detail.get("sensors"):
+        return "no idle baseline"
+    if "rolling" in detail:
+        rolling = detail["rolling"]
+        return (
+            f"the server's rolling estimate: {detail['seconds']:g} s of readings between runs "
+            f"({rolling['readings']} readings, quiet and stable), ending {rolling['age_s']:g} s "
+            "before this run began; the machine's state as the run began matched it"
+        )
+    if detail.get("reused_from_run") is not None:
+        return (
+            f"reused from run {detail['reused_from_run']}, measured {detail['age_s']:g} s "
+            f"before over {detail['seconds']:g} s; a {detail['check']['seconds']:g} s check "
+            "as this run began agreed with it"
+        )
+    return f"measured over {detail['seconds']:g} s before the first repetition"

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from fecomlite.analysis import RunAnalysis, analyse_run, mean_ci95
+from fecomlite.baseline import described
 from fecomlite.carbon import Intensity
 from fecomlite.distributed.ranks import add_rank_figures
 from fecomlite.distributed.report_section import rank_section
@@ -250,8 +251,7 @@ def _idle(store: Store, a: RunAnalysis) -> dict[str, Any]:
         rows.append({"sensor": name, "mean": units.scaled(mean, "W"),
                      "std": units.scaled(s.get("std_w"), "W") if s.get("std_w") else "–",
                      "provenance": s.get("provenance", ""), "n": s.get("n", "")})
-    seconds = detail.get("seconds")
-    return {"rows": rows, "seconds": units.scaled(seconds, "s") if seconds else None,
+    return {"rows": rows, "source": described(detail) if stats else None,
             "estimated": [d for d in a.domains if d.get("idle_source", "").startswith("estimated")]}
 
 
