@@ -3,12 +3,14 @@ side with the plain script and (when `codecarbon` is installed) with CodeCarbon'
 OfflineEmissionsTracker around the same work, rounds alternated.
 
 The script's work is fixed (matmul steps counted once to take ~5 s here), so any slowdown of
-the program itself shows. Before the rounds, one `fecomlite run` warms the server, the
-instrumented copy and the idle baseline, as a user's second run finds them. Prints each
-median, its ratio to the plain script, and what the runs did (baseline: the server's rolling
-estimate, reused from a run or measured; gate wait; tail).
+the program itself shows. Before every command the machine is left alone for `--pause` seconds
+(not timed, the same for every case), as between a user's runs: the server's rolling idle
+estimate can only be of a machine it saw idle. Before the rounds, one `fecomlite run` warms
+the server, the instrumented copy and the idle baseline, as a user's second run finds them.
+Prints each median, its ratio to the plain script, and what the runs did (baseline: the
+server's rolling estimate, reused from a run or measured; gate wait; tail).
 
-    python benchmarks/run_overhead.py [--rounds R] [--seconds S]
+    python benchmarks/run_overhead.py [--rounds R] [--seconds S] [--pause P]
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--pause", type=float, default=6.0, help="idle seconds before each")
     options = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="fecomlite-bench-"))
     project, home = folder / "proj", folder / "home"
@@ -118,6 +121,7 @@ def main() -> None:
         times: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(options.rounds):
             for name, argv in cases.items():
+                time.sleep(options.pause)
                 times[name].append(wall(argv, folder, env))
         with Store(home / "store.sqlite") as store:
             runs = [r["id"] for r in store.runs()][1:]
@@ -128,8 +132,8 @@ def main() -> None:
             client.shutdown()
     plain = statistics.median(times["plain python"])
     print(
-        f"{options.rounds} rounds of {steps} steps, {os.cpu_count()} CPUs, "
-        f"load {os.getloadavg()[0]:.2f}"
+        f"{options.rounds} rounds of {steps} steps, {options.pause:g} s idle before each "
+        f"command, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}"
     )
     for name, values in times.items():
         median = statistics.median(values)
