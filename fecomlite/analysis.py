@@ -31,6 +31,7 @@ from fecomlite.distributed.devices import (
     device_owners,
     domain_calls,
 )
+from fecomlite.distributions import t_quantile
 from fecomlite.sensors.estimate import ABOVE_IDLE_MODELS
 from fecomlite.store import Store
 
@@ -309,9 +310,7 @@ def mean_ci95(values: np.ndarray) -> tuple[float, float, float]:
     mean = float(values.mean())
     if values.size < 2:
         return mean, math.nan, math.nan
-    from scipy import special  # here: the server imports this module and must start fast
-
-    t = float(special.stdtrit(values.size - 1, 0.975))  # Student's t quantile (scipy.stats: +1 s)
+    t = t_quantile(0.975, values.size - 1)
     half = t * float(values.std(ddof=1)) / math.sqrt(values.size)
     return mean, mean - half, mean + half
 

@@ -1,8 +1,8 @@
 """Energy attribution: call intervals × one sensor's sample series → energy per call.
 
-Pure numpy (scipy for the intensity fit) over arrays; no store access (`fecomlite.analysis`
-loads runs). DESIGN.md rule 2: a sensor resolves energy only per update interval (NVML:
-~100 ms), so each interval's energy above idle is shared among the calls active in it.
+Pure numpy over arrays; no store access (`fecomlite.analysis` loads runs). DESIGN.md rule 2: a
+sensor resolves energy only per update interval (NVML: ~100 ms), so each interval's energy above
+idle is shared among the calls active in it.
 
 How it works:
 1. The series becomes contiguous *sensor intervals* (`SensorIntervals`), each with the energy
@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from fecomlite.distributions import chi2_sf
 
 NS = 1e9
 METHODS = ("overlap", "intensity", "auto")
@@ -531,7 +533,6 @@ def fit_intensities(
     decided by a Wald test of the intensities against the pooled mean and by interleaved k-fold
     cross-validation of per-interval predictions against the overlap model (one pooled intensity).
     """
-    from scipy import special  # here, not at the top; not scipy.stats: a second to import
 
     busy_rows = leaf.sum(axis=1) > 0
     m, y = leaf[busy_rows], above_J[busy_rows]
@@ -570,7 +571,7 @@ def fit_intensities(
     sigma = np.sqrt(np.clip(np.diag(cov), 0, None))
     dev = x - pooled
     wald = float(dev @ np.linalg.pinv(cov) @ dev)
-    wald_p = float(special.chdtrc(p - 1, wald))  # the χ² survival function
+    wald_p = chi2_sf(wald, p - 1)
     pred = ms @ x
     positive = pred > 0  # no interval predicted above idle: no relative residual to speak of
     rel = float(np.sqrt(np.median((resid[positive] / pred[positive]) ** 2))) if positive.any() \
