@@ -221,6 +221,9 @@ def run_experiment(
 
     `after`, when every repetition succeeded, may add repetitions to the run before it is
     finished (`fecomlite.calibration.run_calibration`: replays of the costliest calls)."""
+    import fecomlite.baseline  # noqa: F401  numpy now: from the run's start the machine is judged
+    import fecomlite.store  # noqa: F401  (a client importing there would read as a busy machine)
+
     sync = sync_enabled(settings)
     manifest = dict(program.manifest.get("sites", {}))
     if settings.level == "project":
