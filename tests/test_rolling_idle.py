@@ -8,6 +8,7 @@ import time
 
 from test_server_support import FakeSensorForTests, served
 
+from fecomlite import experiment
 from fecomlite.baseline import described
 from fecomlite.experiment import measure_idle
 from fecomlite.server.idlewatch import IdleWatch
@@ -107,7 +108,10 @@ def test_readings_stop_while_a_run_records_and_a_stretch_never_spans_one():
         watch.close()
 
 
-def test_a_run_reuses_the_servers_rolling_estimate_and_its_first_gate_passes_at_once(tmp_path):
+def test_a_run_reuses_the_servers_rolling_estimate_and_its_first_gate_passes_at_once(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(experiment, "start_up_began_ns", lambda: None)  # pytest's age varies
     with served(tmp_path, machine(), watch_sensors=machine()) as client:
         time.sleep(6.0)  # 5 s of readings at the server's 4 per second, between runs
         run, _ = client.create_run("a.py", [], "method", {})
@@ -126,7 +130,8 @@ def test_a_run_reuses_the_servers_rolling_estimate_and_its_first_gate_passes_at_
             assert store.result(run, "idle_baseline")["rolling"]["readings"] >= 20
 
 
-def test_a_changed_machine_state_refuses_the_estimate_and_the_run_measures(tmp_path):
+def test_a_changed_machine_state_refuses_the_estimate_and_the_run_measures(tmp_path, monkeypatch):
+    monkeypatch.setattr(experiment, "start_up_began_ns", lambda: None)
     watched = machine(power=lambda t: 20.0 if t < 7.0 else 30.0)  # e.g. a device woke up
     with served(tmp_path, machine(power=lambda t: 30.0), watch_sensors=watched) as client:
         time.sleep(9.0)

@@ -325,13 +325,18 @@ class MeasurementService:
         lookback_ns = int((th.window + 2) * max(th.bin_s, self.sampler.rates.max_interval_s) * 1e9)
         store = self._db()
         began = run.watched_until_ns or store.run(run_id)["t_start_ns"]
+        gate_began = time.monotonic_ns()
         before_run = [0]
 
         def latest() -> list[Series]:
             self.sampler.flush()  # judge what was read up to now, not up to the last write
             t0 = max(since, time.monotonic_ns() - lookback_ns)
-            series = self._series(store, run_id, t0, None, wanted=gated)
-            before_run[0] = _prepend(series, self.idle_watch.series(t0, began))
+            earlier = self.idle_watch.series(t0, began)
+            # with readings from before the client started, its own setup since (creating the
+            # run, the first reads after the sampler's park) is left out as its start-up is
+            fresh = gate_began if any(t.size for t, _ in earlier.values()) else t0
+            series = self._series(store, run_id, max(t0, fresh), None, wanted=gated)
+            before_run[0] = _prepend(series, earlier)
             return series
 
         with self._doing(run_id, "gate", max_wait_s=th.max_wait_s):
