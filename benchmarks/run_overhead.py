@@ -3,11 +3,14 @@ side with the plain script and (when `codecarbon` is installed) with CodeCarbon'
 OfflineEmissionsTracker around the same work, rounds alternated.
 
 The script's work is fixed (matmul steps counted once to take ~5 s here), so any slowdown of
-the program itself shows. Before the rounds, one `fecomlite run` warms the server, the
-instrumented copy and the idle baseline, as a user's second run finds them. Prints each
-median, its ratio to the plain script, and what the runs did (baseline reused, gate wait, tail).
+the program itself shows. Before every command the machine is left alone for `--pause` seconds
+(not timed, the same for every case), as between a user's runs: the server's rolling idle
+estimate can only be of a machine it saw idle. Before the rounds, one `fecomlite run` warms
+the server, the instrumented copy and the idle baseline, as a user's second run finds them.
+Prints each median, its ratio to the plain script, and what the runs did (baseline: the
+server's rolling estimate, reused from a run or measured; gate wait; tail).
 
-    python benchmarks/run_overhead.py [--rounds R] [--seconds S]
+    python benchmarks/run_overhead.py [--rounds R] [--seconds S] [--pause P]
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--pause", type=float, default=6.0, help="idle seconds before each")
     options = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="fecomlite-bench-"))
     project, home = folder / "proj", folder / "home"
@@ -117,6 +121,7 @@ def main() -> None:
         times: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(options.rounds):
             for name, argv in cases.items():
+                time.sleep(options.pause)
                 times[name].append(wall(argv, folder, env))
         with Store(home / "store.sqlite") as store:
             runs = [r["id"] for r in store.runs()][1:]
@@ -127,8 +132,8 @@ def main() -> None:
             client.shutdown()
     plain = statistics.median(times["plain python"])
     print(
-        f"{options.rounds} rounds of {steps} steps, {os.cpu_count()} CPUs, "
-        f"load {os.getloadavg()[0]:.2f}"
+        f"{options.rounds} rounds of {steps} steps, {options.pause:g} s idle before each "
+        f"command, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}"
     )
     for name, values in times.items():
         median = statistics.median(values)
@@ -140,18 +145,23 @@ def main() -> None:
 
 def _what_it_did(store: Store, run: int) -> str:
     idle = store.result(run, "idle_baseline") or {}
-    reused = (
-        f"baseline reused from run {idle['reused_from_run']} ({idle['age_s']:g} s old)"
-        if idle.get("reused_from_run") is not None
-        else f"baseline measured {idle.get('seconds', 0):g} s"
-    )
-    parts = [reused]
+    if "rolling" in idle:
+        reused = f"baseline: the server's rolling estimate ({idle['rolling']['age_s']:g} s old)"
+    elif idle.get("reused_from_run") is not None:
+        reused = f"baseline reused from run {idle['reused_from_run']} ({idle['age_s']:g} s old)"
+    else:
+        reused = f"baseline measured {idle.get('seconds', 0):g} s"
+    refused = (store.result(run, "rolling_idle") or {}).get("refused")
+    parts = [reused + (f" (rolling estimate refused: {refused})" if refused else "")]
     for rep in store.repetitions(run):
         gate = json.loads(rep["gate"]) if isinstance(rep["gate"], str) else rep["gate"]
         tail = (rep["tail_end_ns"] - rep["t_end_ns"]) / 1e9
         program = (rep["t_end_ns"] - rep["t_start_ns"]) / 1e9
+        before = gate.get("readings_before_run", 0)
         parts.append(
-            f"gate waited {gate.get('waited_s', 0):g} s, program {program:.2f} s, tail {tail:.2f} s"
+            f"gate waited {gate.get('waited_s', 0):g} s"
+            + (f" (counting {before} readings from before the run)" if before else "")
+            + f", program {program:.2f} s, tail {tail:.2f} s"
         )
     return "; ".join(parts)
 

@@ -102,8 +102,22 @@ def _plain_help(command: Any) -> None:
     if subcommands:
         original = command.get_help_option
         command.get_help_option = lambda ctx: _false_when_absent(original(ctx))
+        command.parse_args = _subcommand_help_first(command, command.parse_args)
     for sub in subcommands.values():
         _plain_help(sub)
+
+
+def _subcommand_help_first(group: Any, parse_args: Any) -> Any:
+    """`GROUP SUB --help` answers before the group's own options are processed: typer coerces
+    every option value through pydantic, which `fecomlite server status --help` would otherwise
+    import (a quarter of a second) for the server's `--port` and `--host` it does not use."""
+
+    def parse(ctx: Any, args: list[str]) -> list[str]:
+        if args and args[0] in group.commands and "--help" in args[1:]:
+            group.commands[args[0]].make_context(args[0], args[1:], parent=ctx)  # exits
+        return parse_args(ctx, args)
+
+    return parse
 
 
 def _false_when_absent(option: Any) -> Any:

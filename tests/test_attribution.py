@@ -5,6 +5,8 @@ The recorded-trace accuracy targets are in test_attribution_fixtures.py.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -327,3 +329,63 @@ def test_a_short_lived_api_is_not_identifiable_and_no_intensity_exceeds_the_ceil
     assert list(fit.identifiable) == [True, True, False]
     assert not np.isfinite(fit.sigma_W[2])  # no own estimate: the pooled figure of the rest
     assert fit.intensity_W.max() <= 200.0 and fit.capped[0]  # 300 W true, cut to the ceiling
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.integers(1, 10),
+    cols=st.integers(1, 6),
+    seed=st.integers(0, 2**32 - 1),
+    scale=st.sampled_from([1e-3, 1.0, 1e3]),
+)
+def test_nnls_finds_scipys_optimum(rows, cols, seed, scale):
+    from scipy.optimize import nnls as scipy_nnls
+
+    rng = np.random.default_rng(seed)
+    a, b = rng.normal(size=(rows, cols)) * scale, rng.normal(size=rows) * scale
+    x, expected = at.nnls(a, b), scipy_nnls(a, b)[0]
+    assert (x >= 0).all()
+    residual = np.linalg.norm(a @ x - b)
+    assert residual <= np.linalg.norm(a @ expected - b) + 1e-9 * np.linalg.norm(b)
+
+
+def test_the_intervals_quantiles_are_scipy_stats():
+    from scipy import stats
+
+    from fecomlite.analysis.run_analysis import mean_ci95
+
+    values = np.array([3.0, 4.5, 2.5, 5.0, 4.0])
+    mean, low, high = mean_ci95(values)
+    want = stats.t.interval(0.95, values.size - 1, loc=values.mean(), scale=stats.sem(values))
+    assert mean == pytest.approx(values.mean())
+    assert (low, high) == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize("dof", [*range(1, 120), 150, 1000, 10**5])
+def test_t_quantiles_and_chi2_tails_are_scipy_stats(dof):
+    from scipy import stats
+
+    from fecomlite.analysis.distributions import chi2_sf, t_quantile
+
+    for p in (0.5, 0.6, 0.9, 0.975, 0.995, 0.9999, 0.025):
+        assert t_quantile(p, dof) == pytest.approx(stats.t.ppf(p, dof), rel=1e-6, abs=1e-12)
+    for x in (0.0, 0.1, 1.0, 3.5, 10.0, 50.0, 200.0, 1e4):
+        assert chi2_sf(x, dof) == pytest.approx(stats.chi2.sf(x, dof), rel=1e-9, abs=1e-300)
+
+
+def test_the_summarys_statistics_load_no_scipy():
+    code = (
+        "import sys, numpy as np\n"
+        "from fecomlite import attribution as at\n"
+        "from fecomlite.analysis.run_analysis import mean_ci95\n"
+        "leaf = np.random.default_rng(0).random((60, 3))\n"
+        "fit = at.fit_intensities(leaf, leaf @ np.array([1.0, 2.0, 3.0]), lengths_s=np.ones(60))\n"
+        "mean_ci95(np.arange(5.0))\n"
+        "print(fit.wald_p, sorted(m for m in sys.modules if m.startswith('scipy')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    wald_p, loaded = out.stdout.split(" ", 1)
+    assert 0 <= float(wald_p) <= 1  # the Wald test ran
+    assert loaded.strip() == "[]"  # scipy: most of a second of every run's summary

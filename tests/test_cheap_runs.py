@@ -8,9 +8,9 @@ from pathlib import Path
 
 from test_server_support import FakeSensorForTests, served
 
-from fecomlite.runner import baseline as bl
 from fecomlite.runner.experiment import measure_idle
 from fecomlite.runner.settings import RunSettings
+from fecomlite.server import baseline as bl
 from fecomlite.store import Store
 
 

@@ -44,10 +44,26 @@ def test_the_top_level_help_imports_no_command():
     assert not {m for _, (m, _, _) in COMMANDS.items()} & loaded
 
 
-@pytest.mark.parametrize("command", ["run", "server", "report", "ingest", "instrument"])
+@pytest.mark.parametrize(
+    "command",
+    [*([name] for name in COMMANDS), ["server", "status"], ["server", "stop"], ["model", "fit"]],
+    ids=" ".join,
+)
 def test_a_commands_help_imports_no_heavy_library(command):
-    loaded = modules_after(command, "--help")
+    loaded = modules_after(*command, "--help")
     assert not {m for m in loaded if m.startswith(HEAVY)}, command
+
+
+def test_a_subcommands_help_is_its_own_not_the_groups():
+    text = subprocess.run(
+        [sys.executable, "-m", "fecomlite.cli", "server", "status", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert text.returncode == 0, text.stderr
+    assert "List this user's running servers" in text.stdout
+    assert "--port" not in text.stdout  # the group's own option belongs to `server --help`
 
 
 def test_flags_show_no_value_type():

@@ -27,6 +27,16 @@ def write(folder: Path, name: str, text: str) -> Path:
     return path
 
 
+def quick_run(home: Path, script: Path, *more: str) -> list[str]:
+    """`fecomlite run` arguments of a quick run of `script` in `home`, then `more`."""
+    return ["run", "--home", str(home), str(script), "--quick", *more]
+
+
+def user_env() -> dict[str, str]:
+    """The environment a user's shell gives `fecomlite`: no FECOMLITE_ variables inherited."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     folder = tmp_path / "proj"
@@ -72,6 +82,20 @@ def test_an_unchanged_project_reuses_its_copy_and_a_change_remakes_it(project, t
     assert not work_copy(project / "train.py", tmp_path / "work", ["numpy"]).reused
 
 
+def test_reusing_the_copy_does_not_load_the_rewriter(project, tmp_path):
+    work_copy(project / "train.py", tmp_path / "work", [])
+    script, work = str(project / "train.py"), str(tmp_path / "work")
+    code = (
+        "import sys; from pathlib import Path; from fecomlite.runner.workcopy import work_copy\n"
+        f"copy = work_copy(Path({script!r}), Path({work!r}), [])\n"
+        "print(copy.reused, 'libcst' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.split() == ["True", "False"]  # libcst: a second of every run's start
+
+
 def test_a_helper_that_cannot_be_parsed_is_named_and_left_as_it_is(project, tmp_path):
     write(project, "old.py", "print 'python 2'\n")
     copy = work_copy(project / "train.py", tmp_path / "work", [])
@@ -113,22 +137,10 @@ def test_the_programs_output_shows_while_it_runs_and_is_logged(home, tmp_path):
         print("second line")
     """,
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "fecomlite.cli",
-            "run",
-            "--home",
-            str(home),
-            str(script),
-            "--level",
-            "project",
-            "--quick",
-        ],
+        [sys.executable, "-m", "fecomlite.cli", *quick_run(home, script, "--level", "project")],
         cwd=tmp_path,
-        env=env,
+        env=user_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -155,16 +167,7 @@ def test_quiet_keeps_the_output_in_the_log_only(home, tmp_path):
     script = write(tmp_path, "hush.py", "print('only in the log')\n")
     result = run_cli(
         tmp_path,
-        "run",
-        "--home",
-        str(home),
-        str(script),
-        "--level",
-        "project",
-        "--quick",
-        "--quiet",
-        "--format",
-        "csv",
+        *quick_run(home, script, "--level", "project", "--quiet", "--format", "csv"),
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
@@ -178,17 +181,7 @@ def test_quiet_keeps_the_output_in_the_log_only(home, tmp_path):
 def test_json_owns_stdout_and_the_programs_output_goes_to_stderr(home, tmp_path):
     script = write(tmp_path, "chatty.py", "print('program says hello')\n")
     result = run_cli(
-        tmp_path,
-        "run",
-        "--home",
-        str(home),
-        str(script),
-        "--level",
-        "project",
-        "--quick",
-        "--format",
-        "json",
-        timeout=300,
+        tmp_path, *quick_run(home, script, "--level", "project", "--format", "json"), timeout=300
     )
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
@@ -217,21 +210,14 @@ def test_a_piped_table_keeps_whole_names(home, tmp_path):
             sliding_window_view(np.arange(1000.0), 10).sum()
     """,
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
+    env = user_env()
     env.pop("COLUMNS", None)  # a pipe, as `fecomlite run ... | tee` gives it
     result = subprocess.run(
         [
             sys.executable,
             "-m",
             "fecomlite.cli",
-            "run",
-            "--home",
-            str(home),
-            str(script),
-            "--api",
-            "numpy",
-            "--quick",
-            "--quiet",
+            *quick_run(home, script, "--api", "numpy", "--quiet"),
         ],
         cwd=tmp_path,
         env=env,
@@ -275,7 +261,7 @@ def test_a_folder_the_instrumenter_refuses_is_a_copy_error(project, tmp_path):
 
 def test_a_traceback_names_the_users_file_not_the_copy(home, tmp_path):
     script = write(tmp_path, "fails.py", "import math\n\nmath.sqrt(-1)\n")
-    result = run_cli(tmp_path, "run", "--home", str(home), str(script), "--quick", timeout=300)
+    result = run_cli(tmp_path, *quick_run(home, script), timeout=300)
     assert result.returncode == 1
     assert f'File "{script}", line 3' in result.stderr
     assert "-instrumented" not in result.stderr

@@ -1,9 +1,8 @@
 """Energy attribution: call intervals × one sensor's sample series → energy per call.
 
-Pure numpy (scipy for the intensity fit) over arrays; no store access
-(`fecomlite.analysis.run_analysis`
-loads runs). DESIGN.md rule 2: a sensor resolves energy only per update interval (NVML:
-~100 ms), so each interval's energy above idle is shared among the calls active in it.
+Pure numpy over arrays; no store access (`run_analysis` loads runs). DESIGN.md rule 2: a
+sensor resolves energy only per update interval (NVML: ~100 ms), so each interval's energy above
+idle is shared among the calls active in it.
 
 How it works:
 1. The series becomes contiguous *sensor intervals* (`SensorIntervals`), each with the energy
@@ -28,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from fecomlite.analysis.distributions import chi2_sf
 
 NS = 1e9
 METHODS = ("overlap", "intensity", "auto")
@@ -480,8 +481,6 @@ def _ridge_nnls(
     Solved on the Cholesky factor of the normal matrix (G × G, whatever the number of rows).
     Returns x and the inverse normal matrix (for the covariance).
     """
-    from scipy import optimize  # here, not at the top: it costs the CLI 0.5 s at startup
-
     g = m.T @ m
     d = np.diag(g).copy()
     d[d <= 0] = 1.0
@@ -489,8 +488,34 @@ def _ridge_nnls(
     rhs = m.T @ y + ridge * d * prior
     r = np.linalg.cholesky(c).T
     z = np.linalg.solve(r.T, rhs)
-    x, _ = optimize.nnls(r, z)
-    return x, np.linalg.inv(c)
+    return nnls(r, z), np.linalg.inv(c)
+
+
+def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """argmin ||a x − b||, x ≥ 0: Lawson and Hanson's active-set method, as scipy's `nnls`
+    (which brings scipy.optimize, half a second of every `fecomlite run`'s summary, for a
+    problem of a few columns)."""
+    n = a.shape[1]
+    x = np.zeros(n)
+    passive = np.zeros(n, dtype=bool)
+    tol = 10 * np.finfo(float).eps * max(a.shape) * max(np.abs(a).sum(axis=0).max(), 1.0)
+    for _ in range(3 * n):
+        w = a.T @ (b - a @ x)
+        if passive.all() or w[~passive].max() <= tol:
+            break
+        passive[np.argmax(np.where(passive, -np.inf, w))] = True
+        while True:
+            s = np.zeros(n)
+            s[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if s[passive].min() > tol:
+                break
+            blocked = passive & (s <= tol)
+            step = np.min(x[blocked] / (x[blocked] - s[blocked]))
+            x += step * (s - x)
+            passive &= x > tol
+            x[~passive] = 0.0
+        x = s
+    return x
 
 
 def fit_intensities(
@@ -508,7 +533,6 @@ def fit_intensities(
     decided by a Wald test of the intensities against the pooled mean and by interleaved k-fold
     cross-validation of per-interval predictions against the overlap model (one pooled intensity).
     """
-    from scipy import stats  # here, not at the top: it costs the CLI 0.5 s at startup
 
     busy_rows = leaf.sum(axis=1) > 0
     m, y = leaf[busy_rows], above_J[busy_rows]
@@ -547,7 +571,7 @@ def fit_intensities(
     sigma = np.sqrt(np.clip(np.diag(cov), 0, None))
     dev = x - pooled
     wald = float(dev @ np.linalg.pinv(cov) @ dev)
-    wald_p = float(stats.chi2.sf(wald, p - 1))
+    wald_p = chi2_sf(wald, p - 1)
     pred = ms @ x
     positive = pred > 0  # no interval predicted above idle: no relative residual to speak of
     rel = float(np.sqrt(np.median((resid[positive] / pred[positive]) ** 2))) if positive.any() \

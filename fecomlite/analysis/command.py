@@ -23,16 +23,17 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import numpy as np
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from fecomlite.analysis import attribution as at
-from fecomlite.sensors.replay import load_trace, unit_of
 from fecomlite.terminal import plain
+
+if TYPE_CHECKING:  # imported where used: `fecomlite attribute --help` does without numpy
+    import numpy as np
+    from rich.console import Console
+
+    from fecomlite.analysis import attribution as at
 
 OUTPUT_COLUMNS = ("duration_s", "energy_J", "self_energy_J", "energy_total_J", "uncertainty_J",
                   "below_resolution", "covered", "parent", "depth")
@@ -69,6 +70,8 @@ def _number(path: Path, number: int, column: str, text: str, kind: type, hint: s
 
 def _read_calls(path: Path) -> tuple[list[str], list[dict[str, str]], np.ndarray, np.ndarray]:
     """The calls' header, rows and start/end stamps; a call ending before it starts is refused."""
+    import numpy as np
+
     header, rows = _read_csv(path, "--calls")
     missing = {"t_start_ns", "t_end_ns"} - set(header)
     if missing:
@@ -98,6 +101,8 @@ def _check_samples(path: Path, column: str) -> None:
 def _pick_column(path: Path, kind: str | None, column: str | None) -> str:
     """The value column: as given, else the first counter (J) or power (W) column, preferring an
     instant-power column over a moving average."""
+    from fecomlite.sensors.replay import unit_of
+
     header, _ = _read_csv(path, "--samples")
     if column:
         if column not in header:
@@ -152,6 +157,12 @@ def attribute_command(
     Output (-o): per call, energy above idle (inclusive and self), with its idle share, a 1σ
     uncertainty, below-resolution and coverage flags, and the nesting.
     """
+    import numpy as np
+    from rich.console import Console
+
+    from fecomlite.analysis import attribution as at
+    from fecomlite.sensors.replay import load_trace
+
     if kind not in (None, "counter", "power"):
         raise typer.BadParameter("must be counter or power", param_hint="--kind")
     if method not in at.METHODS:
@@ -203,6 +214,8 @@ def _write(out: Path, header: list[str], rows: list[dict[str, str]], res: at.Att
 
 
 def _fmt(x: Any) -> Any:
+    import numpy as np
+
     if isinstance(x, (float, np.floating)):
         return f"{x:.6g}" if math.isfinite(x) else ""
     return int(x)
@@ -213,6 +226,10 @@ def _print(
     idle_source: str, res: at.Attribution, api_names: list[str], group: np.ndarray,
     duration: np.ndarray, out: Path | None,
 ) -> None:
+    from rich.table import Table
+
+    from fecomlite.analysis import attribution as at
+
     console.print(
         f"[bold]{plain(column)}[/] ({kind}): {iv.count} intervals, update period "
         f"{iv.period_s * 1e3:.1f} ms; idle {idle:.2f} W ({idle_source}); "

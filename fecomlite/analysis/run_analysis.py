@@ -30,6 +30,7 @@ from fecomlite.analysis.devices import (
     device_owners,
     domain_calls,
 )
+from fecomlite.analysis.distributions import t_quantile
 from fecomlite.analysis.units import scaled, with_noise
 from fecomlite.runtime.batch_codec import PROJECT_SITE
 from fecomlite.runtime.calibration_replay import KIND as CALIBRATION_KIND
@@ -320,9 +321,8 @@ def mean_ci95(values: np.ndarray) -> tuple[float, float, float]:
     mean = float(values.mean())
     if values.size < 2:
         return mean, math.nan, math.nan
-    from scipy import stats  # here: the server imports this module and must start fast
-
-    half = float(stats.t.ppf(0.975, values.size - 1) * values.std(ddof=1) / math.sqrt(values.size))
+    t = t_quantile(0.975, values.size - 1)
+    half = t * float(values.std(ddof=1)) / math.sqrt(values.size)
     return mean, mean - half, mean + half
 
 

@@ -27,11 +27,13 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fecomlite.instrument.exports import Project, ProjectTable, build_table
 from fecomlite.instrument.names import DEFAULT_ROOTS, Roots
-from fecomlite.instrument.notebook import instrument_notebook
-from fecomlite.instrument.transform import Rewrite, SourceError, instrument_source
+
+if TYPE_CHECKING:  # libcst comes with the rewriting, not with the checks a reused copy needs
+    from fecomlite.instrument.transform import Rewrite
 
 try:
     import tomllib
@@ -389,6 +391,8 @@ class _Outcome:
 
 def _project_table(work: list[_File], roots: tuple[str, ...]) -> ProjectTable:
     """The first pass (``exports.py``) over the project's Python files, before any worker."""
+    from fecomlite.instrument.transform import SourceError
+
     sources = {}
     for file in work:
         if file.kind != "python":
@@ -494,6 +498,9 @@ def _use_table(table: ProjectTable) -> None:
 
 def _process(task: tuple[str, str, bool, str | None, tuple[str, ...]]) -> _Outcome:
     """Instrument one file (in a worker process or here); never raises."""
+    from fecomlite.instrument.notebook import instrument_notebook
+    from fecomlite.instrument.transform import SourceError, instrument_source
+
     source, rel, notebook, target, roots = task
     outcome = _Outcome(rel)
     try:
@@ -534,6 +541,8 @@ def _process(task: tuple[str, str, bool, str | None, tuple[str, ...]]) -> _Outco
 
 def _decode(data: bytes, notebook: bool) -> tuple[str, str]:
     """The text of a file and its encoding (PEP 263 cookie or BOM; notebooks are UTF-8)."""
+    from fecomlite.instrument.transform import SourceError
+
     if notebook:
         encoding = "utf-8-sig" if data.startswith(b"\xef\xbb\xbf") else "utf-8"
     else:

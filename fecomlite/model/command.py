@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -15,16 +15,6 @@ from rich.table import Table
 from fecomlite.analysis.units import scaled
 from fecomlite.model.cache import MemoryHierarchy, cpu_hierarchy
 from fecomlite.model.features import FeatureError, StepFeatures, training_step
-from fecomlite.model.fit import (
-    DEFAULT_FOLDS,
-    TARGETS,
-    TIME_MODEL_NOTE,
-    WEIGHTINGS,
-    EnergyModels,
-    FitError,
-    LinearFit,
-    fit_models,
-)
 from fecomlite.model.network import (
     ConfigError,
     NetworkConfig,
@@ -32,7 +22,6 @@ from fecomlite.model.network import (
     read_summary,
     training_of,
 )
-from fecomlite.model.predict import Prediction, predict
 from fecomlite.model.sweep import (
     CONFIG_KIND,
     DEFAULT_GRID,
@@ -48,7 +37,11 @@ from fecomlite.model.sweep import (
     measured_columns,
     parse_list,
 )
-from fecomlite.store import Store, StoreError, default_home
+
+if TYPE_CHECKING:  # the fit, the prediction (numpy) and the store are imported where used
+    from fecomlite.model.fit import EnergyModels, LinearFit
+    from fecomlite.model.predict import Prediction
+    from fecomlite.store import Store
 
 console = Console()
 errors = Console(stderr=True)
@@ -104,6 +97,7 @@ def sweep_command(
     from fecomlite.runner.settings import RunSettings
     from fecomlite.runner.sweep import run_sweep
     from fecomlite.server.client import ServerError, ensure_server
+    from fecomlite.store import default_home
 
     options = {"widths": widths, "depths": depths, "shapes": shapes, "batch_sizes": batch_sizes,
                "dataset_sizes": dataset_sizes}
@@ -210,11 +204,17 @@ def fit_command(
     target: Annotated[str, typer.Option(help="above-idle, or total (idle power × time too).")] = (
         "above-idle"),
     weighting: Annotated[str, typer.Option(help="relative or absolute errors.")] = "relative",
-    folds: Annotated[int, typer.Option(min=2, help="Cross-validation folds.")] = DEFAULT_FOLDS,
+    folds: Annotated[
+        int | None, typer.Option(min=2, help="Cross-validation folds (default 5).")
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="Also write the model here (JSON).")] = None,
     home: HomeOption = None,
 ) -> None:
     """Fit the memory-aware model and the naive ones on a sweep (or runs) and compare them."""
+    from fecomlite.model.fit import DEFAULT_FOLDS, TARGETS, WEIGHTINGS, FitError, fit_models
+    from fecomlite.store import Store, StoreError, default_home
+
+    folds = DEFAULT_FOLDS if folds is None else folds
     if target not in TARGETS or weighting not in WEIGHTINGS:
         raise _fail(f"target is one of {TARGETS}, weighting one of {WEIGHTINGS}")
     if runs and sweep is not None:
@@ -301,6 +301,8 @@ def _unit(feature: str, fit: LinearFit) -> tuple[str, float]:
 
 
 def _print_fit(models: EnergyModels) -> None:
+    from fecomlite.model.fit import TIME_MODEL_NOTE
+
     p = models.provenance
     console.print(f"fitted on [bold]{escape(p['label'])}[/] energy, {models.target}, domain "
                   f"{models.domain}, {models.memory_aware.n} configurations", highlight=False)
@@ -365,6 +367,10 @@ def predict_command(
     home: HomeOption = None,
 ) -> None:
     """Predict the energy of training a network, with an interval, from a fitted model."""
+    from fecomlite.model.fit import FitError
+    from fecomlite.model.predict import predict
+    from fecomlite.store import StoreError
+
     try:
         models = _load_models(home, sweep, model)
         hierarchy = MemoryHierarchy.from_json(models.hierarchy)
@@ -380,6 +386,9 @@ def predict_command(
 
 
 def _load_models(home: Path | None, sweep: int | None, model: Path | None) -> EnergyModels:
+    from fecomlite.model.fit import EnergyModels
+    from fecomlite.store import Store, default_home
+
     if model is not None:
         try:
             return EnergyModels.from_json(json.loads(model.read_text(encoding="utf-8")))
@@ -417,6 +426,8 @@ def _network(
 
 
 def _print_prediction(result: Prediction, models: EnergyModels) -> None:
+    from fecomlite.model.fit import TIME_MODEL_NOTE
+
     p = result.provenance
     level = f"{result.confidence * 100:g} %"
     console.print(

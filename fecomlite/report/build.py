@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from fecomlite.analysis import collectives, units
+from fecomlite.analysis.baseline_text import described
 from fecomlite.analysis.carbon import Intensity
 from fecomlite.analysis.ranks import add_rank_figures
 from fecomlite.analysis.run_analysis import RunAnalysis, analyse_run, mean_ci95
@@ -262,8 +263,7 @@ def _idle(store: Store, a: RunAnalysis) -> dict[str, Any]:
         rows.append({"sensor": name, "mean": units.scaled(mean, "W"),
                      "std": units.scaled(s.get("std_w"), "W") if s.get("std_w") else "–",
                      "provenance": s.get("provenance", ""), "n": s.get("n", "")})
-    seconds = detail.get("seconds")
-    return {"rows": rows, "seconds": units.scaled(seconds, "s") if seconds else None,
+    return {"rows": rows, "source": described(detail) if stats else None,
             "estimated": [d for d in a.domains if d.get("idle_source", "").startswith("estimated")]}
 
 

@@ -438,6 +438,7 @@ def _log_to_mlflow(client: ServerClient, run_id: int) -> None:
 
 
 def _summarise(client: ServerClient, outcome: RunOutcome, output_format: Format) -> None:
+    from fecomlite.analysis.baseline_text import described
     from fecomlite.analysis.run_analysis import analyse_run
     from fecomlite.report.summary import summary_csv, summary_json, summary_notes, summary_table
     from fecomlite.store import Store
@@ -445,13 +446,8 @@ def _summarise(client: ServerClient, outcome: RunOutcome, output_format: Format)
     with Store(client.store_path) as store:
         analysis = analyse_run(store, outcome.run_id)
         idle = store.result(outcome.run_id, "idle_baseline") or {}
-    if idle.get("reused_from_run") is not None:
-        console.print(
-            f"idle baseline: reused from run {idle['reused_from_run']}, measured "
-            f"{idle['age_s']:g} s ago over {idle['seconds']:g} s; a "
-            f"{idle['check']['seconds']:g} s check now agrees with it",
-            highlight=False,
-        )
+    if "rolling" in idle or idle.get("reused_from_run") is not None:
+        console.print(f"idle baseline: {described(idle)}", markup=False, highlight=False)
     if output_format is Format.csv:
         sys.stdout.write(summary_csv(analysis))
     elif output_format is Format.json:

@@ -35,6 +35,7 @@ PROJECT_SITE = batch_codec.PROJECT_SITE
 PUMP_DRAIN_S = 5.0  # how long output may still come after the program exited
 TAIL_STEP_S = 0.5  # the tail is checked against the baseline this often (the writer's period)
 MAX_LOOKBACK_S = 60.0  # how far back a gate may look at a machine left alone
+START_UP_S = 15.0  # a process this young is still starting: its load so far is its start-up
 
 
 @dataclasses.dataclass
@@ -220,6 +221,11 @@ def run_experiment(
 
     `after`, when every repetition succeeded, may add repetitions to the run before it is
     finished (`fecomlite.runner.calibration.run_calibration`: replays of the costliest calls)."""
+    # numpy now: from the run's start the machine is judged (a client importing there would
+    # read as a busy machine)
+    import fecomlite.server.baseline  # noqa: F401
+    import fecomlite.store  # noqa: F401
+
     sync = sync_enabled(settings)
     manifest = dict(program.manifest.get("sites", {}))
     if settings.level == "project":
@@ -259,6 +265,8 @@ def run_experiment(
         on_progress("idle", 0)
         if settings.idle_s > 0:
             run.baseline = measure_idle(client, run_id, settings)
+            if "rolling" in run.baseline:  # the server saw the machine quiet since then
+                run.quiet_since_ns = run.baseline["t_start_ns"]
         for rep in range(1, settings.repeat + 1):
             result = run.repetition(rep)
             if result.exit_code != 0:
@@ -341,7 +349,7 @@ class OpenRun:
     def _tail(self, rep: int) -> int:
         """Sample after the program until its power is back at the idle baseline, at most
         `tail_s`; returns since when the machine has been back (for the next gate)."""
-        from fecomlite.runner.baseline import back_at_baseline, machine_power
+        from fecomlite.server.baseline import back_at_baseline, machine_power
         from fecomlite.store import Store
 
         spent, total = 0.0, self.settings.tail_s
@@ -468,11 +476,19 @@ def tee_output(
 
 
 def measure_idle(client: ServerClient, run_id: int, settings: RunSettings) -> dict[str, Any]:
-    """The run's idle baseline: a recent one of this store when a short check agrees with it
-    (`fecomlite.runner.baseline`), else `idle_s` measured now."""
-    from fecomlite.runner import baseline as bl
+    """The run's idle baseline: the server's rolling estimate of the machine between runs when
+    a recent one matches the machine as the run began (server/idlewatch.py); else a recent one
+    of this store when a short check agrees with it (`fecomlite.server.baseline`); else `idle_s`
+    measured now."""
+    from fecomlite.server import baseline as bl
     from fecomlite.store import Store
 
+    if settings.baseline_max_age_s > 0:
+        rolling = client.idle_estimate(
+            run_id, settings.idle_s, settings.baseline_max_age_s, start_up_began_ns()
+        )
+        if "refused" not in rolling:
+            return rolling
     if settings.baseline_max_age_s > 0 and settings.idle_s > bl.CHECK_S:
         with Store(client.store_path) as store:
             found = bl.latest_baseline(store, run_id, settings.baseline_max_age_s)
@@ -484,6 +500,20 @@ def measure_idle(client: ServerClient, run_id: int, settings: RunSettings) -> di
                 with Store(client.store_path) as store:
                     return bl.reuse(store, run_id, origin, stored, age_s, check, share)
     return client.idle(run_id, settings.idle_s)
+
+
+def start_up_began_ns() -> int | None:
+    """When this process started (monotonic clock), if that was at most START_UP_S ago: its
+    own start-up then is the machine's load just before the run, which is ours, not the
+    machine's state. None where unknown, or in a process that has run for longer."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+        suspended_ns = time.clock_gettime_ns(time.CLOCK_BOOTTIME) - time.monotonic_ns()
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    started = ticks * 10**9 // os.sysconf("SC_CLK_TCK") - suspended_ns  # ticks: since boot
+    return started if 0 <= time.monotonic_ns() - started <= START_UP_S * 1e9 else None
 
 
 def _gate_thresholds(settings: RunSettings) -> dict[str, Any]:

@@ -203,6 +203,12 @@ def _idle(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> An
     return svc.idle(int(m["run"]), _float(body, "seconds"))
 
 
+@_route("POST", RUN + "/idle-estimate", "admin")
+def _idle_estimate(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
+    return svc.idle_estimate(int(m["run"]), _float(body, "seconds"), _float(body, "max_age_s"),
+                             _int(body, "client_started_ns"))
+
+
 @_route("POST", RUN + "/gate", "admin")
 def _gate(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
     thresholds = _obj(body, "thresholds") or {}
@@ -265,7 +271,8 @@ def _metrics(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) ->
 
 ROUTES: list[Route] = [
     _status, _create_run, _manifest, _watch, _hyperparams, _rep_start, _rep_end, _tail, _idle,
-    _gate, _events, _finish, _ingest, _shutdown, _live_page, _live_asset, _live_stream, _metrics,
+    _idle_estimate, _gate, _events, _finish, _ingest, _shutdown, _live_page, _live_asset,
+    _live_stream, _metrics,
 ]
 # The metrics listener: the same handler, any Host (Prometheus names its target by address).
 METRICS_ROUTES: list[Route] = [Route("GET", re.compile("^/metrics$"), "none", _metrics.handler,

@@ -119,6 +119,15 @@ class ServerClient:
         return self._call("POST", f"/api/runs/{run_id}/idle", {"seconds": seconds},
                           timeout=seconds + SLACK_S)
 
+    def idle_estimate(
+        self, run_id: int, seconds: float, max_age_s: float, client_started_ns: int | None = None
+    ) -> dict[str, Any]:
+        """The server's rolling idle estimate as the run's baseline, or {"refused": why};
+        readings after `client_started_ns` (this process's start-up) are not judged."""
+        return self._call("POST", f"/api/runs/{run_id}/idle-estimate",
+                          {"seconds": seconds, "max_age_s": max_age_s,
+                           "client_started_ns": client_started_ns})
+
     def gate(self, run_id: int, rep: int | None = None, **thresholds: float) -> dict[str, Any]:
         """Wait until the machine is stable (at most `max_wait_s`, default 120 s)."""
         wait = float(thresholds.get("max_wait_s", 120.0))

@@ -72,6 +72,13 @@ def machine_sensors(
     return sensors, notes, process_sensors
 
 
+def idle_watch_sensors() -> list[Sensor]:
+    """Other instances of the machine's sensors, for the rolling idle estimate's own thread."""
+    from fecomlite.sensors import discover
+
+    return discover(None)[0]
+
+
 def open_server(
     home: Path,
     port: int = 0,
@@ -95,6 +102,7 @@ def open_server(
     if sensors is None:
         sensors, found_notes, process_sensors = machine_sensors()
         notes = [*found_notes, *(notes or [])]
+        service_options.setdefault("watch_sensors", idle_watch_sensors())
     service = MeasurementService(
         home / "store.sqlite", sensors, notes=notes, machine=machine_info(),
         process_sensors=process_sensors, **service_options,

@@ -34,6 +34,7 @@ from fecomlite import __version__
 from fecomlite.runtime import batch_codec
 from fecomlite.server import spool
 from fecomlite.server.gate import GateThresholds, gated, wait_for_stable
+from fecomlite.server.idlewatch import IdleWatch
 from fecomlite.server.monitor import Monitor
 from fecomlite.server.sampler import Sampler, SamplingRates, Sensor, sensor_details, sensor_row
 from fecomlite.server.series import POWER_KINDS, Series, idle_stats
@@ -60,6 +61,7 @@ class _Run:
     token: str
     sites: dict[str, Any]  # the manifest's site table, for naming events' sites
     owner_pid: int | None = None  # the client that runs it; its death interrupts the run
+    watched_until_ns: int | None = None  # the idle watch's readings judged: those before this
     ended: bool = False
     totals: dict[str, int] = field(default_factory=dict)  # proc -> events it said it made
     # proc -> (seq, pid, threads): its calls in progress as of its latest batch that said
@@ -80,9 +82,12 @@ class MeasurementService:
         rates: SamplingRates | None = None,
         flush_s: float = 0.5,
         use_ticker: bool = True,
+        watch_sensors: list[Sensor] | None = None,
     ) -> None:
         """`sensors` are the machine's; `process_sensors(pid)` makes those that follow a pid;
-        `use_ticker=False` keeps every cheap sensor on a Python thread (server/sampler.py)."""
+        `use_ticker=False` keeps every cheap sensor on a Python thread (server/sampler.py);
+        `watch_sensors`, other instances of the machine's, are read between runs for the
+        rolling idle estimate (server/idlewatch.py; none: no estimate)."""
         self.store_path = store_path
         self.notes = list(notes or [])
         self.process_sensors = process_sensors
@@ -94,6 +99,8 @@ class MeasurementService:
         self.sampler = Sampler(sensors, store_path, rates=rates, flush_s=flush_s,
                                use_ticker=use_ticker)
         self.sampler.start()
+        self.idle_watch = IdleWatch(watch_sensors or [], lambda: bool(self.sampler.recording()))
+        self.idle_watch.start()
         self._runs: dict[int, _Run] = {}
         self._lock = threading.Lock()
         self.closing = threading.Event()  # set at shutdown: long waits and live streams end
@@ -294,21 +301,63 @@ class MeasurementService:
         store.put_result(run_id, "idle_baseline", detail)
         return detail
 
+    def idle_estimate(
+        self, run_id: int, seconds: float, max_age_s: float, client_started_ns: int | None = None
+    ) -> dict[str, Any]:
+        """The run's idle baseline from the rolling estimate of the machine between runs, when
+        a recent one matches the machine's state as the run began: stored as a measured one is,
+        with `rolling` (its age, the readings, the state then and now). Else {"refused": why},
+        kept as the run's `rolling_idle` result. The readings taken after `client_started_ns`
+        (the client's own start-up) are left out, here and in the run's gates."""
+        run = self._run(run_id)
+        store = self._db()
+        began = store.run(run_id)["t_start_ns"]
+        run.watched_until_ns = min(began, client_started_ns or began)
+        found = self.idle_watch.estimate(
+            _window(seconds), float(max_age_s), began, run.watched_until_ns
+        )
+        if "refused" in found:
+            store.put_result(run_id, "rolling_idle", found)
+            return found
+        rolling = ("age_s", "readings", "period_s", "conditions", "now", "checked")
+        detail = {
+            "seconds": found["seconds"], "t_start_ns": found["t_start_ns"],
+            "t_end_ns": found["t_end_ns"], "sensors": found["sensors"],
+            "rolling": {**{k: found[k] for k in rolling},
+                        "client_start_up_s": round((began - run.watched_until_ns) / 1e9, 3)},
+        }
+        store.update_run(run_id, idle={k: v["mean_w"] for k, v in found["sensors"].items()})
+        store.put_result(run_id, "idle_baseline", detail)
+        return detail
+
     def gate(self, run_id: int, rep: int | None, thresholds: dict[str, Any]) -> dict[str, Any]:
-        """Wait (bounded) until the machine is stable; store the verdict with the repetition."""
-        self._run(run_id)
+        """Wait (bounded) until the machine is stable; store the verdict with the repetition.
+        Readings the idle watch took before the run began (before its client started, when the
+        client said) count too, within `lookback_s`."""
+        run = self._run(run_id)
         th = GateThresholds.from_mapping(thresholds)
         since = time.monotonic_ns() - int(th.lookback_s * 1e9)
         lookback_ns = int((th.window + 2) * max(th.bin_s, self.sampler.rates.max_interval_s) * 1e9)
         store = self._db()
+        began = run.watched_until_ns or store.run(run_id)["t_start_ns"]
+        gate_began = time.monotonic_ns()
+        before_run = [0]
 
         def latest() -> list[Series]:
             self.sampler.flush()  # judge what was read up to now, not up to the last write
             t0 = max(since, time.monotonic_ns() - lookback_ns)
-            return self._series(store, run_id, t0, None, wanted=gated)
+            earlier = self.idle_watch.series(t0, began)
+            # with readings from before the client started, its own setup since (creating the
+            # run, the first reads after the sampler's park) is left out as its start-up is
+            fresh = gate_began if any(t.size for t, _ in earlier.values()) else t0
+            series = self._series(store, run_id, max(t0, fresh), None, wanted=gated)
+            before_run[0] = _prepend(series, earlier)
+            return series
 
         with self._doing(run_id, "gate", max_wait_s=th.max_wait_s):
             result = wait_for_stable(latest, th, sleep=self._sleep)
+        if before_run[0]:
+            result["readings_before_run"] = before_run[0]
         with self._lock:
             self._activity[run_id]["gate"] = result
         if rep is not None:
@@ -382,6 +431,7 @@ class MeasurementService:
         with self._lock:
             open_runs = list(self._runs)
             self._runs.clear()
+        self.idle_watch.close()
         self.sampler.close()
         store = self._db()
         for run_id in open_runs:
@@ -393,6 +443,19 @@ def _site_names(site: dict[str, Any] | None) -> dict[str, Any]:
     """What the manifest says of a site: its API (static name), what the user wrote, where."""
     site = site or {}
     return {k: site.get(k) for k in ("api", "written", "file", "line")}
+
+
+def _prepend(series: list[Series], earlier: dict[str, tuple[np.ndarray, np.ndarray]]) -> int:
+    """Put each sensor's `earlier` readings (t_ns, values) before its own; how many were."""
+    added = 0
+    for s in series:
+        t, v = earlier.get(s.name, (np.empty(0, np.int64), np.empty(0)))
+        keep = t < (s.t_ns[0] if s.t_ns.size else np.iinfo(np.int64).max)
+        if keep.any():
+            s.t_ns = np.concatenate([t[keep], s.t_ns])
+            s.values = np.concatenate([v[keep], s.values])
+            added = max(added, int(keep.sum()))
+    return added
 
 
 def _process_group(run_id: int) -> str:

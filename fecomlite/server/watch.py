@@ -19,20 +19,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import numpy as np
-import psutil
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from fecomlite.analysis import attribution as at
 from fecomlite.analysis.units import scaled
-from fecomlite.runner.experiment import PUMP_DRAIN_S, tee_output
-from fecomlite.server.client import ServerClient, ServerError, ensure_server
-from fecomlite.store import Store, default_home
 from fecomlite.terminal import plain
+
+if TYPE_CHECKING:  # imported where used: `fecomlite watch --help` answers at once
+    import numpy as np
+
+    from fecomlite.server.client import ServerClient
+    from fecomlite.store import Store
 
 console = Console()
 STOP_WAIT_S = 10.0  # after Ctrl-C, how long a started command may take to exit
@@ -63,6 +63,8 @@ class Target:
         (a process whose command line cannot be read is named by its pid)."""
         if self.command:
             return shlex.join(self.command), list(self.command)
+        import psutil
+
         try:
             argv = psutil.Process(self.pid).cmdline()
         except psutil.NoSuchProcess as exc:
@@ -90,6 +92,8 @@ def watch(
     of it cannot be measured (e.g. another user's process). With `pipe_output` a started
     command's output is copied to sys.stdout/sys.stderr as it comes (what a live display
     redirects), rather than written to the terminal behind its back."""
+    from fecomlite.runner.experiment import PUMP_DRAIN_S, tee_output
+
     if target.pid is not None and idle_s > 0:
         raise WatchError("an idle baseline needs a quiet machine: use --idle with a COMMAND, "
                          "which starts after it, not with a PID that already runs")
@@ -143,6 +147,8 @@ def watch(
 
 def _wait_for_exit(pid: int) -> None:
     """Until a process that is not our child has exited (psutil polls its pid)."""
+    import psutil
+
     with contextlib.suppress(psutil.NoSuchProcess):
         psutil.Process(pid).wait()
 
@@ -164,6 +170,7 @@ def watch_summary(store: Store, run_id: int) -> dict[str, Any]:
     """Duration, memory (the first reading and the peak of the tree's RSS, the root's VmHWM, GPU
     memory) and energy per domain with its provenance, over the watched repetition. (A process
     that has exited reads 0, so its last reading says nothing.)"""
+    from fecomlite.analysis import attribution as at
     from fecomlite.analysis.run_analysis import choose_energy_sensors
 
     rep = store.repetitions(run_id)[0]
@@ -200,6 +207,8 @@ def watch_summary(store: Store, run_id: int) -> dict[str, Any]:
 def _samples(
     store: Store, sensor_id: int, t0: int | None, t1: int | None
 ) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np
+
     rows = store.samples(sensor_id, t0 or 0, t1)
     return (np.fromiter((r[0] for r in rows), np.int64, len(rows)),
             np.fromiter((r[1] for r in rows), float, len(rows)))
@@ -255,7 +264,9 @@ def watch_command(
     ] = None,
 ) -> None:
     """Measure any process, uninstrumented: memory and power over time, live and in the store."""
+    from fecomlite.server.client import ServerError, ensure_server
     from fecomlite.server.watch_live import LiveFigures
+    from fecomlite.store import Store, default_home
 
     display = LiveFigures(console) if (console.is_terminal if live is None else live) else None
     try:
