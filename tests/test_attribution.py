@@ -376,7 +376,7 @@ def test_t_quantiles_and_chi2_tails_are_scipy_stats(dof):
 def test_the_summarys_statistics_load_no_scipy():
     code = (
         "import sys, numpy as np\n"
-        "from fecomlite import attribution as at\n"
+        "from fecomlite.analysis import attribution as at\n"
         "from fecomlite.analysis.run_analysis import mean_ci95\n"
         "leaf = np.random.default_rng(0).random((60, 3))\n"
         "fit = at.fit_intensities(leaf, leaf @ np.array([1.0, 2.0, 3.0]), lengths_s=np.ones(60))\n"

@@ -188,26 +188,27 @@ def _probe_stand_in(log: list[str]) -> types.ModuleType:
 
 @contextmanager
 def _stand_in(log: list[str]) -> Iterator[None]:
-    import fecomlite
+    """The stand-in is what `import fecomlite.runtime.probe as __fecomlite__` finds, both in
+    sys.modules and as the package's attribute; both are put back after."""
+    import fecomlite.runtime as runtime
 
-    saved = sys.modules.get("fecomlite.runtime.probe"), fecomlite.__dict__.get("probe")
+    saved = sys.modules.get("fecomlite.runtime.probe"), runtime.__dict__.get("probe")
     stand_in = _probe_stand_in(log)
     sys.modules["fecomlite.runtime.probe"] = stand_in
-    fecomlite.runtime.probe = stand_in  # type: ignore[attr-defined]
+    runtime.probe = stand_in  # type: ignore[attr-defined]
     sys.path.insert(0, str(CASES))
     try:
         yield
     finally:
         sys.path.remove(str(CASES))
-        for name, value in (("fecomlite.runtime.probe", saved[0]),):
-            if value is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = value
-        if saved[1] is None:
-            fecomlite.__dict__.pop("probe", None)
+        if saved[0] is None:
+            sys.modules.pop("fecomlite.runtime.probe", None)
         else:
-            fecomlite.runtime.probe = saved[1]  # type: ignore[attr-defined]
+            sys.modules["fecomlite.runtime.probe"] = saved[0]
+        if saved[1] is None:
+            runtime.__dict__.pop("probe", None)
+        else:
+            runtime.probe = saved[1]  # type: ignore[attr-defined]
 
 
 def _execute(source: str, log: list[str]) -> str:

@@ -890,13 +890,14 @@ def _below_zero_reasons(
 
 def cross_domain(energy: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The sum over additive domains (package, DRAM, GPUs), `estimated` if any part is; of the
-    parts' raw estimates, never shown below zero (`noise_floor`)."""
+    parts' raw estimates (a part never floored, such as the live view's, as it is), never shown
+    below zero (`noise_floor`)."""
     parts = {d: e for d, e in energy.items() if _addable(d.partition("@")[0])}
     if not parts:
         return {"above_idle_J": math.nan, "uncertainty_J": math.nan, "total_J": math.nan,
                 "provenance": None, "domains": []}
     estimated = any(e["provenance"] != "measured" for e in parts.values())
-    raw = float(sum(e["raw_above_idle_J"] for e in parts.values()))
+    raw = float(sum(e.get("raw_above_idle_J", e["above_idle_J"]) for e in parts.values()))
     sigma = math.sqrt(sum(finite_or_zero(e["uncertainty_J"]) ** 2 for e in parts.values()))
     return {
         "above_idle_J": noise_floor.shown(raw, sigma), "raw_above_idle_J": raw,
