@@ -42,6 +42,9 @@ class Net(nn.Module):
         return F.log_softmax(self.fc(x), dim=1)
 
 
+ALIVE: list[object] = []
+
+
 def torch_callees() -> dict[str, object]:
     net = Net()
     out = net(torch.ones(2, 4))
@@ -49,6 +52,10 @@ def torch_callees() -> dict[str, object]:
     pred = out.argmax(dim=1, keepdim=True)
     optimizer = torch.optim.Adadelta(net.parameters(), lr=1.0)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)  # wraps optimizer.step
+    # AdamW inherits Adam's step; a scheduler's wrapper of it still names the AdamW it steps
+    adamw = torch.optim.AdamW(net.parameters())
+    torch.optim.lr_scheduler.CosineAnnealingLR(adamw, T_max=2)
+    ALIVE.append(adamw)  # the wrapper holds it weakly, as a program's optimizer is held
     return {
         "torch.nn.Module.__call__": net,
         "torch.nn.Linear.__call__": net.fc,
@@ -58,6 +65,7 @@ def torch_callees() -> dict[str, object]:
         "torch.Tensor.sum": pred.eq(pred).sum,
         "torch.Tensor.item": pred.sum().item,
         "torch.optim.Adadelta.step": optimizer.step,
+        "torch.optim.AdamW.step": adamw.step,
         "torch.optim.lr_scheduler.StepLR.step": scheduler.step,
         "torch.optim.lr_scheduler.StepLR": torch.optim.lr_scheduler.StepLR,
         "torch.nn.functional.nll_loss": F.nll_loss,

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import sys
 import types
+import weakref
 from typing import Any
 
 # Path components that mark an implementation module, not a public namespace.
@@ -54,12 +55,32 @@ def runtime_name(fn: Any) -> dict[str, str] | None:
     """{"api": public name of what `fn(...)` runs, "callee": function | constructor | method |
     object, "type": the user's class it ran on, if any}; None when no public name is found."""
     for _ in range(MAX_UNWRAP):
-        named = _name(fn)
-        # a wrapper set on the instance (a scheduler's `optimizer.step`) names what it wraps
+        # a wrapper set on the instance (a scheduler's `optimizer.step`) names what it wraps,
+        # on the receiver it closes over where it keeps one (`AdamW.step`, not `Adam.step`)
         wrapped = getattr(fn, "__wrapped__", None) if isinstance(fn, types.FunctionType) else None
+        receiver = None if wrapped is None else _closed_over_receiver(fn, wrapped)
+        if receiver is not None:
+            return _name(types.MethodType(wrapped, receiver))
+        named = _name(fn)
         if named is not None or wrapped is None:
             return named
         fn = wrapped
+    return None
+
+
+def _closed_over_receiver(wrapper: types.FunctionType, wrapped: Any) -> Any:
+    """The object a wrapper's closure holds (itself or by weak reference) whose class has
+    `wrapped` as its method of that name: what the wrapper calls it on."""
+    name = getattr(wrapped, "__name__", None)
+    for cell in wrapper.__closure__ or ():
+        try:
+            held = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(held, weakref.ref):
+            held = held()
+        if held is not None and name and getattr(type(held), name, None) is wrapped:
+            return held
     return None
 
 
