@@ -270,3 +270,15 @@ def test_command_reports_a_missing_store_or_run(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "no run 7" in result.output
     result = _invoke("1", "2", "3", "--store", str(tmp_path / "s.sqlite"))
     assert result.exit_code != 0
+
+
+def test_hyperparameters_say_where_each_was_read(tmp_path: Path) -> None:
+    """The probe's `sources` go beside each value, not as a row of raw JSON."""
+    with Store(tmp_path / "store.sqlite") as store:
+        run = build_run(store)
+        store.merge_hyperparams(run, {"epochs": 2, "sources": {
+            "epochs": "range(args.epochs) around the call of train in main"}})
+        report = build_report(store, run)
+    rows = dict(report.context["hyperparams"])
+    assert rows["epochs"] == "2 (read from range(args.epochs) around the call of train in main)"
+    assert rows["optimizer"] == "Adam" and "sources" not in rows

@@ -95,7 +95,7 @@ def build_report(store: Store, run_id: int, method: str = "auto",
         "idle": _idle(store, a),
         "reps": _reps(a),
         "settings": _items(a.run.get("settings") or {}),
-        "hyperparams": _items(a.run.get("hyperparams") or {}),
+        "hyperparams": _hyperparam_items(a.run.get("hyperparams") or {}),
         "api_table": _table("apis", api_cols, a.apis, _api_extra, a.domains),
         "site_table": _table("sites", site_cols, a.sites, _site_extra, a.domains),
         "intensities": _intensities(a),
@@ -315,6 +315,15 @@ def _gate(gate: dict[str, Any]) -> dict[str, Any]:
     return {"state": state, "label": state, "waited": units.scaled(gate.get("waited_s"), "s"),
             "checks": checks, "reasons": gate.get("reasons") or [],
             "not_checked": gate.get("not_checked") or []}
+
+
+def _hyperparam_items(hyperparams: dict[str, Any]) -> list[tuple[str, str]]:
+    """Hyperparameters as (key, text), each with where the program was seen to use it (the
+    probe's `sources`), rather than that record as one more row of JSON."""
+    sources = hyperparams.get("sources")
+    sources = sources if isinstance(sources, dict) else {}
+    return [(key, f"{text} (read from {sources[key]})" if key in sources else text)
+            for key, text in _items({k: v for k, v in hyperparams.items() if k != "sources"})]
 
 
 def _items(mapping: dict[str, Any]) -> list[tuple[str, str]]:
