@@ -76,7 +76,10 @@ def test_ddp_bucketed_all_reduce_is_its_own_api_under_backward_on_every_rank(hom
     assert set(bucket["calls_by_rank"]) == {"0", "1"}
     for rank in ("0", "1"):  # at least one bucket per backward, and in flight inside it
         assert bucket["calls_by_rank"][rank] >= backward["calls_by_rank"][rank] == 4
-        assert 0 < bucket["time_by_rank"][rank] <= backward["time_by_rank"][rank]
+        # a bucket's span ends when its completion callback runs on the gloo thread, which may be
+        # a little after the backward that waited for it returned
+        slack = 0.005 * bucket["calls_by_rank"][rank]
+        assert 0 < bucket["time_by_rank"][rank] <= backward["time_by_rank"][rank] + slack
     own = apis["torch.distributed.all_reduce"]  # the program's own collective
     assert own["kind"] == "collective" and own["calls_by_rank"] == {"0": 1, "1": 1}
     assert apis["torch.optim.SGD.step"].get("kind") != "collective"

@@ -134,7 +134,9 @@ def test_a_long_call_of_a_real_probed_child_shows_while_it_runs(tmp_path: Path):
             time.sleep(0.25)
         assert proc.returncode == 0
         burning = [elapsed for api, elapsed in seen if api == "grower.burn"]
-        assert len(burning) >= 4 and burning[-1] - burning[0] >= 1.0
+        # first seen once a batch says it is open (the sender sends about once a second), then
+        # at every refresh until it ends
+        assert len(burning) >= 3 and burning[-1] - burning[0] >= 0.5
         assert all(b >= a for a, b in zip(burning, burning[1:], strict=False))
         time.sleep(0.3)
         assert svc.monitor.refresh().calls["in_progress"] == []  # its last batch said so
