@@ -277,6 +277,7 @@ def final_flush() -> None:
 
 
 def _flusher_loop(stop: threading.Event) -> None:
+    _capture.safely(_sender.prepare)
     last_resample = _now()
     while not stop.wait(FLUSH_EVERY_S):
         flush()

@@ -168,10 +168,17 @@ class Sender:
         return [{"tid": tid, "depth": depth, "calls": [[site, t0] for site, t0 in calls]}
                 for tid, depth, calls in self._open_calls()[:batch_codec.MAX_OPEN_THREADS]]
 
+    def prepare(self) -> None:
+        """Load the HTTP client before there is anything to send: on the flusher thread, at
+        start-up, not during the program's first long call, where each of the import's file
+        reads waits for the busy thread's GIL switch interval (~1 s for the first batch)."""
+        if self._host:
+            import http.client  # noqa: F401
+
     def _post(self, body: bytes, force: bool = False) -> bool:
         if not force and time.monotonic() < self._down_until and self.lost == self._lost_told:
             return False  # (after a loss, every batch tries: it may be the last one to tell)
-        import http.client  # on the flusher thread: it costs the user's program ~20 ms at import
+        import http.client  # loaded by `prepare`, on the flusher thread
 
         for fresh in (self._conn is None, True):  # a kept-alive connection may have been closed
             try:
