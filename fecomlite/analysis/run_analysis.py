@@ -203,6 +203,16 @@ def idle_baseline(run: dict[str, Any], sensor: dict[str, Any]) -> tuple[float | 
     return _idle_W(run, sensor["name"]), "measured baseline"
 
 
+CPU_BUSY_MEANS = ("machine-level above-idle figures (CPU package, DRAM) are unreliable; the "
+                  "program's own share (cpu-process) is not affected")
+
+
+def busy_at(other_pct: float) -> bool:
+    """Whether other processes' use of a device (% of it) makes its machine-level figures
+    unreliable: the one rule of the analysis and the live view."""
+    return other_pct > 100 * BUSY_SHARE
+
+
 def reliable_when(domain: str, busy: bool) -> bool:
     """Whether a domain's above-idle figures hold when other processes used the machine (busy):
     the machine-level host domains do not (their baseline or power held others' work); a
@@ -651,9 +661,7 @@ def machine_load(
                 f"other processes used the CPUs ({cpu['parts']} of all CPUs): the machine's "
                 "above-idle power includes their work")))
             texts.append("The CPUs were busy: other processes used them ("
-                         + cpu["parts"] + " of all CPUs). Machine-level above-idle figures "
-                         "(CPU package, DRAM) are unreliable; the program's own share "
-                         "(cpu-process) is not affected.")
+                         + cpu["parts"] + " of all CPUs): " + CPU_BUSY_MEANS + ".")
         else:
             texts.append("The CPUs were quiet: other processes used "
                          + (cpu["parts"] or "nothing measurable") + " of all CPUs.")
@@ -717,7 +725,7 @@ def _other_load(
         out["not_checked"].append(f"{device} during the repetitions: {own_words} was not "
                                   "recorded")
     worst = np.nanmax([out["baseline"], out["program"], 0.0])
-    out["busy"] = bool(worst > 100 * BUSY_SHARE)
+    out["busy"] = busy_at(float(worst))
     out["parts"] = ", ".join(f"{label} {value:.0f} %" for label, value in (
         ("during the idle baseline", out["baseline"]),
         ("during the repetitions", out["program"])) if math.isfinite(value))

@@ -27,7 +27,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from fecomlite.analysis.run_analysis import BUSY_SHARE, cross_domain, domain_role, reliable_when
+from fecomlite.analysis.run_analysis import (
+    CPU_BUSY_MEANS,
+    busy_at,
+    cross_domain,
+    domain_role,
+    reliable_when,
+)
 from fecomlite.analysis.units import percent, scaled
 from fecomlite.report.palette import MEMORY_COLORS, domain_color, domain_name
 from fecomlite.report.render import jsonable
@@ -224,10 +230,9 @@ def _machine_load(by_name: dict[str, dict[str, Any]]) -> dict[str, Any]:
     if machine is None or machine["now"] is None:
         return {"busy": False, "other_pct": None, "text": "other processes' CPU use not read"}
     other = max(machine["now"] - ((mine or {}).get("now") or 0.0), 0.0)
-    busy = other > 100 * BUSY_SHARE
-    text = (f"other processes use {other:.0f} % of all CPUs now: " + (
-        "machine-level above-idle figures (CPU package, DRAM) are unreliable; the program's own "
-        "share (cpu-process) is not affected" if busy else "the machine is quiet"))
+    busy = busy_at(other)
+    text = f"other processes use {other:.0f} % of all CPUs now: " + (
+        CPU_BUSY_MEANS if busy else "the machine is quiet")
     return {"busy": busy, "other_pct": other, "text": text}
 
 
