@@ -1,7 +1,8 @@
 """A fresh clone collects its tests with nothing from outside it: no sibling folder, no other
 checkout. The clone is made in an empty folder (it has no siblings at all), and every file
 or folder the collection opens under the original repository's parent folder is recorded
-(Python's audit hook); none may be found there."""
+(Python's audit hook), except the test's own folder and what the collection itself created
+there (temporary files, when that parent is the temporary folder); none may be found."""
 
 from __future__ import annotations
 
@@ -16,13 +17,18 @@ REPO = Path(__file__).resolve().parents[1]
 COLLECT = """
 import json, os, sys
 forbidden, clone, report = sys.argv[1:4]
+home = os.path.dirname(clone)  # the test's own folder: the clone and this report
+existing = set(os.listdir(forbidden))  # what a collection could find beside the checkout
 seen = set()
 
 def hook(event, args):
     if event in ("open", "os.listdir", "os.scandir") and args and isinstance(args[0], str):
         path = os.path.abspath(args[0])
-        ours = path.startswith((clone + os.sep, sys.prefix + os.sep, sys.base_prefix + os.sep))
-        if path.startswith(forbidden + os.sep) and not ours:  # (the interpreter's files are its)
+        ours = path == home or path.startswith(
+            (home + os.sep, sys.prefix + os.sep, sys.base_prefix + os.sep))
+        beside = path.startswith(forbidden + os.sep) and (
+            path[len(forbidden) + 1:].split(os.sep)[0] in existing)  # not made since (temp files)
+        if beside and not ours:  # (the interpreter's files are its)
             seen.add(path)
 
 sys.addaudithook(hook)
