@@ -262,11 +262,9 @@ def test_keras_layers_in_eager_fit_and_in_a_compiled_fit(home, tmp_path):
         api = f"layer-backward:graph_model/{layer}"
         assert api in names, api
         for row in rows_of(a, api):
-            # under fit; TensorFlow's inter-op threads may run two layers' gradient ops at once,
-            # and a span that began inside another layer's backward then nests in it
-            chain = ancestors(a, row)
-            assert chain[-1] == "keras.Model.fit"
-            assert all(c.startswith("layer-backward:graph_model/") for c in chain[:-1])
+            # right under fit, even where TensorFlow's inter-op threads ran two layers' gradient
+            # ops at once (their spans are cut apart, `spans.nest`)
+            assert ancestors(a, row) == ["keras.Model.fit"]
     assert not [n for n in names if n.startswith("layer-backward:eager_model/")]
     assert_layers_nest_and_conserve_energy(a)
     assert_each_layer_under_its_enclosing_layer(a, "/")
