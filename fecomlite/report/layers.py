@@ -27,6 +27,7 @@ FACT_FIELDS = (
     "saved_bytes_max",
     "output_bytes_max",
     "compiled",
+    "clock",
 )
 GRAPH_NOTE = (
     "{model} ({cls}) ran as a compiled graph (tf.function: what keras.Model.fit, evaluate and "
