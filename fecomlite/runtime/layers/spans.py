@@ -31,9 +31,9 @@ S = TypeVar("S", bound=Span)
 
 
 def nest(spans: list[S]) -> list[S]:
-    """The spans to record, as copies: each layer's span holds its children's, and spans of
-    layers that do not enclose one another are disjoint (a span cut around another comes back in
-    pieces; a span or a zero-length one left with no instant of its own is left out)."""
+    """The spans to record, as copies: each layer's span holds its children's (the spans given
+    are widened to), and spans of layers that do not enclose one another are disjoint (a span
+    cut around another comes back in pieces; one left with no instant of its own is left out)."""
     listed = {id(s) for s in spans}
 
     def seen_parent(span: S) -> S | None:
