@@ -7,7 +7,10 @@ NVML, GPU synchronised at probe boundaries) and prints:
       for calls shorter and longer than 100 ms;
   (c) the probe and GPU-sync overhead: the workload's wall time original vs measured, and the
       measured run with sync on vs off;
-  (d) every sensor the server read (NVML's among them): update period, read cost, interval.
+  (d) every sensor the server read (NVML's among them): update period, read cost, interval;
+  (e) `--trace-layers` on CUDA: a layer of known GPU work timed by the CUDA events of the layer
+      hooks against the same layer timed with CUDA events by the program itself, its backward,
+      the clock the report names, and the attribution's invariant (self + children = energy).
 Needs only PyTorch, nvidia-ml-py and fecomlite; finishes within 3 minutes on an H200.
 
     python benchmarks/gpu_validate.py              # on a machine with an NVIDIA GPU
@@ -68,6 +71,100 @@ for n, reps, gap in plan:
     time.sleep(gap)
 print("workload_s", time.perf_counter() - start)
 """
+
+
+LAYERS = """
+import statistics, sys, torch, torch.nn as nn
+
+device, n, reps, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+dtype = torch.bfloat16 if device == "cuda" else torch.float32
+
+
+class Heavy(nn.Module):
+    \"\"\"`reps` products of an n x n matrix: known GPU work in one layer.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(n, n, device=device, dtype=dtype) / n**0.5)
+
+    def forward(self, x):
+        for _ in range(reps):
+            x = x @ self.w
+        return x
+
+
+torch.manual_seed(0)
+net = nn.Sequential(Heavy(), nn.ReLU(), nn.Linear(n, n, device=device, dtype=dtype))
+x = torch.randn(n, n, device=device, dtype=dtype)
+for step in range(steps):
+    net(x).float().mean().backward()
+if sys.argv[5] == "reference" and device == "cuda":  # the heavy layer timed by the program
+    times = []
+    for _ in range(steps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        net[0](x)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    print("heavy_s", statistics.median(times))
+"""
+
+
+def validate_layers(root: Path, device: str, quick: bool) -> dict:
+    """(e): the heavy layer's forward spans from `--trace-layers` against its CUDA-event time
+    measured by the program itself (on CPU: its median span only, a smoke run)."""
+    from fecomlite.analysis.run_analysis import analyse_run
+    from fecomlite.store import Store
+
+    n, reps, steps = (256, 4, 5) if device == "cpu" or quick else (8192, 20, 20)
+    project = root / "layers"
+    project.mkdir()
+    (project / "layers.py").write_text(textwrap.dedent(LAYERS))
+    args = [device, str(n), str(reps), str(steps)]
+    reference = None
+    out = subprocess.run(
+        [sys.executable, str(project / "layers.py"), *args, "reference"],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    for line in out.splitlines():
+        if line.startswith("heavy_s"):
+            reference = float(line.split()[-1])
+    home = root / "layers-home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
+    subprocess.run(
+        [sys.executable, "-m", "fecomlite.cli", "run", str(project / "layers.py"), "--home",
+         str(home), "--trace-layers", "--sync", "off", "--repeat", "1", "--idle", "3",
+         "--tail", "1.5", "--gate-max-wait", "15", "--", *args, "traced"],
+        check=True, env=env, stdout=subprocess.DEVNULL,
+    )
+    with Store(home / "store.sqlite") as store:
+        run_id = store.latest_run_id()
+        a = analyse_run(store, run_id)
+        clocks = {k: v.get("clock") for k, v in (store.result(run_id, "layers") or {}).items()}
+    heavy, back = "layer:Sequential/0 (Heavy)", "layer-backward:Sequential/0 (Heavy)"
+
+    def durations(api: str) -> np.ndarray:
+        if api not in a.api_names:
+            return np.zeros(0)
+        return a.calls["duration_s"][a.calls["api"] == a.api_names.index(api)]
+
+    parent = a.calls["parent"]
+    nested = parent >= 0
+    worst = 0.0
+    for d in a.domains:
+        energy, own = a.calls["energy_J"][d["domain"]], a.calls["self_energy_J"][d["domain"]]
+        kids = np.bincount(parent[nested], weights=energy[nested], minlength=energy.size)
+        worst = max(worst, float(np.max(np.abs(energy - own - kids), initial=0.0)))
+    fwd, bwd = durations(heavy), durations(back)
+    return {
+        "reference_s": reference,
+        "forward_s": float(np.median(fwd)) if fwd.size else None,
+        "backward_s": float(np.median(bwd)) if bwd.size else None,
+        "spans": (int(fwd.size), int(bwd.size)),
+        "clock": (clocks.get(heavy), clocks.get(back)),
+        "invariant_gap_J": worst,
+    }
 
 
 def make_plan(device: str, quick: bool, seed: int = 1) -> list[tuple[int, int, float]]:
@@ -211,6 +308,16 @@ def main() -> None:
     print("(d) the server's sensors, as measured at its start (period: how often the value "
           "changed; read: median cost of one read; interval: how often it is read, and by whom):")
     print(sensor_table(home))
+    e = validate_layers(root, args.device, args.quick)
+    ratio = (
+        f"{e['forward_s'] / e['reference_s']:.3f}x"
+        if e["forward_s"] and e["reference_s"] else "n/a"
+    )
+    print(f"(e) --trace-layers: the heavy layer's forward span median {e['forward_s']} s vs its "
+          f"CUDA-event time in the program {e['reference_s']} s ({ratio}; expect ~1.00x on a "
+          f"GPU), backward {e['backward_s']} s, spans (forward, backward) {e['spans']}, clock "
+          f"{e['clock']} (expect ('cuda', 'cuda') on a GPU), self + children vs energy: largest "
+          f"gap {e['invariant_gap_J']:.2e} J")
     print(f"finished in {time.perf_counter() - started:.0f} s")
 
 

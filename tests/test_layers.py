@@ -8,6 +8,9 @@ import importlib.util
 import sys
 from types import SimpleNamespace
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from fecomlite.runner.settings import RunSettings
 from fecomlite.runtime.layers import facts, layer_env, on_import
 from fecomlite.runtime.layers.keras_hooks import _own_scope
@@ -81,25 +84,57 @@ def test_overlapping_backward_spans_are_made_to_nest():
     attn = _Backward(
         "layer-backward:M/encoder.layers.0.self_attn (A)", layer0, 3, begin=140, end=200
     )
-    spans = [encoder, layer1, layer0, norm2, attn]
-    nest(spans)
+    spans = nest([encoder, layer1, layer0, norm2, attn])
     assert_stack(spans)
-    assert (layer0.begin, layer0.end) == (100, 200) and (norm2.begin, norm2.end) == (100, 130)
-    assert (encoder.begin, encoder.end) == (1, 200)
+    got = {s.site.split("/")[1].split(" ")[0]: (s.begin, s.end) for s in spans}
+    assert got["encoder.layers.0"] == (100, 200) and got["encoder.layers.0.norm2"] == (100, 130)
+    assert got["encoder"] == (1, 200)
+
+
+def test_a_sibling_s_backward_inside_another_s_is_cut_out_of_it_not_nested_in_it():
+    """Parallel branches: the gradient reaches branch b (t=30..60) while a's span (0..100) is
+    open; a layer of a ran inside b's time too. Each instant goes to one layer."""
+    root = _Backward("layer-backward:M/root (R)", None, 0, begin=0, end=120)
+    a = _Backward("layer-backward:M/root.a (A)", root, 1, begin=0, end=100)
+    a_fc = _Backward("layer-backward:M/root.a.fc (L)", a, 2, begin=20, end=70)
+    b = _Backward("layer-backward:M/root.b (B)", root, 1, begin=30, end=60)
+    spans = nest([root, a, a_fc, b])
+    assert_stack(spans)
+    got = sorted((s.site.split("/")[1].split(" ")[0], s.begin, s.end) for s in spans)
+    assert got == [
+        ("root", 0, 120),
+        ("root.a", 0, 30),
+        ("root.a", 60, 100),
+        ("root.a.fc", 20, 30),
+        ("root.a.fc", 60, 70),
+        ("root.b", 30, 60),
+    ]
+    pieces = [s for s in spans if s.site.endswith("fc (L)")]
+    assert all(p.parent.site.endswith("root.a (A)") for p in pieces)
+    assert pieces[0].parent is not pieces[1].parent  # each in the piece of a that holds it
 
 
 def assert_stack(spans) -> None:
-    """Each span inside its parent; any two disjoint or nested (a call stack on one thread)."""
+    """Each span inside its parent; two spans nest only when one is the other's ancestor, else
+    they are disjoint (a call stack on one thread, and the model's tree)."""
+
+    def ancestors(s):
+        up = s.parent
+        while up is not None:
+            yield up
+            up = up.parent
+
     for s in spans:
         assert s.begin <= s.end
         if s.parent is not None:
+            assert any(p is s.parent for p in spans), s.site
             assert s.parent.begin <= s.begin and s.end <= s.parent.end
         for other in spans:
-            disjoint = s.end <= other.begin or other.end <= s.begin
-            nested = (s.begin <= other.begin and other.end <= s.end) or (
-                other.begin <= s.begin and s.end <= other.end
-            )
-            assert disjoint or nested, (s.site, other.site)
+            if other is s or any(up is other for up in ancestors(s)):
+                continue
+            if any(up is s for up in ancestors(other)):
+                continue
+            assert s.end <= other.begin or other.end <= s.begin, (s.site, other.site)
 
 
 def graph_scopes() -> Scopes:
@@ -154,6 +189,64 @@ def test_a_layer_s_consecutive_ops_form_one_span_nested_in_its_parent_s():
     assert a.parent is block and b.parent is block and block.parent is None
     assert (block.begin, block.end) == (12, 35)  # starts where first ended
     assert (b.begin, b.end) == (23, 35) and (again.begin, again.end) == (40, 50)
+
+
+BACK = {name: name.replace("layer:", "layer-backward:") for name in (FIRST, BLOCK, A, B)}
+
+
+def test_gradient_ops_of_two_layers_run_at_once_give_spans_that_do_not_nest():
+    """Two inter-op threads: b's gradient op (0..100) runs while first's (30..60) and a's
+    (70..90) do; first is no part of block, so its span may not nest in block's."""
+    ops = [
+        (0, 100, (BACK[BLOCK], BACK[B])),
+        (30, 60, (BACK[FIRST],)),
+        (70, 90, (BACK[BLOCK], BACK[A])),
+        (110, 120, (BACK[FIRST],)),
+    ]
+    spans = op_spans(ops)
+    assert_stack(spans)
+    got = sorted((s.site, s.begin, s.end) for s in spans)
+    assert got == sorted(
+        [
+            (BACK[BLOCK], 0, 30),
+            (BACK[B], 0, 30),
+            (BACK[FIRST], 30, 60),
+            (BACK[BLOCK], 60, 70),
+            (BACK[B], 60, 70),
+            (BACK[BLOCK], 70, 90),  # a's ops began a span of block's of their own
+            (BACK[A], 70, 90),
+            (BACK[BLOCK], 90, 100),
+            (BACK[B], 90, 100),
+            (BACK[FIRST], 110, 120),
+        ]
+    )
+
+
+CHAINS = [(FIRST,), (BLOCK,), (BLOCK, A), (BLOCK, B), (BACK[FIRST],), (BACK[BLOCK], BACK[B]), ()]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 200), st.integers(0, 60), st.sampled_from(CHAINS)), max_size=25
+    )
+)
+def test_graph_spans_form_the_model_s_tree_and_hold_every_layer_op(raw):
+    """Any op events, however they overlap: spans nest only in their layers' ancestors, never
+    overlap otherwise (so no instant counts twice), and every instant a layer op ran is in a
+    top-level span."""
+    ops = [(t0, t0 + dt, chain) for t0, dt, chain in raw]
+    spans = op_spans(ops)
+    assert_stack(spans)
+    tops = [s for s in spans if s.parent is None]
+    for t0, t1, chain in ops:
+        for t in range(t0, t1) if chain else ():
+            assert any(s.begin <= t < s.end for s in tops), (t, chain)
+    for s in spans:
+        assert s.parent is None or s.parent.site in CHAINS_PARENT[s.site]
+
+
+CHAINS_PARENT = {chain[-1]: {chain[-2]} if len(chain) > 1 else set() for chain in CHAINS if chain}
 
 
 def test_a_traced_layer_s_scope_is_read_from_its_output_op():

@@ -70,3 +70,88 @@ def test_hooks_change_no_result_no_error_and_record_the_failing_layer(tmp_path):
     sites = [site for site, _ in on["events"]]
     assert "layer:Sequential/1 (ReLU)" in sites and "layer-backward:Sequential/1 (ReLU)" in sites
     assert ["layer:Sequential/1 (Linear)", True] in on["events"]  # the forward that raised
+
+
+class FakeGpuForTests:
+    """A GPU timeline for tests: each event recorded runs 1 µs after the one before it."""
+
+    def __init__(self) -> None:
+        self.t = 0
+        self.waits = 0
+
+    def now(self) -> int:
+        return self.t  # after a wait, the GPU has reached its last event
+
+
+class FakeCudaEventForTests:
+    """Stands in for `torch.cuda.Event` on a machine without CUDA (`gpu` set by the test)."""
+
+    gpu: FakeGpuForTests
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        assert enable_timing
+        self.t: int | None = None
+
+    def record(self, stream=None) -> None:
+        assert stream == "fake-stream"
+        self.gpu.t += 1000
+        self.t = self.gpu.t
+
+    def synchronize(self) -> None:
+        self.gpu.waits += 1
+
+    def elapsed_time(self, end: FakeCudaEventForTests) -> float:
+        assert self.t is not None and end.t is not None
+        return (end.t - self.t) / 1e6  # ms
+
+
+def test_layers_on_cuda_are_timed_by_device_events_with_one_wait_per_driving_call():
+    """The hooks' path for CUDA tensors, with fake CUDA events: spans come from the events'
+    times (not the CPU clock) and the GPU is waited for once per forward call and once per
+    backward pass, never per layer."""
+    import torch
+    import torch.nn as nn
+    from torch.nn.modules import module
+
+    from fecomlite.runtime.layers.device_time import DeviceClock
+    from fecomlite.runtime.layers.torch_hooks import TorchTracer
+
+    gpu = FakeGpuForTests()
+    FakeCudaEventForTests.gpu = gpu
+    clock = DeviceClock(FakeCudaEventForTests, lambda device: "fake-stream", now=gpu.now)
+    recorded = []
+
+    class TracerOnFakeCudaForTests(TorchTracer):
+        def device_of(self, tensor):
+            return "cuda:0"
+
+    tracer = TracerOnFakeCudaForTests(
+        torch, lambda *event: recorded.append(event), sync=None, clock=clock
+    )
+    handles = [
+        module.register_module_forward_pre_hook(tracer.pre),
+        module.register_module_forward_hook(tracer.post, always_call=True),
+    ]
+    try:
+        net = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+        out = net(torch.randn(2, 4, requires_grad=True))
+        assert recorded == [
+            ("layer:Sequential/0 (Linear)", 1000, 2000, False),
+            ("layer:Sequential/1 (ReLU)", 3000, 4000, False),
+            ("layer:Sequential/2 (Linear)", 5000, 6000, False),
+        ]
+        assert gpu.waits == 1
+        recorded.clear()
+        out.sum().backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert gpu.waits == 2
+    assert [site for site, *_ in recorded] == [
+        "layer-backward:Sequential/2 (Linear)",
+        "layer-backward:Sequential/1 (ReLU)",
+        "layer-backward:Sequential/0 (Linear)",
+    ]
+    for site, t0, t1, _ in recorded:  # GPU times: multiples of the fake's 1 µs steps
+        assert 6000 < t0 < t1 <= gpu.t and t0 % 1000 == 0 and t1 % 1000 == 0, site
+    assert all(a[2] <= b[1] for a, b in zip(recorded, recorded[1:], strict=False))

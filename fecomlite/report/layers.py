@@ -27,6 +27,7 @@ FACT_FIELDS = (
     "saved_bytes_max",
     "output_bytes_max",
     "compiled",
+    "clock",
 )
 GRAPH_NOTE = (
     "{model} ({cls}) ran as a compiled graph (tf.function: what keras.Model.fit, evaluate and "
@@ -35,6 +36,13 @@ GRAPH_NOTE = (
     "seen only while the graph was traced and their energy stays in the driving call. Compile "
     "the model with run_eagerly=True to see them (eager steps are slower, so their energy is "
     "not the graph's)."
+)
+XLA_NOTE = (
+    "{model} ({cls}) was compiled with XLA (jit_compile=True, what Keras picks by default on a "
+    "GPU): each step runs as one XLA executable whose kernels carry no layer name, so its {n} "
+    "layers are not timed and their energy stays in the driving call (keras.Model.fit, "
+    "evaluate, predict), as one unit. Compile with jit_compile=False to see them (the step "
+    "then runs without XLA's fusions, so its energy is not the XLA step's)."
 )
 PROFILED_NOTE = (
     "{model} ({cls}) ran as a compiled graph: {timed} of its {n} layers were timed from the "
@@ -83,6 +91,8 @@ def _notes(a: RunAnalysis, layer_facts: dict[str, Any]) -> list[str]:
     for site, fact in sorted(layer_facts.items()):
         if fact.get("phase") == "graph":
             note = PROFILED_NOTE if fact.get("timed") else GRAPH_NOTE
+            if fact.get("xla") and not fact.get("timed"):
+                note = XLA_NOTE
             notes.append(
                 note.format(
                     model=fact.get("model"),

@@ -8,7 +8,8 @@ saved_bytes_max (PyTorch: bytes of tensors the layer's forward kept for backward
 counted — the activation memory the layer adds), output_bytes_max, compiled (a compiled unit,
 timed whole), traced (Keras layers seen while a compiled step was traced), timed (of those,
 the layers the TensorFlow profiler's op events timed), eager (a Keras layer called eagerly:
-forward only).
+forward only), xla (a Keras model compiled with XLA: not profiled), clock ("cuda": PyTorch
+spans timed on the GPU by CUDA events; absent: the CPU's).
 """
 
 from __future__ import annotations

@@ -7,9 +7,11 @@ Eager calls (a custom training loop, `fit`/`predict` of a model compiled with
 compiled by `tf.function` (what `fit`, `evaluate` and `predict` do by default) runs the layers'
 Python once, while tracing: the wrapper then notes each layer's name scope, and
 `keras.Model.fit`/`evaluate`/`predict` are wrapped to profile the run and turn its ops into
-forward and backward layer spans. Layers traced but never timed are counted (`layer-graph:`
-facts, never an event) so the report can say what could not be seen. Under the PyTorch backend
-Keras layers are `torch.nn.Module`s and the PyTorch hooks time them, so nothing is wrapped here.
+forward and backward layer spans (not under XLA, `jit_compile=True`: the step is one executable
+whose kernels carry no layer name, so it is not profiled). Layers traced but never timed are
+counted (`layer-graph:` facts, never an event) so the report can say what could not be seen.
+Under the PyTorch backend Keras layers are `torch.nn.Module`s and the PyTorch hooks time them,
+so nothing is wrapped here.
 """
 
 from __future__ import annotations
@@ -81,6 +83,10 @@ class KerasTracer:
         another profiled call (`fit` runs `evaluate`), not with a TensorBoard callback (it may
         start the profiler itself, which allows one session at a time)."""
         if getattr(self.profiling, "on", False) or getattr(model, "run_eagerly", False):
+            return False
+        if getattr(model, "jit_compile", False) is True:  # one XLA executable: no op has a
+            key = facts.site_key(facts.GRAPH, model.name, "", type(model).__name__)
+            facts.TABLE.update(key, xla=True)  # layer name, so profiling would time nothing
             return False
         callbacks = kwargs.get("callbacks") or []
         if any(isinstance(c, self.callback_types) for c in callbacks):

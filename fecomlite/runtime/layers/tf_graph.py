@@ -192,7 +192,8 @@ class GraphProfiler:
 
 def op_spans(ops: list[tuple[int, int, tuple[str, ...]]]) -> list[_Span]:
     """Each layer's consecutive ops (in start order) as one span inside its enclosing layer's
-    span; ops of no layer (optimizer, loss) neither end nor join a span; spans nest."""
+    span; ops of no layer (optimizer, loss) neither end nor join a span; spans nest, and those
+    of layers that do not enclose one another never overlap (`nest`)."""
     spans: list[_Span] = []
     open_: list[_Span] = []
     for t0, t1, chain in sorted(ops, key=lambda op: op[0]):
@@ -204,8 +205,7 @@ def op_spans(ops: list[tuple[int, int, tuple[str, ...]]]) -> list[_Span]:
             span = _Span(site, open_[-1] if open_ else None, depth, t0, t1)
             spans.append(span)
             open_.append(span)
-    nest(spans)  # type: ignore[arg-type]
-    return spans
+    return nest(spans)
 
 
 @contextlib.contextmanager

@@ -16,6 +16,11 @@ recorded as `layer-backward:`. No hook is put on a tensor (so nothing changes ho
 tensors are saved or printed) and no module is wrapped (full backward hooks would make
 `ReLU(inplace=True)` after a hooked module raise).
 
+On CUDA a layer's span is the GPU's (`device_time`): the hooks mark CUDA events on the layer's
+stream instead of reading the CPU clock, and its spans are resolved, made to nest and recorded
+when the call that drove them ends (the outermost module's forward, the backward pass), with one
+wait for the GPU there; on CPU tensors the span is the CPU's, recorded at once.
+
 `torch.compile`d modules run as one unit: the hooks do nothing while Dynamo traces
 (`torch.compiler.is_compiling()` is constant there, so no graph break).
 """
@@ -30,6 +35,7 @@ from time import monotonic_ns as _now
 from typing import Any
 
 from fecomlite.runtime.layers import facts
+from fecomlite.runtime.layers.device_time import DeviceClock, cuda_clock
 from fecomlite.runtime.layers.facts import Record
 from fecomlite.runtime.layers.spans import nest
 
@@ -48,6 +54,22 @@ class _Backward:
     begin: int = 0
     end: int = 0
     handles: list[Any] = field(default_factory=list)
+    device: Any = None  # a CUDA device: the span is timed by events on it
+    marks: list[Any] = field(default_factory=lambda: [None, None])  # its start and end events
+
+
+@dataclass
+class _Forward:
+    """One layer call's forward span on a GPU, recorded when the driving call ends."""
+
+    site: str
+    parent: _Forward | None
+    depth: int
+    begin: int = 0
+    end: int = 0
+    raised: bool = False
+    device: Any = None  # None: a CPU-timed layer inside a GPU-timed one
+    marks: list[Any] = field(default_factory=lambda: [None, None])
 
 
 @dataclass
@@ -59,15 +81,19 @@ class _Frame:
     t0: int
     inputs: list[Any]  # graph nodes of the inputs, taken before the forward (it may be in place)
     backward: _Backward | None = None
+    forward: _Forward | None = None  # set when the span waits for the driving call's end
     compiled: bool = False  # a torch.compile'd module, or inside one
     silent: bool = False  # inside a compiled unit: not an event of its own
 
 
 class TorchTracer:
-    def __init__(self, torch: Any, record: Record, sync: Any) -> None:
+    def __init__(
+        self, torch: Any, record: Record, sync: Any, clock: DeviceClock | None = None
+    ) -> None:
         self.torch = torch
         self.record = record
         self.sync = sync
+        self.clock = clock  # made when a layer first runs on CUDA (CUDA is set up by then)
         self.local = threading.local()
         self.is_compiling = torch.compiler.is_compiling
         self.edge = torch.autograd.graph.get_gradient_edge
@@ -138,8 +164,14 @@ class TorchTracer:
             frame.backward = _Backward(
                 facts.site_key(facts.BACKWARD, model, path, cls), up, len(stack)
             )
+        device = None if frame.silent else self._device(args)
+        up_forward = stack[-1].forward if stack else None
+        if stack and (device is not None or up_forward is not None):
+            frame.forward = _Forward(frame.site, up_forward, len(stack), device=device)
         stack.append(frame)
-        if self.sync is not None:
+        if frame.forward is not None and device is not None:
+            frame.forward.marks[0] = self.clock.mark(device)  # type: ignore[union-attr]
+        elif self.sync is not None:
             self.sync()
         frame.t0 = _now()
 
@@ -148,14 +180,21 @@ class TorchTracer:
         stack = self._stack()
         if not stack or stack[-1].module is not module:
             return
-        if self.sync is not None:
+        ahead = stack[-1].forward
+        if ahead is not None and ahead.device is not None:
+            ahead.marks[1] = self.clock.mark(ahead.device)  # type: ignore[union-attr]
+        elif self.sync is not None:
             self.sync()
             t1 = _now()
         frame = stack.pop()
         parent = stack[-1] if stack else None
         if parent is not None and not frame.silent:
             raised = output is None and sys.exc_info()[0] is not None
-            self.record(frame.site, frame.t0, t1, raised)
+            if ahead is not None:
+                ahead.begin, ahead.end, ahead.raised = frame.t0, t1, raised
+                self._pending().append(ahead)
+            else:
+                self.record(frame.site, frame.t0, t1, raised)
             facts.TABLE.update(
                 frame.site,
                 params=self._count(module),
@@ -165,6 +204,50 @@ class TorchTracer:
             )
         if output is not None and parent is not None and frame.backward is not None:
             self._watch_backward(frame, output)
+        if parent is None and getattr(self.local, "pending", None):
+            self._record_forward()
+
+    def _record_forward(self) -> None:
+        """The driving call ended: its GPU-timed layer spans (and the CPU-timed ones inside
+        them) get their device times, are made to nest, and are recorded."""
+        spans, self.local.pending = self.local.pending, []
+        self._device_times(spans)
+        for span in nest(spans):
+            self.record(span.site, span.begin, span.end, span.raised)
+
+    def _device_times(self, spans: list[Any]) -> None:
+        """Device times for the spans marked on a GPU (one wait per device, at most); the
+        others keep their CPU times. A span whose end was not marked keeps only its begin."""
+        timed = [s for s in spans if s.device is not None and s.marks[0] is not None]
+        marks = [(s.device, s.marks[0], s.marks[1] or s.marks[0]) for s in timed]
+        for span, times in zip(timed, self.clock.resolve(marks) if marks else (), strict=True):
+            if times is None:
+                continue
+            span.begin = times[0]
+            if span.marks[1] is not None:
+                span.end = times[1]
+            facts.TABLE.update(span.site, clock="cuda")
+
+    def _pending(self) -> list[_Forward]:
+        pending = getattr(self.local, "pending", None)
+        if pending is None:
+            pending = self.local.pending = []
+        return pending
+
+    def _device(self, args: tuple[Any, ...]) -> Any:
+        """The CUDA device of the call's first tensor argument, or None."""
+        for a in args:
+            if isinstance(a, self.tensor):
+                return self.device_of(a)
+        return None
+
+    def device_of(self, tensor: Any) -> Any:
+        """The tensor's CUDA device when its work can be timed by CUDA events, else None."""
+        if not tensor.is_cuda:
+            return None
+        if self.clock is None:
+            self.clock = cuda_clock(self.torch)
+        return tensor.device if self.clock is not None else None
 
     def _input_nodes(self, args: tuple[Any, ...]) -> list[Any]:
         return [self._node(a) for a in args if isinstance(a, self.tensor) and a.requires_grad]
@@ -220,21 +303,26 @@ class TorchTracer:
             return
         span = frame.backward
         span.params = self._count(frame.module)
+        span.device = self.device_of(outs[0])
         for t in outs:
             span.handles.append(self._node(t).register_prehook(lambda *_: self._begin(span)))
         for node in frame.inputs:
-            span.handles.append(node.register_prehook(lambda *_: _mark_end(span)))
+            span.handles.append(node.register_prehook(lambda *_: self._mark_end(span)))
         if frame.inputs:  # the inputs' gradients come last (accumulating the weights' is cheap)
             return
         for p in frame.module.parameters(recurse=False):  # a first layer: its weights' then
             if p.requires_grad:
-                span.handles.append(self.edge(p).node.register_hook(lambda *_: _mark_end(span)))
+                span.handles.append(
+                    self.edge(p).node.register_hook(lambda *_: self._mark_end(span))
+                )
 
     def _begin(self, span: _Backward) -> None:
         try:
             if span.begin:
                 return
-            if self.sync is not None:
+            if span.device is not None:
+                span.marks[0] = self.clock.mark(span.device)  # type: ignore[union-attr]
+            elif self.sync is not None:
                 self.sync()
             span.begin = _now()
             task = self.torch._C._current_graph_task_id()
@@ -249,6 +337,13 @@ class TorchTracer:
         except Exception:  # noqa: BLE001, S110 - a probe never raises into user code
             pass
 
+    def _mark_end(self, span: _Backward) -> None:
+        with contextlib.suppress(Exception):
+            if span.begin:
+                span.end = _now()
+                if span.device is not None:
+                    span.marks[1] = self.clock.mark(span.device)  # type: ignore[union-attr]
+
     def _finish(self) -> None:
         """End of a backward pass: spans contain their children's, then each is recorded."""
         try:
@@ -256,8 +351,9 @@ class TorchTracer:
                 self.sync()
             with self.lock:
                 spans, self.begun, self.task = self.begun, [], None
-            nest(spans)
-            for span in spans:
+            if self.clock is not None:
+                self._device_times(spans)
+            for span in nest(spans):
                 self.record(span.site, span.begin, span.end, False)
                 facts.TABLE.update(span.site, params=span.params)
             _remove_hooks(spans)
@@ -269,11 +365,6 @@ def _remove_hooks(spans: list[_Backward]) -> None:
     for span in spans:
         for handle in span.handles:
             handle.remove()
-
-
-def _mark_end(span: _Backward) -> None:
-    if span.begin:
-        span.end = _now()
 
 
 def saved_bytes(roots: list[Any], stop: set[Any], weights: set[int], tensor_type: type) -> int:
