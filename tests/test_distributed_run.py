@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_cli
+from run_helpers import fecomlite_run
 
 from fecomlite.runner.launch import LaunchError, resolve_launch
 from fecomlite.runtime.identity import cuda_device, rank_fields
@@ -39,10 +40,7 @@ def test_two_ranks_under_nproc_per_node_print_as_torchrun_and_report_both_ranks(
     script = tmp_path / "ddp" / "train.py"
     script.parent.mkdir()
     script.write_text(textwrap.dedent(DDP_PROGRAM))
-    fast = ["--repeat", "1", "--idle", "0", "--tail", "0.2", "--no-gate"]
-    result = run_cli(
-        tmp_path, "run", "--home", str(home), "--nproc-per-node", "2", *fast, str(script)
-    )
+    result = fecomlite_run(tmp_path, home, script, "--nproc-per-node", "2")
     assert result.returncode == 0, result.stdout + result.stderr
     # the program's own output, as torchrun shows it: each rank's line, all-reduced 1 + 2
     assert "rank 0 of 2: sum 3" in result.stdout
