@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import run_cli
-from run_helpers import fecomlite_run
+from run_helpers import fecomlite_run, stop_tree
 
 from fecomlite.runner.launch import LaunchError, resolve_launch
 from fecomlite.runtime.identity import cuda_device, rank_fields
@@ -107,3 +110,22 @@ def test_rank_fields_come_from_the_launchers_environment():
     assert cuda_device(1, {"CUDA_VISIBLE_DEVICES": "4,6"}) == "gpu:6"
     assert cuda_device(1, {"CUDA_VISIBLE_DEVICES": "3"}) == "gpu:3"  # one GPU per task
     assert cuda_device(2, {}) == "gpu:2"
+
+
+def test_a_stopped_run_leaves_no_process_even_one_in_a_session_of_its_own():
+    """What the distributed tests rely on when a run hangs: torchrun starts each rank with
+    `start_new_session`, out of reach of a kill of the launcher's process group."""
+    code = (
+        "import subprocess, sys, time; "
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], "
+        "start_new_session=True); print(c.pid, flush=True); time.sleep(600)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    rank = psutil.Process(int(proc.stdout.readline()))
+    stop_tree(proc)
+    assert proc.returncode is not None
+    with contextlib.suppress(psutil.NoSuchProcess):  # gone and reaped, or else a zombie
+        assert rank.status() == psutil.STATUS_ZOMBIE
