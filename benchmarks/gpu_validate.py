@@ -144,7 +144,7 @@ def validate_ddp(root: Path) -> list[str]:
         f"    rank 0: pid {rank['pid']} device {rank['device']} (CUDA_VISIBLE_DEVICES "
         f"{seen['visible'] or 'unset'}); NVML lists pid {seen['pid']} on {listed or 'no GPU'} "
         f"{'OK' if listed == [rank['device']] and seen['pid'] == rank['pid'] else 'MISMATCH'}"
-        " (no GPU: NVML reports pids of another PID namespace, e.g. in a container)"
+        + ("" if listed else " (NVML may list the pids of another PID namespace: a container)")
     )
     for index, figures in seen["gpus"].items():
         lines.append(f"    NVML per-process figures on gpu:{index}: {figures}")
