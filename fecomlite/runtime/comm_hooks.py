@@ -67,9 +67,11 @@ RELEASE_WAIT_S = 5.0  # at most, at the end of a backward: gloo's thread holds t
 
 
 class _Pass:
-    """The buckets of one backward, each until gloo's thread has dropped its callback."""
+    """The buckets of one backward (autograd's graph task `task`), each until gloo's thread has
+    dropped its callback."""
 
-    def __init__(self) -> None:
+    def __init__(self, task: int) -> None:
+        self.task = task
         self.pending = 0
         self.released = threading.Condition()
         self.kept: list[Any] = []  # futures and works: freed on the program's thread, not gloo's
@@ -110,7 +112,8 @@ class _Completion:
             self.timer.done(self.site, self.t0, raised)
 
     def __del__(self) -> None:
-        self.owner.drop()
+        with contextlib.suppress(Exception):
+            self.owner.drop()
 
 
 def _value(future: Any) -> Any:
@@ -224,17 +227,24 @@ class CommTimer:
 
     def current_pass(self) -> _Pass:
         """This backward's buckets; the first bucket of a backward opens a new pass and asks
-        autograd to run `_ending` once the backward's work is done."""
+        autograd to run `_ending` once the backward's work is done (a backward that raised
+        never runs it: the next one, another graph task, opens its own)."""
+        try:
+            task = self.torch._C._current_graph_task_id()
+        except Exception:
+            task = -1
         with self.lock:
-            current, opened = self.pass_, self.pass_ is None
-            if current is None:
-                current = self.pass_ = _Pass()
+            current = self.pass_
+            opened = current is None or current.task != task
+            if opened:
+                current = self.pass_ = _Pass(task)
         if opened:
             try:
                 self._queue(functools.partial(self._ending, current))
             except Exception:  # not inside a backward (DDP's Join): no wait for this bucket
                 with self.lock:
-                    self.pass_ = None
+                    if self.pass_ is current:
+                        self.pass_ = None
         return current
 
     def _queue(self, callback: Callable[[], None]) -> None:
