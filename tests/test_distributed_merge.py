@@ -97,12 +97,14 @@ def test_two_nodes_merge_into_one_report_with_both_ranks_on_one_clock(tmp_path_f
         assert len(by_node[n]) == len(truth[n]) > 0
         assert [e[0] % PID_STRIDE for e in by_node[n]] == [e[0] for e in truth[n]]
         for (_, t0, t1), (_, r0, r1) in zip(by_node[n], truth[n], strict=True):
-            assert abs(t0 - r0) < 5_000_000 and abs(t1 - r1) < 5_000_000  # within 5 ms
+            # an hour undone to within 50 ms: each node reads its clock offset once, at its
+            # first batch, on a machine that may pause it (the probe takes the tightest of 3)
+            assert abs(t0 - r0) < 50_000_000 and abs(t1 - r1) < 50_000_000
 
     data = json.loads((out / "report.json").read_text())
     assert [(r["rank"], r["node"]) for r in data["ranks"]] == [(0, 0), (1, 1)]
     assert data["run"]["settings"]["job"] == JOB
-    assert data["run"]["settings"]["clock_shift_ns"]["node1"] == pytest.approx(-SKEW_NS, abs=5e6)
+    assert data["run"]["settings"]["clock_shift_ns"]["node1"] == pytest.approx(-SKEW_NS, abs=5e7)
     matmul = next(a for a in data["apis"] if a["api"] == "numpy.matmul")
     assert matmul["calls_by_rank"] == {"0": 20, "1": 20}
     domains = {d["domain"] for d in data["domains"]}

@@ -129,3 +129,21 @@ def test_a_stopped_run_leaves_no_process_even_one_in_a_session_of_its_own():
     assert proc.returncode is not None
     with contextlib.suppress(psutil.NoSuchProcess):  # gone and reaped, or else a zombie
         assert rank.status() == psutil.STATUS_ZOMBIE
+
+
+def test_the_clock_offset_comes_from_the_read_not_paused_between_its_clocks(monkeypatch):
+    """merge aligns the nodes by these offsets: a read paused for 10 ms between its clocks
+    (a busy machine) must not make the node's calls 10 ms off."""
+    from fecomlite.runtime import identity
+
+    wall = 1_000_000_000_000  # wall clock − monotonic is this, truly
+    mono = iter([100, 10_000_100, 20_000_000, 20_000_050, 30_000_000, 30_000_900])
+    reads: list[int] = []
+
+    def monotonic_ns() -> int:
+        reads.append(next(mono))
+        return reads[-1]
+
+    monkeypatch.setattr(identity.time, "monotonic_ns", monotonic_ns)
+    monkeypatch.setattr(identity.time, "time_ns", lambda: wall + reads[-1])  # read right after
+    assert identity.clock_offset_ns() == wall - 25  # the 50 ns bracket, halved: within it
