@@ -7,6 +7,7 @@ import json
 import textwrap
 
 from conftest import run_cli
+from run_helpers import fecomlite_run
 
 MIRRORED_PROGRAM = """
     import numpy as np
@@ -34,8 +35,7 @@ def test_a_mirrored_strategy_program_runs_and_the_report_says_what_is_per_replic
     script = tmp_path / "tfdist" / "mirrored.py"
     script.parent.mkdir()
     script.write_text(textwrap.dedent(MIRRORED_PROGRAM))
-    fast = ["--repeat", "1", "--idle", "0", "--tail", "0.2", "--no-gate"]
-    result = run_cli(tmp_path, "run", "--home", str(home), *fast, str(script))
+    result = fecomlite_run(tmp_path, home, script)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "replicas 2, trained: 1" in result.stdout
 
