@@ -9,11 +9,13 @@ their workers, found as descendants before anything is killed.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -23,17 +25,21 @@ QUICK = ("--repeat", "1", "--idle", "0", "--tail", "0.2", "--no-gate")
 TIMEOUT_S = 600
 
 
+def _environ(env: dict[str, str] | None) -> dict[str, str]:
+    """As a user's shell has it: no FECOMLITE_ variable of the test's, and wide output."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
+    return {**environ, "COLUMNS": "200", **(env or {})}
+
+
 def start_run(
     cwd: Path, home: Path, script: Path, *more: str, env: dict[str, str] | None = None
 ) -> subprocess.Popen[str]:
     """`fecomlite run --home HOME QUICK MORE SCRIPT` started, as a user runs it."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
-    environ.update({"COLUMNS": "200", **(env or {})})
     command = [sys.executable, "-m", "fecomlite.cli", "run", "--home", str(home), *QUICK, *more]
     return subprocess.Popen(
         [*command, str(script)],
         cwd=cwd,
-        env=environ,
+        env=_environ(env),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -74,3 +80,21 @@ def fecomlite_run(
     with running(cwd, home, script, *more, env=env) as proc:
         stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def report_json(cwd: Path, home: Path) -> dict[str, Any]:
+    """`fecomlite report` of HOME's store into CWD/report (HTML too); its report.json."""
+    out = cwd / "report"
+    command = [
+        sys.executable,
+        "-m",
+        "fecomlite.cli",
+        "report",
+        "--store",
+        str(home / "store.sqlite"),
+    ]
+    done = subprocess.run(
+        [*command, "--out", str(out)], cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads((out / "report.json").read_text())

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
-from run_helpers import fecomlite_run
+from run_helpers import fecomlite_run, report_json
 
 ROOT = Path(__file__).resolve().parents[1]
 BUCKET_API = "torch.distributed.all_reduce (DDP gradient bucket)"
@@ -62,11 +62,7 @@ def test_ddp_bucketed_all_reduce_is_its_own_api_under_backward_on_every_rank(hom
     for rank in (0, 1):  # the program's gradients were averaged exactly as without fecomlite
         assert f"rank {rank}: averaged as one process: True, sum 3" in result.stdout
 
-    out = tmp_path / "report"
-    store = str(home / "store.sqlite")
-    report = run_cli(tmp_path, "report", "--store", store, "--out", str(out))
-    assert report.returncode == 0, report.stdout + report.stderr
-    data = json.loads((out / "report.json").read_text())
+    data = report_json(tmp_path, home)
     apis = {a["api"]: a for a in data["apis"]}
     bucket, backward = apis[BUCKET_API], apis["torch.Tensor.backward"]
     assert bucket["kind"] == "collective"
@@ -82,6 +78,7 @@ def test_ddp_bucketed_all_reduce_is_its_own_api_under_backward_on_every_rank(hom
     assert own["kind"] == "collective" and own["calls_by_rank"] == {"0": 1, "1": 1}
     assert apis["torch.optim.SGD.step"].get("kind") != "collective"
 
+    store = str(home / "store.sqlite")
     export = run_cli(tmp_path, "export", "--store", store, "--format", "openmetrics", "--out", "-")
     assert export.returncode == 0, export.stdout + export.stderr
     families = {f.name: f for f in text_string_to_metric_families(export.stdout)}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import subprocess
 import sys
 import textwrap
@@ -11,8 +10,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import run_cli
-from run_helpers import fecomlite_run, stop_tree
+from run_helpers import fecomlite_run, report_json, stop_tree
 
 from fecomlite.runner.launch import LaunchError, resolve_launch
 from fecomlite.runtime.identity import cuda_device, rank_fields
@@ -49,10 +47,7 @@ def test_two_ranks_under_nproc_per_node_print_as_torchrun_and_report_both_ranks(
     assert "rank 0 of 2: sum 3" in result.stdout
     assert "rank 1 of 2: sum 3" in result.stdout
 
-    out = tmp_path / "report"
-    report = run_cli(tmp_path, "report", "--store", str(home / "store.sqlite"), "--out", str(out))
-    assert report.returncode == 0, report.stdout + report.stderr
-    data = json.loads((out / "report.json").read_text())
+    data = report_json(tmp_path, home)
     ranks = {r["rank"]: r for r in data["ranks"]}
     assert sorted(ranks) == [0, 1]
     assert ranks[0]["pid"] != ranks[1]["pid"]
@@ -67,7 +62,7 @@ def test_two_ranks_under_nproc_per_node_print_as_torchrun_and_report_both_ranks(
     step = apis["torch.optim.SGD.step"]
     assert step["calls_by_rank"] == {"0": 2, "1": 2}
     assert step["rank_time"]["sum"] == pytest.approx(sum(step["time_by_rank"].values()))
-    html = (out / "index.html").read_text()
+    html = (tmp_path / "report" / "index.html").read_text()
     assert 'id="ranks"' in html and 'data-rank="1"' in html
 
 
