@@ -11,7 +11,11 @@ NVML, GPU synchronised at probe boundaries) and prints:
   (e) `--trace-layers` on CUDA: a layer of known GPU work timed by the CUDA events of the layer
       hooks against the same layer timed with CUDA events by the program itself, its backward,
       the clock the report names, and the attribution's invariant (self + children = energy).
-Needs only PyTorch, nvidia-ml-py and fecomlite; finishes within 3 minutes on an H200.
+  (f) a 1-rank NCCL DDP run under `fecomlite run --nproc-per-node 1 --trace-layers` that ends
+      right after a backward: its exit code, the rank's device as fecomlite names it against the
+      GPU whose NVML process list holds the rank's pid (and its per-process NVML figures), the
+      DDP bucket API (launch only with NCCL) against backward, and per-rank figures summing up.
+Needs only PyTorch, nvidia-ml-py and fecomlite; finishes within 4 minutes on an H200.
 
     python benchmarks/gpu_validate.py              # on a machine with an NVIDIA GPU
     python benchmarks/gpu_validate.py --device cpu --quick   # a smoke run of the pipeline on CPU
@@ -167,6 +171,100 @@ def validate_layers(root: Path, device: str, quick: bool) -> dict:
     }
 
 
+DDP_NCCL = """
+import json, os
+import pynvml
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+local = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(local)
+dist.init_process_group("nccl")
+net = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096))
+model = DDP(net.cuda(), device_ids=[local])
+opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+x = torch.randn(512, 4096, device="cuda")
+for _ in range(40):
+    opt.zero_grad()
+    model(x).square().mean().backward()
+    opt.step()
+torch.cuda.synchronize()
+pynvml.nvmlInit()
+seen = {}
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
+        if p.pid == os.getpid():
+            seen[i] = {"used_MiB": (p.usedGpuMemory or 0) / 2**20}
+            try:
+                stats = pynvml.nvmlDeviceGetAccountingStats(h, p.pid)
+                seen[i]["accounting"] = {"gpu_util_%": stats.gpuUtilization,
+                                         "max_memory_MiB": stats.maxMemoryUsage / 2**20,
+                                         "time_ms": stats.time}
+            except pynvml.NVMLError as exc:  # accounting mode off (needs root to turn on)
+                seen[i]["accounting"] = str(exc)
+visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+print("nvml", json.dumps({"pid": os.getpid(), "gpus": seen, "visible": visible}), flush=True)
+model(x).square().mean().backward()  # the end right after a backward (docs: "Exit safety")
+dist.destroy_process_group()
+"""
+
+
+def validate_ddp(root: Path) -> list[str]:
+    """(f): one NCCL rank under `fecomlite run --nproc-per-node 1 --trace-layers`."""
+    project = root / "ddp"
+    project.mkdir()
+    (project / "ddp_nccl.py").write_text(textwrap.dedent(DDP_NCCL))
+    home, out = root / "ddp-home", root / "ddp-report"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
+    run = subprocess.run(
+        [sys.executable, "-m", "fecomlite.cli", "run", "--home", str(home), "--repeat", "1",
+         "--idle", "3", "--tail", "1", "--no-gate", "--nproc-per-node", "1", "--trace-layers",
+         str(project / "ddp_nccl.py")],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    lines = [f"(f) 1-rank NCCL DDP: exit code {run.returncode} (0 expected: it ends right after a "
+             "backward)"]  # fmt: skip
+    nvml = next((ln for ln in run.stdout.splitlines() if 'nvml {"pid"' in ln), None)
+    if run.returncode != 0 or nvml is None:
+        return [*lines, run.stdout[-2000:], run.stderr[-2000:]]
+    seen = json.loads(nvml[nvml.index("{") :])  # torchrun may prefix a rank's lines
+    subprocess.run(
+        [sys.executable, "-m", "fecomlite.cli", "report", "--store", str(home / "store.sqlite"),
+         "--out", str(out)], env=env, capture_output=True, timeout=300, check=True,
+    )  # fmt: skip
+    data = json.loads((out / "report.json").read_text())
+    rank = data["ranks"][0]
+    listed = sorted(f"gpu:{i}" for i in seen["gpus"])
+    lines.append(
+        f"    rank 0: pid {rank['pid']} device {rank['device']} (CUDA_VISIBLE_DEVICES "
+        f"{seen['visible'] or 'unset'}); NVML lists pid {seen['pid']} on {listed or 'no GPU'} "
+        f"{'OK' if listed == [rank['device']] and seen['pid'] == rank['pid'] else 'MISMATCH'}"
+        + ("" if listed else " (NVML may list the pids of another PID namespace: a container)")
+    )
+    for index, figures in seen["gpus"].items():
+        lines.append(f"    NVML per-process figures on gpu:{index}: {figures}")
+    apis = {a["api"]: a for a in data["apis"]}
+    bucket = apis.get("torch.distributed.all_reduce (DDP gradient bucket)")
+    backward = apis.get("torch.Tensor.backward")
+    if bucket is None or backward is None:
+        return [*lines, f"    bucket API missing: {sorted(apis)[:20]}"]
+    per_call = {n: a["time_by_rank"]["0"] / a["calls_by_rank"]["0"] * 1e3
+                for n, a in (("bucket", bucket), ("backward", backward))}  # fmt: skip
+    lines.append(
+        f"    buckets {bucket['calls']} for {backward['calls']} backwards; mean bucket "
+        f"{per_call['bucket']:.3f} ms vs backward {per_call['backward']:.3f} ms (NCCL: the "
+        "launch only, the reduction's GPU time stays in backward)"
+    )
+    sums = [sum(a["calls_by_rank"].values()) == a["calls"] for a in data["apis"]]
+    lines.append(f"    calls_by_rank sums to calls for {sum(sums)} of {len(sums)} APIs")
+    for a in (backward, bucket):  # one rank: its GPU energy is the API's, on its own GPU only
+        by_rank = {d: v for d, v in a.get("energy_by_rank", {}).items() if d.startswith("gpu:")}
+        lines.append(f"    {a['api']}: GPU energy by rank {by_rank} (only {rank['device']})")
+    return lines
+
+
 def make_plan(device: str, quick: bool, seed: int = 1) -> list[tuple[int, int, float]]:
     """(size, products, idle gap after) per burst: short and long bursts of each size."""
     rng = random.Random(seed)
@@ -318,6 +416,8 @@ def main() -> None:
           f"GPU), backward {e['backward_s']} s, spans (forward, backward) {e['spans']}, clock "
           f"{e['clock']} (expect ('cuda', 'cuda') on a GPU), self + children vs energy: largest "
           f"gap {e['invariant_gap_J']:.2e} J")
+    if args.device == "cuda":
+        print("\n".join(validate_ddp(root)))
     print(f"finished in {time.perf_counter() - started:.0f} s")
 
 

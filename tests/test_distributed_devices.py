@@ -12,6 +12,7 @@ import pytest
 from report_helpers import MIXED, NVML, read_csv
 
 from fecomlite.analysis import attribution as at
+from fecomlite.analysis.ranks import add_rank_figures
 from fecomlite.analysis.run_analysis import analyse_run
 from fecomlite.store import Store
 
@@ -85,4 +86,50 @@ def test_each_gpu_s_energy_goes_to_the_calls_of_its_own_process(tmp_path):
         ref = analyse_run(alone, alone_id, "overlap", compare_levels=False)
         np.testing.assert_allclose(energy[pid == own], ref.calls["energy_J"][f"gpu:{i}"], rtol=1e-9)
         alone.close()
+    store.close()
+
+
+def _add_worker(store, run_id, pid, rank, directory):
+    """A DataLoader worker of RANK (a forked child: it never initialises CUDA, so "cpu"),
+    its calls at the very times its rank's GPU computed."""
+    start = int(read_csv(directory / "gpu_samples_energy.csv")["t_ns"][0])
+    _, t0, t1, *_ = _trace(directory, 10**9 - start)
+    ids = store.site_ids(run_id, {"worker.py:1:load"}, {"worker.py:1:load": {"api": "load"}})
+    with store.transaction():
+        store.db.executemany(
+            f"INSERT INTO events VALUES ({run_id}, 1, ?, {pid}, 1, ?, ?, 0, NULL, NULL)",
+            (
+                (ids["worker.py:1:load"], a, b)
+                for a, b in zip(t0.tolist(), t1.tolist(), strict=True)
+            ),
+        )
+        store.put_process(run_id, pid, {"rank": rank, "local_rank": rank, "device": "cpu"})
+
+
+def test_a_rank_s_worker_counts_for_its_rank_but_takes_none_of_its_gpu(tmp_path):
+    store, run_id = _store(tmp_path / "two.sqlite", GPUS)
+    _add_worker(store, run_id, 101, 0, GPUS[0][0])
+    a = analyse_run(store, run_id, "overlap", compare_levels=False)
+    pid = a.calls["pid"]
+    for i in GPUS:
+        assert a.calls["energy_J"][f"gpu:{i}"][pid == 101].sum() == 0
+    alone, alone_id = _store(tmp_path / "alone0.sqlite", {0: GPUS[0]})
+    ref = analyse_run(alone, alone_id, "overlap", compare_levels=False)
+    own = a.calls["energy_J"]["gpu:0"][pid == 100]  # the worker took nothing from its rank
+    np.testing.assert_allclose(own, ref.calls["energy_J"]["gpu:0"], rtol=1e-9)
+    alone.close()
+
+    ranks = add_rank_figures(a, store.processes(run_id))
+    assert {r["rank"]: (sorted(r["pids"]), r["device"]) for r in ranks} == {
+        0: ([100, 101], "gpu:0"),
+        1: ([200], "gpu:1"),
+    }
+    load = next(row for row in a.apis if row["api"] == "load")
+    assert load["calls_by_rank"] == {"0": int((pid == 101).sum())}
+    for row in a.apis:  # each domain's energy by rank sums to the API's; gpu:1 all rank 1's
+        for domain, split in row["energy_by_rank"].items():
+            total = a.calls["energy_J"][domain][a.calls["api"] == a.api_names.index(row["api"])]
+            assert sum(split.values()) == pytest.approx(total.sum(), abs=1e-9)
+            if domain == "gpu:1":
+                assert all(v == 0 for r, v in split.items() if r != "1")
     store.close()

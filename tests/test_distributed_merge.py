@@ -8,13 +8,14 @@ must use the recorded clock offsets to put both nodes' calls back on one time ax
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from run_helpers import TIMEOUT_S, running
 
 from fecomlite.server.client import live_client
 from fecomlite.store import Store
@@ -32,38 +33,11 @@ SKEW_NS = 3600 * 10**9
 JOB = "job-merge-test"
 
 
-def _node(home, script, node):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
-    env.update(
-        RANK=str(node),
-        LOCAL_RANK="0",
-        GROUP_RANK=str(node),
-        WORLD_SIZE="2",
-        TORCHELASTIC_RUN_ID=JOB,
-    )
-    args = [
-        "run",
-        "--home",
-        str(home),
-        "--api",
-        "numpy",
-        "--repeat",
-        "1",
-        "--idle",
-        "0",
-        "--tail",
-        "0.2",
-        "--no-gate",
-        str(script),
-    ]
-    return subprocess.Popen(
-        [sys.executable, "-m", "fecomlite.cli", *args],
-        cwd=script.parent,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+def _node(stack, home, script, node):
+    """Node NODE's `fecomlite run`, with the environment torchrun gives its rank."""
+    env = dict(RANK=str(node), LOCAL_RANK="0", GROUP_RANK=str(node), WORLD_SIZE="2")
+    env["TORCHELASTIC_RUN_ID"] = JOB
+    return stack.enter_context(running(script.parent, home, script, "--api", "numpy", env=env))
 
 
 def _skew(path):
@@ -93,11 +67,12 @@ def test_two_nodes_merge_into_one_report_with_both_ranks_on_one_clock(tmp_path_f
     homes = [tmp_path_factory.mktemp(f"node{n}") for n in (0, 1)]
     script = tmp_path / "prog.py"
     script.write_text(textwrap.dedent(PROGRAM))
-    procs = [_node(home, script, n) for n, home in enumerate(homes)]
     try:
-        for proc in procs:
-            output = proc.communicate(timeout=600)[0]
-            assert proc.returncode == 0, output
+        with contextlib.ExitStack() as stack:  # both at once; neither left running on failure
+            procs = [_node(stack, home, script, n) for n, home in enumerate(homes)]
+            for proc in procs:
+                output = "".join(proc.communicate(timeout=TIMEOUT_S))
+                assert proc.returncode == 0, output
     finally:
         for home in homes:  # each node's server
             client = live_client(home)
@@ -113,7 +88,7 @@ def test_two_nodes_merge_into_one_report_with_both_ranks_on_one_clock(tmp_path_f
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        timeout=600,
+        timeout=TIMEOUT_S,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     merged = _events(out / "store.sqlite")
@@ -122,12 +97,14 @@ def test_two_nodes_merge_into_one_report_with_both_ranks_on_one_clock(tmp_path_f
         assert len(by_node[n]) == len(truth[n]) > 0
         assert [e[0] % PID_STRIDE for e in by_node[n]] == [e[0] for e in truth[n]]
         for (_, t0, t1), (_, r0, r1) in zip(by_node[n], truth[n], strict=True):
-            assert abs(t0 - r0) < 5_000_000 and abs(t1 - r1) < 5_000_000  # within 5 ms
+            # an hour undone to within 50 ms: each node reads its clock offset once, at its
+            # first batch, on a machine that may pause it (the probe takes the tightest of 3)
+            assert abs(t0 - r0) < 50_000_000 and abs(t1 - r1) < 50_000_000
 
     data = json.loads((out / "report.json").read_text())
     assert [(r["rank"], r["node"]) for r in data["ranks"]] == [(0, 0), (1, 1)]
     assert data["run"]["settings"]["job"] == JOB
-    assert data["run"]["settings"]["clock_shift_ns"]["node1"] == pytest.approx(-SKEW_NS, abs=5e6)
+    assert data["run"]["settings"]["clock_shift_ns"]["node1"] == pytest.approx(-SKEW_NS, abs=5e7)
     matmul = next(a for a in data["apis"] if a["api"] == "numpy.matmul")
     assert matmul["calls_by_rank"] == {"0": 20, "1": 20}
     domains = {d["domain"] for d in data["domains"]}

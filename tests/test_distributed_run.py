@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import json
+import contextlib
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import psutil
 import pytest
-from conftest import run_cli
+from run_helpers import fecomlite_run, report_json, stop_tree
 
 from fecomlite.runner.launch import LaunchError, resolve_launch
 from fecomlite.runtime.identity import cuda_device, rank_fields
@@ -39,19 +41,13 @@ def test_two_ranks_under_nproc_per_node_print_as_torchrun_and_report_both_ranks(
     script = tmp_path / "ddp" / "train.py"
     script.parent.mkdir()
     script.write_text(textwrap.dedent(DDP_PROGRAM))
-    fast = ["--repeat", "1", "--idle", "0", "--tail", "0.2", "--no-gate"]
-    result = run_cli(
-        tmp_path, "run", "--home", str(home), "--nproc-per-node", "2", *fast, str(script)
-    )
+    result = fecomlite_run(tmp_path, home, script, "--nproc-per-node", "2")
     assert result.returncode == 0, result.stdout + result.stderr
     # the program's own output, as torchrun shows it: each rank's line, all-reduced 1 + 2
     assert "rank 0 of 2: sum 3" in result.stdout
     assert "rank 1 of 2: sum 3" in result.stdout
 
-    out = tmp_path / "report"
-    report = run_cli(tmp_path, "report", "--store", str(home / "store.sqlite"), "--out", str(out))
-    assert report.returncode == 0, report.stdout + report.stderr
-    data = json.loads((out / "report.json").read_text())
+    data = report_json(tmp_path, home)
     ranks = {r["rank"]: r for r in data["ranks"]}
     assert sorted(ranks) == [0, 1]
     assert ranks[0]["pid"] != ranks[1]["pid"]
@@ -66,7 +62,7 @@ def test_two_ranks_under_nproc_per_node_print_as_torchrun_and_report_both_ranks(
     step = apis["torch.optim.SGD.step"]
     assert step["calls_by_rank"] == {"0": 2, "1": 2}
     assert step["rank_time"]["sum"] == pytest.approx(sum(step["time_by_rank"].values()))
-    html = (out / "index.html").read_text()
+    html = (tmp_path / "report" / "index.html").read_text()
     assert 'id="ranks"' in html and 'data-rank="1"' in html
 
 
@@ -109,3 +105,40 @@ def test_rank_fields_come_from_the_launchers_environment():
     assert cuda_device(1, {"CUDA_VISIBLE_DEVICES": "4,6"}) == "gpu:6"
     assert cuda_device(1, {"CUDA_VISIBLE_DEVICES": "3"}) == "gpu:3"  # one GPU per task
     assert cuda_device(2, {}) == "gpu:2"
+
+
+def test_a_stopped_run_leaves_no_process_even_one_in_a_session_of_its_own():
+    """What the distributed tests rely on when a run hangs: torchrun starts each rank with
+    `start_new_session`, out of reach of a kill of the launcher's process group."""
+    code = (
+        "import subprocess, sys, time; "
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], "
+        "start_new_session=True); print(c.pid, flush=True); time.sleep(600)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    rank = psutil.Process(int(proc.stdout.readline()))
+    stop_tree(proc)
+    assert proc.returncode is not None
+    with contextlib.suppress(psutil.NoSuchProcess):  # gone and reaped, or else a zombie
+        assert rank.status() == psutil.STATUS_ZOMBIE
+
+
+def test_the_clock_offset_comes_from_the_read_not_paused_between_its_clocks(monkeypatch):
+    """merge aligns the nodes by these offsets: a read paused for 10 ms between its clocks
+    (a busy machine) must not make the node's calls 10 ms off."""
+    from fecomlite.runtime import identity
+
+    wall = 1_000_000_000_000  # wall clock − monotonic is this, truly
+    mono = iter([100, 10_000_100, 20_000_000, 20_000_050, 30_000_000, 30_000_900])
+    reads: list[int] = []
+
+    def monotonic_ns() -> int:
+        reads.append(next(mono))
+        return reads[-1]
+
+    monkeypatch.setattr(identity.time, "monotonic_ns", monotonic_ns)
+    monkeypatch.setattr(identity.time, "time_ns", lambda: wall + reads[-1])  # read right after
+    assert identity.clock_offset_ns() == wall - 25  # the 50 ns bracket, halved: within it

@@ -3,10 +3,9 @@ it does without fecomlite, and the report says what it measured and what it cann
 
 from __future__ import annotations
 
-import json
 import textwrap
 
-from conftest import run_cli
+from run_helpers import fecomlite_run, report_json
 
 MIRRORED_PROGRAM = """
     import numpy as np
@@ -34,15 +33,11 @@ def test_a_mirrored_strategy_program_runs_and_the_report_says_what_is_per_replic
     script = tmp_path / "tfdist" / "mirrored.py"
     script.parent.mkdir()
     script.write_text(textwrap.dedent(MIRRORED_PROGRAM))
-    fast = ["--repeat", "1", "--idle", "0", "--tail", "0.2", "--no-gate"]
-    result = run_cli(tmp_path, "run", "--home", str(home), *fast, str(script))
+    result = fecomlite_run(tmp_path, home, script)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "replicas 2, trained: 1" in result.stdout
 
-    out = tmp_path / "report"
-    report = run_cli(tmp_path, "report", "--store", str(home / "store.sqlite"), "--out", str(out))
-    assert report.returncode == 0, report.stdout + report.stderr
-    data = json.loads((out / "report.json").read_text())
+    data = report_json(tmp_path, home)
     apis = {a["api"]: a for a in data["apis"]}
     assert apis["keras.Sequential.fit"]["calls"] == 1  # measured whole, across the replicas
     assert apis["tensorflow.distribute.MirroredStrategy"]["calls"] == 1
@@ -51,4 +46,4 @@ def test_a_mirrored_strategy_program_runs_and_the_report_says_what_is_per_replic
     assert section["strategy"] == "tensorflow.distribute.MirroredStrategy"
     assert section["per_replica"] is False and section["devices"] == []  # no GPU here
     assert section["note"] in data["notes"]
-    assert "nothing is split per replica" in (out / "index.html").read_text()
+    assert "nothing is split per replica" in (tmp_path / "report" / "index.html").read_text()

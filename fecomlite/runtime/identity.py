@@ -31,8 +31,21 @@ def rank_fields(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
         "node": _int(environ.get("GROUP_RANK")) or 0,
         "device": cuda_device(local_rank or 0, environ) if _cuda_initialised() else "cpu",
         "job": environ.get("TORCHELASTIC_RUN_ID", ""),
-        "clock_offset_ns": time.time_ns() - time.monotonic_ns(),
+        "clock_offset_ns": clock_offset_ns(),
     }
+
+
+def clock_offset_ns(tries: int = 3) -> int:
+    """Wall clock − CLOCK_MONOTONIC from the tightest of `tries` bracketed reads: a read paused
+    between its two clocks (a busy machine) would be off by the pause."""
+    best_gap, offset = None, 0
+    for _ in range(tries):
+        m0 = time.monotonic_ns()
+        wall = time.time_ns()
+        m1 = time.monotonic_ns()
+        if best_gap is None or m1 - m0 < best_gap:
+            best_gap, offset = m1 - m0, wall - (m0 + m1) // 2
+    return offset
 
 
 def cuda_device(local_rank: int, environ: Mapping[str, str] = os.environ) -> str:
