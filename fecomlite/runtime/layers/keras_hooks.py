@@ -92,20 +92,24 @@ class KerasTracer:
 
         @functools.wraps(original)
         def maker(model: Any, *args: Any, **kwargs: Any) -> Any:
-            made = original(model, *args, **kwargs)
-            if made is None or getattr(made, "_fecomlite_gated", False):
-                return made
-
-            @functools.wraps(made)
-            def gated(*a: Any, **k: Any) -> Any:
-                return gate.step(made, *a, **k)
-
-            gated._fecomlite_gated = True  # type: ignore[attr-defined]
-            if getattr(model, attribute, None) is made:
-                setattr(model, attribute, gated)
-            return gated
+            result = original(model, *args, **kwargs)  # Keras sets the function (returns None)
+            safely(self._gate, model, attribute, gate)
+            return result
 
         setattr(self.keras.Model, name, maker)
+
+    @staticmethod
+    def _gate(model: Any, attribute: str, gate: Any) -> None:
+        made = getattr(model, attribute, None)
+        if made is None or getattr(made, "_fecomlite_gated", False):
+            return
+
+        @functools.wraps(made)
+        def gated(*args: Any, **kwargs: Any) -> Any:
+            return gate.step(made, *args, **kwargs)
+
+        gated._fecomlite_gated = True  # type: ignore[attr-defined]
+        setattr(model, attribute, gated)
 
     def _profile_begin(self, model: Any, kwargs: dict[str, Any]) -> bool:
         """Profile this call if it runs compiled steps and nothing else profiles: not inside

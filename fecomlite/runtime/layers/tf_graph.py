@@ -13,9 +13,9 @@ contiguous (other layers' ops and inter-op threads interleave): all its spans in
 the step function (the profiler's `tf_function_call` event) are one call, the first recorded as
 the call and the rest as its continuations (`steps`). Sessions are cut into windows (`WINDOW_S`)
 so a long `fit` never holds more than a window's events; a cut waits for a moment between two
-steps (`StepGate`: the Keras tracer runs each step through it), so no step loses its ops to the
-few milliseconds between two sessions. The profiler logs its start and stop on stderr: those
-lines are dropped, so the program prints what it prints without `--trace-layers`.
+steps (`StepGate`: the Keras tracer runs each step through it), so no step loses its ops between
+two sessions. The profiler logs its start and stop on stderr: those lines are dropped, so the
+program prints what it prints without `--trace-layers`.
 """
 
 from __future__ import annotations
