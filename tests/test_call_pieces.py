@@ -156,3 +156,32 @@ def test_the_probe_records_a_span_on_the_thread_it_is_given():
         assert columns[0] == ["a", "b", "c"]
         assert array("Q", columns[4]).tolist() == [threading.get_ident(), 77, 99]
         assert list(columns[5]) == [0, CONTINUES, 0]
+
+
+def test_a_profiler_window_is_cut_between_steps_never_inside_one():
+    """A cut asked for while a step runs waits for its end; a step that begins meanwhile waits
+    for the cut (so no step's ops fall between two profiler sessions)."""
+    from fecomlite.runtime.layers.tf_graph import StepGate
+
+    gate = StepGate()
+    release, order = threading.Event(), []
+
+    def running_step():
+        order.append("step begins")
+        release.wait()
+        order.append("step ends")
+
+    first = threading.Thread(target=gate.step, args=(running_step,))
+    first.start()
+    while gate.running == 0:  # the step is in
+        release.wait(0.001)
+    cut = threading.Thread(target=gate.cut, args=(lambda: order.append("cut"),))
+    cut.start()
+    while not gate.cutting:  # the cut is waiting for the step
+        release.wait(0.001)
+    second = threading.Thread(target=gate.step, args=(lambda: order.append("next step"),))
+    second.start()
+    release.set()
+    for thread in (first, cut, second):
+        thread.join()
+    assert order == ["step begins", "step ends", "cut", "next step"]
