@@ -185,3 +185,38 @@ def test_a_profiler_window_is_cut_between_steps_never_inside_one():
     for thread in (first, cut, second):
         thread.join()
     assert order == ["step begins", "step ends", "cut", "next step"]
+
+
+def test_continuations_pass_the_batch_check_and_count_as_no_call_live_or_in_perfetto(tmp_path):
+    from fecomlite.export.perfetto import trace
+    from fecomlite.runtime import batch_codec
+    from fecomlite.runtime.probe import _PythonBuffer
+
+    python = _PythonBuffer()
+    python.record(LAYER, 10, 20)
+    python.record(LAYER, 30, 40, CONTINUES | RAISED)
+    names, *columns = python.drain()
+    header, cols = batch_codec.decode(batch_codec.encode({"rep": 1, "pid": 1}, names, columns))
+    assert cols["status"].tolist() == [0, CONTINUES | RAISED]
+    python.record(LAYER, 10, 20, 4)  # no such bit
+    names, *columns = python.drain()
+    with pytest.raises(batch_codec.BatchError):
+        batch_codec.decode(batch_codec.encode({"rep": 1, "pid": 1}, names, columns))
+
+    with Store(tmp_path / "s.sqlite") as store:
+        run_id = store.create_run(program="train.py", level="method", idle={})
+        add_events(
+            store,
+            run_id,
+            [
+                (LAYER, 10, 20, 0),
+                (LAYER, 30, 40, CONTINUES),
+                (LAYER, 50, 60, CONTINUES),
+                (LAYER, 70, 80, 0),
+            ],
+        )
+        ((_, _, calls, ns),) = store.new_calls_by_site_and_process(run_id, 0, 10**9)
+        assert (calls, ns) == (2, 40)  # the live view's count: calls; its time: every piece's
+        slices = [e for e in trace(store, run_id)["traceEvents"] if e.get("name") == LAYER]
+    assert [e["args"].get("piece") for e in slices] == [None, 2, 3, None]
+    assert [e["args"].get("call_ts") for e in slices[1:3]] == [slices[0]["ts"]] * 2
