@@ -15,6 +15,7 @@ from conftest import run_cli
 from fecomlite.analysis.run_analysis import analyse_run
 from fecomlite.report.build import build_report
 from fecomlite.report.render import write_report
+from fecomlite.runtime.batch_codec import CONTINUES
 from fecomlite.store import Store
 
 FAST = ["--repeat", "1", "--idle", "0.5", "--tail", "0.3", "--gate-max-wait", "2"]
@@ -80,9 +81,25 @@ KERAS_PROGRAM = """
     eager_model = keras.Model(*graph(), name="eager_model")
     eager_model.compile(optimizer="sgd", loss="mse", run_eagerly=True)
     eager_model.fit(x, y, epochs=2, batch_size=16, verbose=0)
+
+
+    class Steps(keras.callbacks.Callback):
+        train = test = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.train += 1
+
+        def on_test_batch_end(self, batch, logs=None):
+            self.test += 1
+
+
+    steps = Steps()
     graph_model = keras.Model(*graph(), name="graph_model")
     graph_model.compile(optimizer="sgd", loss="mse")
-    graph_model.fit(x, y, epochs=2, batch_size=16, verbose=0)
+    graph_model.fit(
+        x, y, epochs=3, batch_size=8, validation_split=0.25, verbose=0, callbacks=[steps]
+    )
+    print("steps", steps.train, steps.test)
     xla_model = keras.Model(*graph(), name="xla_model")
     xla_model.compile(optimizer="sgd", loss="mse", jit_compile=True)
     xla_model.fit(x, y, epochs=1, batch_size=16, verbose=0)
@@ -121,6 +138,12 @@ def ancestors(a, row: int) -> list[str]:
 
 def rows_of(a, api: str) -> np.ndarray:
     return np.flatnonzero(a.calls["api"] == a.api_names.index(api))
+
+
+def calls_of(a, api: str) -> np.ndarray:
+    """The rows that begin a call (a call cut in pieces has one row a piece)."""
+    rows = rows_of(a, api)
+    return rows[(a.calls["status"][rows] & CONTINUES) == 0]
 
 
 def assert_layers_nest_and_conserve_energy(a) -> None:
@@ -173,7 +196,12 @@ def test_torch_layers_forward_and_backward_nest_under_the_driving_calls(home, tm
     a = analyse_run(store, run_id)
     attn = "layer:Net/encoder.layers.0.self_attn (MultiheadAttention)"
     attn_back = "layer-backward:Net/encoder.layers.0.self_attn (MultiheadAttention)"
-    assert rows_of(a, attn).size == 4 and rows_of(a, attn_back).size == 4
+    assert calls_of(a, attn).size == 4 and calls_of(a, attn_back).size == 4
+    # every layer ran once a step: one call a forward, one a backward pass (4 each), however
+    # its backward span was cut around its siblings'
+    layers = [n for n in a.api_names if n.startswith(("layer:", "layer-backward:"))]
+    assert len(layers) > 10
+    assert {n: calls_of(a, n).size for n in layers} == dict.fromkeys(layers, 4)
     for row in rows_of(a, attn):
         chain = ancestors(a, row)
         assert chain[:2] == [
@@ -272,6 +300,15 @@ def test_keras_layers_in_eager_fit_and_in_a_compiled_fit(home, tmp_path):
             # ops at once (their spans are cut apart, `spans.nest`)
             assert ancestors(a, row) == ["keras.Model.fit"]
     assert not [n for n in names if n.startswith("layer-backward:eager_model/")]
+    # one call a step: forward in every train and validation step of the compiled fit, backward
+    # in every train step, however the executor interleaved a layer's ops with others'
+    train, test = map(int, re.search(r"^steps (\d+) (\d+)$", log, re.M).groups())
+    assert (train, test) == (18, 6)  # 3 epochs of 48 / 8 train and 16 / 8 validation samples
+    for layer in ("dense_1 (Dense)", "scale (Scale)", "out (Dense)"):
+        for phase, count in (("layer", train + test), ("layer-backward", train)):
+            rows = calls_of(a, f"{phase}:graph_model/{layer}")
+            under_fit = [r for r in rows if ancestors(a, r)[-1] == "keras.Model.fit"]
+            assert len(under_fit) == count, (phase, layer)
     # XLA: one unit in fit and evaluate (no kernel of its executable names a layer)
     assert not [n for n in names if "xla_model/" in n]
     assert "keras.Model.fit" in names

@@ -17,7 +17,7 @@ PROGRAM = """
 
     events = []
     if sys.argv[1] == "on":
-        layers.start(lambda site, t0, t1, raised=False: events.append([site, raised]), None)
+        layers.start(lambda site, t0, t1, raised=False, *_: events.append([site, raised]), None)
     import torch
     import torch.nn as nn
 
@@ -136,9 +136,9 @@ def test_layers_on_cuda_are_timed_by_device_events_with_one_wait_per_driving_cal
         net = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
         out = net(torch.randn(2, 4, requires_grad=True))
         assert recorded == [
-            ("layer:Sequential/0 (Linear)", 1000, 2000, False),
-            ("layer:Sequential/1 (ReLU)", 3000, 4000, False),
-            ("layer:Sequential/2 (Linear)", 5000, 6000, False),
+            ("layer:Sequential/0 (Linear)", 1000, 2000, False, False),
+            ("layer:Sequential/1 (ReLU)", 3000, 4000, False, False),
+            ("layer:Sequential/2 (Linear)", 5000, 6000, False, False),
         ]
         assert gpu.waits == 1
         recorded.clear()
@@ -152,6 +152,60 @@ def test_layers_on_cuda_are_timed_by_device_events_with_one_wait_per_driving_cal
         "layer-backward:Sequential/1 (ReLU)",
         "layer-backward:Sequential/0 (Linear)",
     ]
-    for site, t0, t1, _ in recorded:  # GPU times: multiples of the fake's 1 µs steps
+    for site, t0, t1, *_ in recorded:  # GPU times: multiples of the fake's 1 µs steps
         assert 6000 < t0 < t1 <= gpu.t and t0 % 1000 == 0 and t1 % 1000 == 0, site
     assert all(a[2] <= b[1] for a, b in zip(recorded, recorded[1:], strict=False))
+
+
+def test_backward_spans_run_on_autograd_s_device_thread_are_recorded_on_the_forward_s():
+    """On CUDA autograd runs backward on a device thread of its own: the spans its end records
+    carry the thread that ran the forward (the user's `loss.backward()` call), so they nest under
+    that call."""
+    import threading
+
+    import torch
+    import torch.nn as nn
+    from torch.nn.modules import module
+
+    from fecomlite.runtime.layers.device_time import DeviceClock
+    from fecomlite.runtime.layers.torch_hooks import TorchTracer
+
+    gpu = FakeGpuForTests()
+    FakeCudaEventForTests.gpu = gpu
+    clock = DeviceClock(FakeCudaEventForTests, lambda device: "fake-stream", now=gpu.now)
+    recorded = []
+    device_threads = []
+
+    def record(site, t0, t1, raised=False, continues=False, tid=0):  # as `probe.record` does
+        recorded.append((site, tid or threading.get_ident()))
+
+    class TracerOnFakeCudaDeviceThreadForTests(TorchTracer):
+        def device_of(self, tensor):
+            return "cuda:0"
+
+        def _finish(self):  # the end of the backward pass, on autograd's device thread
+            thread = threading.Thread(target=super()._finish)
+            thread.start()
+            device_threads.append(thread.ident)
+            thread.join()
+
+    tracer = TracerOnFakeCudaDeviceThreadForTests(torch, record, sync=None, clock=clock)
+    handles = [
+        module.register_module_forward_pre_hook(tracer.pre),
+        module.register_module_forward_hook(tracer.post, always_call=True),
+    ]
+    try:
+        net = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+        out = net(torch.randn(2, 4, requires_grad=True))
+        recorded.clear()
+        out.sum().backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert len(device_threads) == 1 and device_threads[0] != threading.get_ident()
+    assert [site for site, _ in recorded] == [
+        "layer-backward:Sequential/2 (Linear)",
+        "layer-backward:Sequential/1 (ReLU)",
+        "layer-backward:Sequential/0 (Linear)",
+    ]
+    assert {tid for _, tid in recorded} == {threading.get_ident()}

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from fecomlite.analysis.pieces import is_call
 from fecomlite.analysis.run_analysis import RunAnalysis
 
 UNRANKED = "unranked"  # calls of a process that carried no rank (none under torchrun)
@@ -80,10 +81,10 @@ def add_rank_figures(analysis: RunAnalysis, processes: list[dict[str, Any]]) -> 
     api_index = {name: i for i, name in enumerate(analysis.api_names)}
     for row in analysis.apis:
         idx = np.flatnonzero(calls["api"] == api_index[row["api"]])
-        row["calls_by_rank"] = by_rank(rank, idx)
+        row["calls_by_rank"] = by_rank(rank, idx[is_call(calls["status"][idx])])
         row["time_by_rank"] = by_rank(rank, idx, calls["duration_s"])
         row["rank_time"] = spread(row["time_by_rank"])
         row["energy_by_rank"] = {
             domain: by_rank(rank, idx, energy) for domain, energy in calls["energy_J"].items()
         }
-    return rank_table(processes, rank)
+    return rank_table(processes, rank[is_call(calls["status"])])

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from fecomlite.analysis import attribution as at
-from fecomlite.analysis import noise_floor
+from fecomlite.analysis import noise_floor, pieces
 from fecomlite.analysis.calibration import fit_groups
 from fecomlite.analysis.devices import (
     attribute_calls,
@@ -66,7 +66,8 @@ class RunAnalysis:
     reliable (false for machine-level domains on a busy machine), method. calls: one numpy array
     per column, one row per event, in (rep, start) order: rep, site (index into site_keys), api
     (index into api_names), site_id, pid, tid, t_start_ns, t_end_ns, duration_s, status,
-    in/out_bytes, parent (row index, −1), depth; per-domain dicts {domain: array} of energy_J
+    in/out_bytes, parent (row index, −1), depth, call (the row of the call's first piece:
+    `pieces.call_heads`); per-domain dicts {domain: array} of energy_J
     (inclusive, above idle), energy_total_J (with the idle share), self_energy_J, uncertainty_J
     (1σ), below_resolution; memory: rss_start_B, rss_end_B, rss_peak_B, gpu_mem_start_B,
     gpu_mem_end_B, gpu_mem_peak_B (NaN without a sensor). sites, apis: rows from `_aggregate`,
@@ -383,6 +384,7 @@ def analyse_run(
     calls: dict[str, Any] = {
         "site": site_of, "api": api_of, **ev, "duration_s": (t1 - t0) / at.NS,
         "parent": parent, "depth": depth,
+        "call": pieces.call_heads(ev["rep"], ev["pid"], ev["tid"], site_of, t0, ev["status"]),
         "energy_J": {}, "energy_total_J": {}, "self_energy_J": {}, "uncertainty_J": {},
         "below_resolution": {},
     }
@@ -785,27 +787,31 @@ def _aggregate(
     """One row per group (site or API); api_of_group: each group's API index (its fitted
     intensity sets the group's uncertainty).
 
-    Row: calls, raised, total_time_s (inclusive), mean_time_s; energy: {domain: {sensor,
-    provenance, model, method, above_idle_J (Σ inclusive), total_J (with idle share), self_J,
-    uncertainty_J (1σ of the sum, `attribution.group_uncertainty`), per_call: {sum, mean, median,
-    stdev, ci95_low, ci95_high}, share (of the repetitions' above-idle energy; nested rows
-    overlap, as in a profiler), below_resolution_share, per_rep_J, rep_mean_J, rep_ci95_low,
+    Row: calls (continuations are pieces of a call, not calls: `pieces`), raised (calls of which a
+    piece raised), total_time_s (inclusive), mean_time_s (per call, its pieces summed); energy:
+    {domain: {sensor, provenance, model, method, above_idle_J (Σ inclusive), total_J (with idle
+    share), self_J, uncertainty_J (1σ of the sum, `attribution.group_uncertainty`), per_call: {sum,
+    mean, median, stdev, ci95_low, ci95_high}, share (of the repetitions' above-idle energy; nested
+    rows overlap, as in a profiler), below_resolution_share, per_rep_J, rep_mean_J, rep_ci95_low,
     rep_ci95_high, and never below zero (`_floor_at_zero`): below_zero, raw_above_idle_J,
     raw_self_J, raw_per_rep_J}}; all_domains: the sum over additive domains with its provenance
-    (raw_above_idle_J, below_zero likewise); memory:
-    rss_peak_max_B, rss_delta_mean_B, gpu_mem_peak_max_B, gpu_mem_delta_mean_B."""
+    (raw_above_idle_J, below_zero likewise); memory: rss_peak_max_B, rss_delta_mean_B,
+    gpu_mem_peak_max_B, gpu_mem_delta_mean_B."""
     order = np.argsort(group, kind="stable")
     bounds = np.searchsorted(group[order], np.arange(ngroups + 1))
     rep = calls["rep"]
     rep_ids = [r["rep"] for r in reps] or sorted(set(rep.tolist()))
     rows = []
+    heads = calls["call"]
     for g in range(ngroups):
         idx = order[bounds[g]:bounds[g + 1]]
+        n_calls = int(pieces.is_call(calls["status"][idx]).sum())
+        total_s = float(calls["duration_s"][idx].sum())
         row: dict[str, Any] = {
-            "calls": int(idx.size),
-            "raised": int((calls["status"][idx] != 0).sum()),
-            "total_time_s": float(calls["duration_s"][idx].sum()),
-            "mean_time_s": float(calls["duration_s"][idx].mean()) if idx.size else math.nan,
+            "calls": n_calls,
+            "raised": pieces.calls_raised(heads, idx, calls["status"]),
+            "total_time_s": total_s,
+            "mean_time_s": total_s / n_calls if n_calls else math.nan,
             "energy": {},
             "memory": _memory_row(calls, idx),
         }
@@ -826,7 +832,8 @@ def _aggregate(
                 "total_J": float(calls["energy_total_J"][domain][idx].sum()),
                 "self_J": float(calls["self_energy_J"][domain][idx].sum()),
                 "uncertainty_J": sigma,
-                "per_call": {**_summary(e), "noise_J": sigma / idx.size if idx.size else math.nan},
+                "per_call": {**_summary(pieces.per_call(heads, idx, calls["energy_J"][domain])),
+                             "noise_J": sigma / n_calls if n_calls else math.nan},
                 "share": float(e.sum() / above[domain]),
                 "share_sigma": sigma / above[domain],
                 "below_resolution_share": float(calls["below_resolution"][domain][idx].mean())
@@ -834,7 +841,7 @@ def _aggregate(
                 "per_rep_J": per_rep, "rep_mean_J": rep_mean,
                 "rep_ci95_low": rep_lo, "rep_ci95_high": rep_hi,
             }
-            _floor_at_zero(row["energy"][domain], sigma, idx.size, len(rep_ids))
+            _floor_at_zero(row["energy"][domain], sigma, n_calls, len(rep_ids))
         row["all_domains"] = cross_domain(row["energy"])
         rows.append(row)
     return rows

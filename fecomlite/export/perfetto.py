@@ -1,7 +1,9 @@
 """A run as a Chrome JSON trace (Trace Event Format), which Perfetto UI and chrome://tracing open.
 
 - every call and region: a complete event (`ph: X`) on its process and thread, named by its
-  canonical API, with its site, what was written, and whether it raised;
+  canonical API, with its site, what was written, and whether it raised; a call recorded in
+  pieces (a layer's span cut apart where other layers' work ran) is one event a piece, each
+  after the first with `piece` (2, 3, …) and `call_ts` (the first piece's start) in its args;
 - power per energy domain (the sensor the analysis attributes with; a counter becomes the mean
   power of each update interval) and memory (host RSS, GPU memory): counter tracks (`ph: C`) on a
   separate "fecomlite sensors" process, named with unit and provenance;
@@ -19,6 +21,7 @@ from fecomlite.analysis.run_analysis import (  # the analysis's own reads
     _samples,
     choose_energy_sensors,
 )
+from fecomlite.runtime.batch_codec import CONTINUES, RAISED
 from fecomlite.store import Store
 
 SENSOR_PID = 0  # the pseudo-process that holds the counter tracks
@@ -80,6 +83,7 @@ def _calls(rows: list[tuple[Any, ...]], origin: int) -> list[dict[str, Any]]:
     """Complete events; threads get small ids (pthread ids do not fit every viewer)."""
     out: list[dict[str, Any]] = []
     threads: dict[tuple[int, int], int] = {}
+    calls: dict[tuple[int, int, str], list[Any]] = {}  # thread and site -> [first ts, pieces]
     for rep, pid, tid, t0, t1, status, in_b, out_b, api, key, written, kind in rows:
         if (pid, tid) not in threads:
             small = sum(1 for p, _ in threads if p == pid) + 1
@@ -88,8 +92,14 @@ def _calls(rows: list[tuple[Any, ...]], origin: int) -> list[dict[str, Any]]:
                 out.append(_meta("process_name", pid, 0, f"program (rep {rep}, pid {pid})"))
             out.append(_meta("thread_name", pid, small, f"thread {small} ({tid:#x})"))
         args: dict[str, Any] = {"site": key, "written": written, "rep": rep}
-        if status:
+        if status & RAISED:
             args["raised"] = True
+        call = calls.setdefault((pid, tid, key), [_us(t0, origin), 0])
+        if status & CONTINUES:
+            call[1] += 1
+            args["piece"], args["call_ts"] = call[1], call[0]
+        else:
+            call[:] = [_us(t0, origin), 1]
         if in_b is not None and in_b >= 0:
             args["in_bytes"] = in_b
         if out_b is not None and out_b >= 0:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from fecomlite.analysis import attribution as at
+from fecomlite.analysis.pieces import is_call
 from fecomlite.analysis.run_analysis import RunAnalysis
 from fecomlite.report.palette import (
     MEMORY_COLORS,
@@ -221,7 +222,7 @@ class TimelineBuilder:
                     "maxDur": float((t1 - t0).max() / at.NS) if t0.size else 0.0,
                 }
             else:
-                counts = np.histogram(t0, bins)[0]
+                counts = np.histogram(t0[is_call(calls["status"][idx])], bins)[0]  # not pieces
                 lane["bins"] = {
                     "t0": round(float(self._rel(bins[0])), dec),
                     "dt": float(np.diff(bins).mean() / at.NS),

@@ -209,14 +209,19 @@ static PyObject *probe_call(PyObject *self, PyObject *const *args, Py_ssize_t na
     return result;
 }
 
-static PyObject *probe_record(PyObject *self, PyObject *args) {
+/* record(site, t0, t1, status=0, in_bytes=-1, out_bytes=-1, tid=0): tid 0 is this thread; another
+   names the thread the span belongs to (a backward span run on autograd's device thread) */
+static PyObject *probe_record(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"site", "t0", "t1", "status", "in_bytes", "out_bytes", "tid", NULL};
     PyObject *site;
     long long t0, t1, in_bytes = -1, out_bytes = -1;
+    unsigned long long tid = 0;
     int status = 0;
-    if (!PyArg_ParseTuple(args, "OLL|iLL", &site, &t0, &t1, &status, &in_bytes, &out_bytes))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OLL|iLLK", kwlist, &site, &t0, &t1, &status,
+                                     &in_bytes, &out_bytes, &tid))
         return NULL;
-    if (append(site, t0, t1, PyThread_get_thread_ident(), status, in_bytes, out_bytes) < 0)
-        return NULL;
+    if (tid == 0) tid = PyThread_get_thread_ident();
+    if (append(site, t0, t1, (uint64_t)tid, status, in_bytes, out_bytes) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -423,8 +428,9 @@ static PyTypeObject RegionType = {
 static PyMethodDef methods[] = {
     {"call", (PyCFunction)(void (*)(void))probe_call, METH_FASTCALL | METH_KEYWORDS,
      "call(site, fn, /, *args, **kwargs): call fn and record when it ran."},
-    {"record", probe_record, METH_VARARGS,
-     "record(site, t0, t1, status=0, in_bytes=-1, out_bytes=-1): append one event."},
+    {"record", (PyCFunction)(void (*)(void))probe_record, METH_VARARGS | METH_KEYWORDS,
+     "record(site, t0, t1, status=0, in_bytes=-1, out_bytes=-1, tid=0): append one event "
+     "(tid 0: this thread's)."},
     {"drain", probe_drain, METH_NOARGS, "Take every buffered event as columns."},
     {"discard", probe_discard, METH_NOARGS, "Drop every buffered event (a forked child)."},
     {"pending", probe_pending, METH_NOARGS, "Number of buffered events."},

@@ -44,6 +44,9 @@ MAX_TEXT = 4096  # a site key, a hyperparameter's name or text value
 MAX_DEPTH = 8  # nesting of hyperparameters and shapes
 MAX_ITEMS = 10_000  # entries of one hyperparameter/shape object or list
 MAX_NS = 2**62  # monotonic clock stamps: ~146 years
+RAISED = 1  # an event's status bits: the call raised
+CONTINUES = 2  # a later piece of the event before it of its site and thread (a layer's span cut
+# apart where other layers' work ran): that call's time, not a call of its own
 PROC_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _INT_RANGES = {
     "rep": 10**6, "pid": 2**32, "seq": 2**62, "total": 2**62,
@@ -202,8 +205,8 @@ def _check_columns(columns: dict[str, np.ndarray]) -> None:
             raise BatchError(f"{name} out of range 0..2**62")
     if (columns["t_end_ns"] < columns["t_start_ns"]).any():
         raise BatchError("an event ends before it starts")
-    if columns["status"].max() > 1:
-        raise BatchError("status must be 0 (returned) or 1 (raised)")
+    if columns["status"].max() > RAISED | CONTINUES:
+        raise BatchError("status bits must be 1 (raised) and 2 (continues the call before it)")
     for name in ("in_bytes", "out_bytes"):
         if columns[name].min() < -1:
             raise BatchError(f"{name} must be -1 (not sampled) or a size")

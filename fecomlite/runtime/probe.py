@@ -34,6 +34,7 @@ from fecomlite.runtime import compilers as _compilers
 from fecomlite.runtime import positions as _positions
 from fecomlite.runtime import site_handlers as _site_handlers
 from fecomlite.runtime import source as _source
+from fecomlite.runtime.batch_codec import CONTINUES, RAISED
 from fecomlite.runtime.sender import Sender
 
 SLOW_CALLS_PER_SITE = 3  # sized calls per site, again after each resample
@@ -54,9 +55,17 @@ class _PythonBuffer:
         self.flat: list[Any] = []
 
     def record(
-        self, site: str, t0: int, t1: int, status: int = 0, ib: int = -1, ob: int = -1
+        self,
+        site: str,
+        t0: int,
+        t1: int,
+        status: int = 0,
+        in_bytes: int = -1,
+        out_bytes: int = -1,
+        tid: int = 0,
     ) -> None:
-        self.flat.extend((site, t0, t1, _thread_id(), status, ib, ob))
+        """tid: the thread the span belongs to; 0, this one."""
+        self.flat.extend((site, t0, t1, tid or _thread_id(), status, in_bytes, out_bytes))
 
     def drain(self) -> tuple[Any, ...]:
         n = len(self.flat) // self.STRIDE * self.STRIDE
@@ -260,9 +269,22 @@ def _count_slow(site: str) -> None:
         _fast.add(site)
 
 
-def record(site: str, t_start_ns: int, t_end_ns: int, raised: bool = False) -> None:
-    """Record a span measured elsewhere (regions of the user's own code)."""
-    _record(site, t_start_ns, t_end_ns, int(raised))
+def record(
+    site: str,
+    t_start_ns: int,
+    t_end_ns: int,
+    raised: bool = False,
+    continues: bool = False,
+    tid: int = 0,
+) -> None:
+    """Record a span measured elsewhere (regions of the user's own code, layers). continues:
+    a later piece of the span recorded before it at this site on this thread (one call cut
+    apart); tid: the thread it belongs to when not this one (0)."""
+    status = (RAISED if raised else 0) | (CONTINUES if continues else 0)
+    if tid:
+        _record(site, t_start_ns, t_end_ns, status, -1, -1, tid)
+    else:
+        _record(site, t_start_ns, t_end_ns, status)
 
 
 def flush() -> None:

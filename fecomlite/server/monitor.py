@@ -32,6 +32,7 @@ import numpy as np
 
 from fecomlite.analysis import attribution as at
 from fecomlite.analysis.run_analysis import choose_energy_sensors, idle_baseline
+from fecomlite.runtime.batch_codec import RAISED
 from fecomlite.server.series import StoredSensor
 from fecomlite.store import Store
 
@@ -258,7 +259,7 @@ class RunView:
         last = store.last_new_call(self.run_id, self.cursor, top)
         if last is not None:
             self.last_call = {"api": self.sites[last[0]], "t_start_ns": last[1],
-                              "t_end_ns": last[2], "raised": bool(last[3])}
+                              "t_end_ns": last[2], "raised": bool(last[3] & RAISED)}
         rows = store.new_calls_ending_after(self.run_id, self.cursor, top, self.attributed_ns)
         if rows:
             fresh = np.array([

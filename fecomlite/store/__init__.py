@@ -100,7 +100,9 @@ CREATE TABLE IF NOT EXISTS events (
     tid INTEGER NOT NULL,
     t_start_ns INTEGER NOT NULL,
     t_end_ns INTEGER NOT NULL,
-    status INTEGER NOT NULL,             -- 0 returned, 1 raised
+    status INTEGER NOT NULL,             -- bits (0: returned): 1 raised, 2 continues the event
+                                         -- before it of its site and thread (a later piece of
+                                         -- that call, not a call of its own)
     in_bytes INTEGER,
     out_bytes INTEGER
 );

@@ -13,6 +13,8 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from fecomlite.runtime.batch_codec import CONTINUES
+
 _NEVER = 2**63 - 1  # no upper bound on a time
 
 
@@ -123,11 +125,11 @@ class StoreReads:
         self, run_id: int, after: int, upto: int
     ) -> list[tuple[int, int, int, int]]:
         """(site_id, pid, calls, total ns) of the run's events stored in (after, upto] by
-        rowid."""
+        rowid; a continuation (a later piece of a call) adds its time, not a call."""
         return self.db.execute(
-            "SELECT site_id, pid, count(*), sum(t_end_ns - t_start_ns) FROM events "
+            "SELECT site_id, pid, sum((status & ?) = 0), sum(t_end_ns - t_start_ns) FROM events "
             "WHERE rowid > ? AND rowid <= ? AND +run_id = ? GROUP BY site_id, pid",
-            (after, upto, run_id),
+            (CONTINUES, after, upto, run_id),
         ).fetchall()
 
     def last_new_call(self, run_id: int, after: int, upto: int) -> tuple[int, ...] | None:

@@ -31,8 +31,8 @@ def layer_env(settings: Any) -> dict[str, str]:
 def start(record: Record, sync: Callable[[], None] | None) -> None:
     """Install the hooks now for frameworks already imported, else when they are imported.
 
-    record: `probe.record(site, t0, t1, raised)`; sync: the GPU synchronisation to run at layer
-    boundaries (the run's `--sync`), or None."""
+    record: `probe.record(site, t0, t1, raised, continues, tid)`; sync: the GPU synchronisation
+    to run at layer boundaries (the run's `--sync`), or None."""
     from fecomlite.runtime.capture import safely
     from fecomlite.runtime.sender import Sender
 

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-Record = Callable[..., None]  # `probe.record(site, t0, t1, raised)`
+Record = Callable[..., None]  # `probe.record(site, t0, t1, raised, continues, tid)`
 
 FORWARD = "layer:"
 BACKWARD = "layer-backward:"

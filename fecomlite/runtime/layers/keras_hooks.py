@@ -28,6 +28,7 @@ from fecomlite.runtime.layers.facts import Record
 from fecomlite.runtime.layers.tf_graph import GraphProfiler, Scopes
 
 PROFILED = ("fit", "evaluate", "predict")  # the calls that compile a step by default
+STEP_MAKERS = ("make_train_function", "make_test_function", "make_predict_function")
 
 
 class KerasTracer:
@@ -63,6 +64,8 @@ class KerasTracer:
         layer_type.__call__ = __call__
         for name in PROFILED:
             self._wrap_driver(name)
+        for name in STEP_MAKERS:
+            self._wrap_step_maker(name)
 
     def _wrap_driver(self, name: str) -> None:
         original = getattr(self.keras.Model, name)
@@ -77,6 +80,36 @@ class KerasTracer:
                     safely(self._profile_end)
 
         setattr(self.keras.Model, name, driver)
+
+    def _wrap_step_maker(self, name: str) -> None:
+        """The step function a `make_*_function` sets runs each step through the profiler's
+        gate, so its windows are cut between steps (`tf_graph.StepGate`)."""
+        original = getattr(self.keras.Model, name, None)
+        if original is None:
+            return
+        attribute = name.removeprefix("make_")
+        gate = self.graph.gate
+
+        @functools.wraps(original)
+        def maker(model: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(model, *args, **kwargs)  # Keras sets the function (returns None)
+            safely(self._gate, model, attribute, gate)
+            return result
+
+        setattr(self.keras.Model, name, maker)
+
+    @staticmethod
+    def _gate(model: Any, attribute: str, gate: Any) -> None:
+        made = getattr(model, attribute, None)
+        if made is None or getattr(made, "_fecomlite_gated", False):
+            return
+
+        @functools.wraps(made)
+        def gated(*args: Any, **kwargs: Any) -> Any:
+            return gate.step(made, *args, **kwargs)
+
+        gated._fecomlite_gated = True  # type: ignore[attr-defined]
+        setattr(model, attribute, gated)
 
     def _profile_begin(self, model: Any, kwargs: dict[str, Any]) -> bool:
         """Profile this call if it runs compiled steps and nothing else profiles: not inside
@@ -99,9 +132,9 @@ class KerasTracer:
     def _profile_end(self) -> None:
         self.profiling.on = False
         spans = self.graph.end()
-        for site, t0, t1 in spans:
-            self.record(site, t0, t1, False)
-        for site in dict.fromkeys(site for site, _, _ in spans):
+        for site, t0, t1, continues in spans:
+            self.record(site, t0, t1, False, continues)
+        for site in dict.fromkeys(span[0] for span in spans):
             forward = site.replace(facts.BACKWARD, facts.FORWARD, 1)
             facts.TABLE.update(site, params=self.scopes.params.get(forward))
             model = facts.parse(site)["model"]  # type: ignore[index]

@@ -7,7 +7,9 @@ nest only when one layer encloses the other in the model. Spans of layers that d
 a layer's forward and backward, two steps' spans) are cut apart: each instant goes to the span
 that ends first among those running then (a layer whose gradient ops ran while a long op of its
 sibling's ran gets that time; the sibling's span is split around it), so no instant counts
-twice and the tree stays the model's.
+twice and the tree stays the model's. A span cut in pieces is still one call: every piece but
+its first is marked `continues` (recorded with the status bit `CONTINUES`), so the analysis
+counts the call once and sums its pieces.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class Span(Protocol):
     depth: int
     begin: int
     end: int
+    continues: bool  # set by `nest`: a later piece of a span cut in pieces
 
 
 S = TypeVar("S", bound=Span)
@@ -33,7 +36,8 @@ S = TypeVar("S", bound=Span)
 def nest(spans: list[S]) -> list[S]:
     """The spans to record, as copies: each layer's span holds its children's (the spans given
     are widened to), and spans of layers that do not enclose one another are disjoint (a span
-    cut around another comes back in pieces; one left with no instant of its own is left out)."""
+    cut around another comes back in pieces, all but the first marked `continues`; one left
+    with no instant of its own is left out)."""
     listed = {id(s) for s in spans}
 
     def seen_parent(span: S) -> S | None:
@@ -54,6 +58,7 @@ def nest(spans: list[S]) -> list[S]:
         up = ups[id(span)]
         children[None if up is None else id(up)].append(span)
     out: list[S] = []
+    origin: dict[int, int] = {}  # id(piece) -> id(the span it is a piece of)
     todo: list[tuple[list[S], int | None, int | None, S | None]] = [
         (children[None], None, None, None)
     ]
@@ -61,11 +66,16 @@ def nest(spans: list[S]) -> list[S]:
         group, lo, hi, parent = todo.pop()
         for original, piece in _share(group, lo, hi):
             piece.parent = parent
+            origin[id(piece)] = id(original)
             out.append(piece)
             kids = children.get(id(original))
             if kids:
                 todo.append((kids, piece.begin, piece.end, piece))
     out.sort(key=lambda s: (s.begin, -s.end, s.depth))
+    seen: set[int] = set()
+    for piece in out:
+        piece.continues = origin[id(piece)] in seen
+        seen.add(origin[id(piece)])
     return out
 
 

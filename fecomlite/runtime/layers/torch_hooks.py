@@ -9,12 +9,13 @@ the tensors its forward left in the autograd graph for backward are counted by w
 it turns off autograd's check for tensors modified in place after being saved: a program that
 raises there would compute wrong gradients instead.)
 
-Backward: on each output's gradient node a pre-hook marks when the gradient reaches the layer;
-on its inputs' nodes (a first layer's: its weights' accumulators) a hook marks when it left; at
-the end of the backward pass (an engine callback) the spans are made to nest (`nest`) and
-recorded as `layer-backward:`. No hook is put on a tensor (so nothing changes how the user's
-tensors are saved or printed) and no module is wrapped (full backward hooks would make
-`ReLU(inplace=True)` after a hooked module raise).
+Backward: on each output's gradient node a pre-hook marks when the gradient reaches the layer; on
+its inputs' nodes (a first layer's: its weights' accumulators) a hook marks when it left; at the end
+of the backward pass (an engine callback) the spans are made to nest (`nest`) and recorded as
+`layer-backward:` on the thread that ran the forward (on CUDA autograd runs backward on a device
+thread of its own; the user's `loss.backward()` call is on the forward's). No hook is put on a
+tensor (so nothing changes how the user's tensors are saved or printed) and no module is wrapped
+(full backward hooks would make `ReLU(inplace=True)` after a hooked module raise).
 
 On CUDA a layer's span is the GPU's (`device_time`): the hooks mark CUDA events on the layer's
 stream instead of reading the CPU clock, and its spans are resolved, made to nest and recorded
@@ -56,6 +57,8 @@ class _Backward:
     handles: list[Any] = field(default_factory=list)
     device: Any = None  # a CUDA device: the span is timed by events on it
     marks: list[Any] = field(default_factory=lambda: [None, None])  # its start and end events
+    continues: bool = False  # a later piece of a span cut apart (`nest`)
+    tid: int = 0  # the thread that ran the forward (autograd may run backward on another)
 
 
 @dataclass
@@ -70,6 +73,7 @@ class _Forward:
     raised: bool = False
     device: Any = None  # None: a CPU-timed layer inside a GPU-timed one
     marks: list[Any] = field(default_factory=lambda: [None, None])
+    continues: bool = False  # a later piece of a span cut apart (`nest`)
 
 
 @dataclass
@@ -213,7 +217,7 @@ class TorchTracer:
         spans, self.local.pending = self.local.pending, []
         self._device_times(spans)
         for span in nest(spans):
-            self.record(span.site, span.begin, span.end, span.raised)
+            self.record(span.site, span.begin, span.end, span.raised, span.continues)
 
     def _device_times(self, spans: list[Any]) -> None:
         """Device times for the spans marked on a GPU (one wait per device, at most); the
@@ -304,6 +308,7 @@ class TorchTracer:
         span = frame.backward
         span.params = self._count(frame.module)
         span.device = self.device_of(outs[0])
+        span.tid = threading.get_ident()
         for t in outs:
             span.handles.append(self._node(t).register_prehook(lambda *_: self._begin(span)))
         for node in frame.inputs:
@@ -353,8 +358,8 @@ class TorchTracer:
                 spans, self.begun, self.task = self.begun, [], None
             if self.clock is not None:
                 self._device_times(spans)
-            for span in nest(spans):
-                self.record(span.site, span.begin, span.end, False)
+            for span in nest(spans):  # on the forward's thread: under the user's backward call
+                self.record(span.site, span.begin, span.end, False, span.continues, span.tid)
                 facts.TABLE.update(span.site, params=span.params)
             _remove_hooks(spans)
         except Exception:  # noqa: BLE001, S110 - a probe never raises into user code
