@@ -110,6 +110,9 @@ def test_the_tail_is_back_at_the_baseline_on_readings_after_the_program_only():
     assert bl.back_since(series, baseline, ended, settle) == int(1.15e9)
     # judged, it would have kept the tail going
     assert bl.back_since(series, baseline, ended, {"cpu": 0}) is None
+    # below the baseline (other work that ran during it has stopped): nothing above idle left
+    quieter = [power("cpu", [1.2, 1.3, 1.4, 1.5], [7.0, 7.0, 7.0, 7.0])]
+    assert bl.back_since(quieter, baseline, ended, settle) == int(1.2e9)
     # still busy after the end: not back
     busy = [power("cpu", [1.2, 1.3, 1.4, 1.5], [10.0, 14.0, 14.0, 14.0])]
     assert bl.back_since(busy, baseline, ended, settle) is None

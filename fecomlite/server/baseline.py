@@ -87,7 +87,7 @@ def reuse(
 def back_since(
     series: list[Series], baseline: dict[str, Any], ended_ns: int, settle_ns: dict[str, int]
 ) -> int | None:
-    """Since when every sensor of `baseline` reads back at it after a program ended at
+    """Since when every sensor of `baseline` reads back at it (or below) after a program ended at
     `ended_ns`, judged on its newest `TAIL_WINDOW_S` of readings (at least `TAIL_MIN_READINGS`,
     spanning `TAIL_MIN_SPAN_S`); None while one does not. A sensor's readings count from
     `settle_ns[name]` after the end: its first ones after it may still cover part of the program
@@ -105,7 +105,7 @@ def back_since(
             return None
         newest = t >= t[-1] - int(TAIL_WINDOW_S * 1e9)
         mean = mean_power(dataclasses.replace(s, t_ns=t[newest], values=v[newest]))
-        if mean is None or not math.isfinite(mean) or _share(mean, st) > 1.0:
-            return None
+        if mean is None or not math.isfinite(mean) or _share(max(mean, st["mean_w"]), st) > 1.0:
+            return None  # (below the baseline is back too: what ran before us stopped)
         since.append(int(t[newest][0]))
     return max(since) if since else None
