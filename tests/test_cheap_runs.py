@@ -3,6 +3,7 @@ power is back at the baseline, and a gate that counts the quiet time before it b
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import numpy as np
 from test_server_support import FakeSensorForTests, served
 
+from fecomlite.runner import experiment
 from fecomlite.runner.experiment import measure_idle
 from fecomlite.runner.settings import RunSettings
 from fecomlite.server import baseline as bl
@@ -191,3 +193,31 @@ def test_the_gate_counts_quiet_time_before_it_began(tmp_path: Path):
         blind = client.gate(run, rep=2, **no_wait)  # only what comes after it began
         assert all(c["pending"] for c in blind["checked"])  # too few readings, or none yet
         client.finish_run(run, "finished", 0)
+
+
+class FakeNvmlForTests:
+    """pynvml with one GPU, counting the calls made to it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def nvmlInit(self) -> None:  # noqa: N802  pynvml's names
+        self.calls += 1
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        return 1
+
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        pass
+
+
+def test_without_nvidias_driver_no_gpu_is_looked_for(monkeypatch, tmp_path: Path):
+    nvml = FakeNvmlForTests()
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setattr(experiment.sys, "platform", "linux")
+    monkeypatch.setattr(experiment, "NVIDIA_DRIVER_PATHS", (str(tmp_path / "no-driver"),))
+    assert experiment.gpu_present() is False and nvml.calls == 0
+    assert not experiment.sync_enabled(RunSettings(sync="auto"))
+    assert experiment.sync_enabled(RunSettings(sync="on"))
+    monkeypatch.setattr(experiment, "NVIDIA_DRIVER_PATHS", (str(tmp_path),))  # a driver
+    assert experiment.gpu_present() is True and nvml.calls == 1

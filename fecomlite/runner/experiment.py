@@ -35,6 +35,7 @@ PROJECT_SITE = batch_codec.PROJECT_SITE
 PUMP_DRAIN_S = 5.0  # how long output may still come after the program exited
 MAX_LOOKBACK_S = 60.0  # how far back a gate may look at a machine left alone
 START_UP_S = 15.0  # a process this young is still starting: its load so far is its start-up
+NVIDIA_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/dxg")  # Linux, WSL 2
 
 
 @dataclasses.dataclass
@@ -122,7 +123,11 @@ def _read_manifest(path: Path | None) -> dict[str, Any]:
 
 
 def gpu_present() -> bool:
-    """Whether NVML sees a GPU: then method-level runs synchronise it at probe boundaries."""
+    """Whether NVML sees a GPU: then method-level runs synchronise it at probe boundaries.
+    On Linux without NVIDIA's driver (no /proc/driver/nvidia, nor WSL's /dev/dxg) none can:
+    pynvml, a twentieth of a second of every run's start-up, is not loaded then."""
+    if sys.platform == "linux" and not any(map(os.path.exists, NVIDIA_DRIVER_PATHS)):
+        return False
     try:
         import pynvml
 
