@@ -8,7 +8,8 @@ the program itself shows. Before every command the machine is left alone for `--
 estimate can only be of a machine it saw idle. Before the rounds, one `fecomlite run` warms
 the server, the instrumented copy and the idle baseline, as a user's second run finds them.
 Prints each median, its ratio to the plain script, and what the runs did (baseline: the
-server's rolling estimate, reused from a run or measured; gate wait; tail).
+server's rolling estimate, reused from a run or measured; gate wait; tail; the command's time
+outside the run: its start-up before the run began, the summary after it ended).
 
     python benchmarks/run_overhead.py [--rounds R] [--seconds S] [--pause P]
 """
@@ -119,13 +120,16 @@ def main() -> None:
     try:
         wall(cases["fecomlite run --repeat 1"], folder, env)  # warm: copy, baseline
         times: dict[str, list[float]] = {name: [] for name in cases}
+        loads: list[float] = []
         for _ in range(options.rounds):
             for name, argv in cases.items():
                 time.sleep(options.pause)
+                loads.append(os.getloadavg()[0])
                 times[name].append(wall(argv, folder, env))
+        walls = times["fecomlite run --repeat 1"]
         with Store(home / "store.sqlite") as store:
             runs = [r["id"] for r in store.runs()][1:]
-            notes = [_what_it_did(store, run) for run in runs]
+            notes = [_what_it_did(store, run, w) for run, w in zip(runs, walls, strict=True)]
     finally:
         client = live_client(home)
         if client is not None:
@@ -133,7 +137,8 @@ def main() -> None:
     plain = statistics.median(times["plain python"])
     print(
         f"{options.rounds} rounds of {steps} steps, {options.pause:g} s idle before each "
-        f"command, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}"
+        f"command, {os.cpu_count()} CPUs, 1-min load before the commands "
+        f"{min(loads):.2f}-{max(loads):.2f}"
     )
     for name, values in times.items():
         median = statistics.median(values)
@@ -143,7 +148,7 @@ def main() -> None:
         print(f"run {run}: {note}")
 
 
-def _what_it_did(store: Store, run: int) -> str:
+def _what_it_did(store: Store, run: int, wall_s: float) -> str:
     idle = store.result(run, "idle_baseline") or {}
     if "rolling" in idle:
         reused = f"baseline: the server's rolling estimate ({idle['rolling']['age_s']:g} s old)"
@@ -163,6 +168,9 @@ def _what_it_did(store: Store, run: int) -> str:
             + (f" (counting {before} readings from before the run)" if before else "")
             + f", program {program:.2f} s, tail {tail:.2f} s"
         )
+    row = store.run(run)
+    outside = wall_s - (row["t_end_ns"] - row["t_start_ns"]) / 1e9
+    parts.append(f"the command outside the run {outside:.2f} s (start-up, summary)")
     return "; ".join(parts)
 
 

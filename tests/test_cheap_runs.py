@@ -3,14 +3,19 @@ power is back at the baseline, and a gate that counts the quiet time before it b
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
 from pathlib import Path
 
+import numpy as np
 from test_server_support import FakeSensorForTests, served
 
+from fecomlite.runner import experiment
 from fecomlite.runner.experiment import measure_idle
 from fecomlite.runner.settings import RunSettings
 from fecomlite.server import baseline as bl
+from fecomlite.server.series import Series
 from fecomlite.store import Store
 
 
@@ -85,25 +90,85 @@ def test_measure_idle_reuses_an_agreeing_baseline_and_measures_otherwise(tmp_pat
         client.finish_run(fresh, "finished", 0)
 
 
-def test_power_back_at_the_baseline_ends_the_tail(tmp_path: Path):
-    with Store(tmp_path / "store.sqlite") as store:
-        run = store.create_run(created_unix=time.time())
-        sensor = store.add_sensor(
-            run,
-            name="cpu",
-            domain="cpu-package",
-            unit="W",
-            kind="power",
-            provenance="measured",
-            model=None,
-            period_s=0.1,
+def power(name: str, t_s: list[float], watts: list[float], kind: str = "power") -> Series:
+    return Series(
+        name,
+        "cpu-package",
+        "W" if kind == "power" else "J",
+        kind,
+        "measured",
+        None,
+        np.array([int(t * 1e9) for t in t_s], dtype=np.int64),
+        np.array(watts, float),
+    )
+
+
+def test_the_tail_is_back_at_the_baseline_on_readings_after_the_program_only():
+    baseline = {"sensors": {"cpu": stats(10.0)}}  # allowed: ± 0.5 W (5 %)
+    settle = {"cpu": int(0.1e9)}  # the first readings after the end may cover the program
+    ended = int(1e9)
+    # the reading 0.05 s after the end still shows the program: not judged
+    series = [power("cpu", [1.05, 1.15, 1.25, 1.35], [30.0, 10.1, 10.0, 9.9])]
+    assert bl.back_since(series, baseline, ended, settle) == int(1.15e9)
+    # judged, it would have kept the tail going
+    assert bl.back_since(series, baseline, ended, {"cpu": 0}) is None
+    # below the baseline (other work that ran during it has stopped): nothing above idle left
+    quieter = [power("cpu", [1.2, 1.3, 1.4, 1.5], [7.0, 7.0, 7.0, 7.0])]
+    assert bl.back_since(quieter, baseline, ended, settle) == int(1.2e9)
+    # still busy after the end: not back
+    busy = [power("cpu", [1.2, 1.3, 1.4, 1.5], [10.0, 14.0, 14.0, 14.0])]
+    assert bl.back_since(busy, baseline, ended, settle) is None
+    # decaying power: judged on the newest readings (0.3 s), back once those are
+    decaying = [power("cpu", [1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8], [20, 15, 12, 10, 10, 10, 10])]
+    assert bl.back_since(decaying, baseline, ended, settle) == int(1.5e9)
+
+
+def test_the_tail_needs_readings_of_every_baseline_sensor_over_a_span():
+    baseline = {"sensors": {"cpu": stats(10.0), "dram": stats(3.0)}}
+    ended, settle = 0, {}
+    cpu = power("cpu", [0.1, 0.2, 0.3], [10.0, 10.0, 10.0])
+    assert bl.back_since([cpu], baseline, ended, settle) is None  # DRAM not read yet
+    dram = power("dram", [0.1, 0.15], [3.0, 3.0])
+    assert bl.back_since([cpu, dram], baseline, ended, settle) is None  # two readings: too few
+    dram = power("dram", [0.1, 0.12, 0.14], [3.0, 3.0, 3.0])
+    assert bl.back_since([cpu, dram], baseline, ended, settle) is None  # 40 ms: too short
+    dram = power("dram", [0.1, 0.2, 0.3], [3.0, 3.0, 3.0])
+    assert bl.back_since([cpu, dram], baseline, ended, settle) == int(0.1e9)
+    # a counter: its power from the energy it counted (10 J/s), not its readings' values
+    counter = power("cpu", [0.1, 0.2, 0.3, 0.4], [100.0, 101.0, 102.0, 103.0], kind="counter")
+    assert bl.back_since([counter, dram], baseline, ended, settle) == int(0.1e9)
+    assert not bl.back_since([counter, dram], {"sensors": {}}, ended, settle)
+
+
+def test_a_tail_ends_once_power_is_back_at_the_idle_baseline(tmp_path: Path):
+    watts = {"now": 10.0}
+    sensor = FakeSensorForTests("fake:cpu", value=lambda t: watts["now"], period_s=0.05)
+    with served(tmp_path, [sensor]) as client:
+        run, _ = client.create_run("a.py", [], "method", {})
+        client.idle(run, 1.0)  # 10 W, no noise: back is within 0.5 W of it
+        client.rep_start(run, 1)
+        watts["now"] = 30.0  # the program, and the heat it leaves
+        client.rep_end(run, 1, 0)
+        replies: list[dict[str, object]] = []
+        tail = threading.Thread(
+            target=lambda: replies.append(client.tail(run, 1, 60.0, until_baseline=True))
         )
-        store.add_samples([(sensor, t, 30.0) for t in range(0, 10)])  # still busy
-        store.add_samples([(sensor, t, 10.1) for t in range(10, 20)])  # back
-        baseline = {"sensors": {"cpu": stats(10.0)}}
-        assert not bl.back_at_baseline(bl.machine_power(store, run, 0), baseline)
-        assert bl.back_at_baseline(bl.machine_power(store, run, 10), baseline)
-        assert not bl.back_at_baseline({}, baseline)  # nothing read yet: not back
+        tail.start()
+        tail.join(timeout=1.5)
+        assert tail.is_alive()  # 30 W: not back (it would take the whole 60 s)
+        watts["now"] = 10.0
+        back_from = time.monotonic_ns()
+        tail.join(timeout=40.0)
+        assert not tail.is_alive() and replies
+        ended = replies[0]
+        assert back_from <= ended["back_since_ns"] <= ended["tail_end_ns"]
+        with Store(tmp_path / "store.sqlite") as store:
+            rep = store.repetitions(run)[0]
+        assert rep["tail_end_ns"] == ended["tail_end_ns"]
+        assert rep["tail_end_ns"] - rep["t_end_ns"] < 45e9  # ended by the power, not at 60 s
+        plain = client.tail(run, 1, 0.3)  # without until_baseline: sampled the whole time
+        assert plain["back_since_ns"] is None
+        client.finish_run(run, "finished", 0)
 
 
 def test_the_gate_counts_quiet_time_before_it_began(tmp_path: Path):
@@ -128,3 +193,31 @@ def test_the_gate_counts_quiet_time_before_it_began(tmp_path: Path):
         blind = client.gate(run, rep=2, **no_wait)  # only what comes after it began
         assert all(c["pending"] for c in blind["checked"])  # too few readings, or none yet
         client.finish_run(run, "finished", 0)
+
+
+class FakeNvmlForTests:
+    """pynvml with one GPU, counting the calls made to it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def nvmlInit(self) -> None:  # noqa: N802  pynvml's names
+        self.calls += 1
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        return 1
+
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        pass
+
+
+def test_without_nvidias_driver_no_gpu_is_looked_for(monkeypatch, tmp_path: Path):
+    nvml = FakeNvmlForTests()
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setattr(experiment.sys, "platform", "linux")
+    monkeypatch.setattr(experiment, "NVIDIA_DRIVER_PATHS", (str(tmp_path / "no-driver"),))
+    assert experiment.gpu_present() is False and nvml.calls == 0
+    assert not experiment.sync_enabled(RunSettings(sync="auto"))
+    assert experiment.sync_enabled(RunSettings(sync="on"))
+    monkeypatch.setattr(experiment, "NVIDIA_DRIVER_PATHS", (str(tmp_path),))  # a driver
+    assert experiment.gpu_present() is True and nvml.calls == 1

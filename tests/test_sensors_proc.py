@@ -131,3 +131,15 @@ def test_utilisation_holds_its_value_within_a_window():
     first = machine.read()
     assert first is not None and 0 <= first <= 100
     assert machine.read() == first  # the window is not yet over: the same value
+
+
+
+def test_a_restarted_utilisation_has_no_value_until_its_new_window_is_long_enough():
+    machine = MachineCpuUtilisation(min_window_s=0.2)
+    time.sleep(0.25)
+    assert machine.read() is not None
+    time.sleep(0.25)  # a pause of the reader: its next window would span it
+    machine.restart()
+    assert machine.read() is None  # not the pause's value, nor the last one again
+    time.sleep(0.25)
+    assert machine.read() is not None

@@ -6,8 +6,12 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from test_server_support import FakeSensorForTests
 
+from fecomlite.sensors._files import KernelFile
+from fecomlite.sensors.base import GAUGE, BaseSensor
+from fecomlite.server import capture
 from fecomlite.server.sampler import Sampler, SamplingRates
 from fecomlite.store import Store
 
@@ -182,3 +186,53 @@ def test_the_writer_commits_while_a_run_records_without_being_asked(tmp_path: Pa
         assert counts(path, run).get("p", 0) > 0
     finally:
         sampler.close()
+
+
+class RateSensorForTests(BaseSensor):
+    """Work counted in a file (a regular file standing for /proc/stat) since the previous read,
+    as a utilisation is: the tick thread may read it."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(name="rate", domain="utilisation", unit="%", kind=GAUGE,
+                         device="machine", nominal_period_s=0.02, watch_period=False)
+        self.file = KernelFile(path, size=16)
+        self.last = self.file.read_int()
+
+    def _read(self) -> float:
+        now = self.file.read_int()
+        value, self.last = now - self.last, now
+        return float(value)
+
+    def restart(self) -> None:
+        self.last = self.file.read_int()
+
+    def kernel_files(self) -> list[KernelFile]:
+        return [self.file]
+
+
+@pytest.mark.parametrize("use_ticker", [True, False], ids=["tick thread", "python tick"])
+def test_no_rate_reading_spans_the_pause_between_two_runs(tmp_path: Path, use_ticker: bool):
+    if use_ticker and not capture.AVAILABLE:
+        pytest.skip("fecomlite.server._ticker is not built")
+    counter = tmp_path / "work"
+    counter.write_text("0")
+    path, first = new_run(tmp_path)
+    with Store(path) as store:
+        second = store.create_run(program="p")
+    sampler = Sampler([RateSensorForTests(counter)], path, flush_s=0.05, use_ticker=use_ticker)
+    sampler.start()
+    try:
+        sampler.record(first)
+        time.sleep(0.3)
+        sampler.stop_recording(first)
+        time.sleep(0.3)  # parked
+        counter.write_text("1000")  # work done between the runs
+        sampler.record(second)
+        time.sleep(0.3)
+        sampler.stop_recording(second)
+    finally:
+        sampler.close()
+    with Store(path) as store:
+        (sensor,) = store.sensors(second)
+        values = [v for _, v in store.samples(sensor["id"])]
+    assert values and set(values) == {0.0}  # the 1000 was done before the run began

@@ -33,9 +33,9 @@ if TYPE_CHECKING:
 PROBE_IMPORT = "import fecomlite.runtime.probe as __fecomlite__"
 PROJECT_SITE = batch_codec.PROJECT_SITE
 PUMP_DRAIN_S = 5.0  # how long output may still come after the program exited
-TAIL_STEP_S = 0.5  # the tail is checked against the baseline this often (the writer's period)
 MAX_LOOKBACK_S = 60.0  # how far back a gate may look at a machine left alone
 START_UP_S = 15.0  # a process this young is still starting: its load so far is its start-up
+NVIDIA_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/dxg")  # Linux, WSL 2
 
 
 @dataclasses.dataclass
@@ -123,7 +123,11 @@ def _read_manifest(path: Path | None) -> dict[str, Any]:
 
 
 def gpu_present() -> bool:
-    """Whether NVML sees a GPU: then method-level runs synchronise it at probe boundaries."""
+    """Whether NVML sees a GPU: then method-level runs synchronise it at probe boundaries.
+    On Linux without NVIDIA's driver (no /proc/driver/nvidia, nor WSL's /dev/dxg) none can:
+    pynvml, a twentieth of a second of every run's start-up, is not loaded then."""
+    if sys.platform == "linux" and not any(map(os.path.exists, NVIDIA_DRIVER_PATHS)):
+        return False
     try:
         import pynvml
 
@@ -348,22 +352,13 @@ class OpenRun:
 
     def _tail(self, rep: int) -> int:
         """Sample after the program until its power is back at the idle baseline, at most
-        `tail_s`; returns since when the machine has been back (for the next gate)."""
-        from fecomlite.server.baseline import back_at_baseline, machine_power
-        from fecomlite.store import Store
-
-        spent, total = 0.0, self.settings.tail_s
-        while spent < total:
-            step = min(TAIL_STEP_S, total - spent)
-            began = time.monotonic_ns()
-            self.client.tail(self.run_id, rep, step)
-            spent += step
-            if self.baseline is not None and spent < total:
-                with Store(self.client.store_path) as store:
-                    means = machine_power(store, self.run_id, began)
-                if back_at_baseline(means, self.baseline):
-                    return began
-        return time.monotonic_ns()
+        `tail_s` (the server judges it as the samples come); returns since when the machine
+        has been back (for the next gate)."""
+        reply = self.client.tail(
+            self.run_id, rep, self.settings.tail_s, until_baseline=self.baseline is not None
+        )
+        back = reply.get("back_since_ns")
+        return int(back) if back is not None else time.monotonic_ns()
 
     def _run_program(
         self,

@@ -53,6 +53,9 @@ class BaseSensor:
     A source whose reads are nothing but `KernelFile` reads (and arithmetic on them) says so by
     listing the files in a `kernel_files()` method: the sampler may then read those files on its
     C tick thread and run `read()` later on what was read then (sensors/_files.py).
+    A source whose value is a rate over the time since its previous read has a `restart()`: the
+    sampler calls it on the reading thread when it resumes after a pause, so that no value spans
+    the pause.
     """
 
     def __init__(

@@ -173,6 +173,9 @@ class EstimatedCpuPower(BaseSensor):
             return None
         return self.envelope.idle_w + (self.envelope.max_w - self.envelope.idle_w) * u
 
+    def restart(self) -> None:
+        self._share.restart()
+
     def kernel_files(self) -> list[KernelFile]:
         return self._share.kernel_files()
 
@@ -243,6 +246,9 @@ class EstimatedDramPower(BaseSensor):
         if u is None:
             return None
         return self.gib * (DRAM_STATIC_W_PER_GIB + DRAM_ACTIVE_W_PER_GIB * u)
+
+    def restart(self) -> None:
+        self._share.restart()
 
     def kernel_files(self) -> list[KernelFile]:
         return self._share.kernel_files()

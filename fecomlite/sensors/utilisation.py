@@ -52,6 +52,14 @@ class MachineCpuShare:
                 self._last, self._last_t = (busy, total), now
         return self.value
 
+    def restart(self) -> None:
+        """A new window from now, with no value until it is long enough: after the reader
+        paused, the next window would span the pause (a run's first utilisation would be the
+        machine's mean since the last run)."""
+        self._last_t = monotonic()
+        self._last = self._ticks()
+        self.value = None
+
     def kernel_files(self) -> list[KernelFile]:
         return [self._file]
 
@@ -80,6 +88,9 @@ class MachineCpuUtilisation(BaseSensor):
     def _read(self) -> float | None:
         share = self._share.update()
         return None if share is None else 100.0 * share
+
+    def restart(self) -> None:
+        self._share.restart()
 
     def kernel_files(self) -> list[KernelFile]:
         return self._share.kernel_files()

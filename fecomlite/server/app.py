@@ -122,6 +122,13 @@ def _float(body: dict[str, Any], key: str) -> float:
     return float(value)
 
 
+def _bool(body: dict[str, Any], key: str) -> bool:
+    value = body.get(key, False)
+    if not isinstance(value, bool):
+        raise ValueError(f"{key} must be true or false")
+    return value
+
+
 def _obj(body: dict[str, Any], key: str) -> dict[str, Any] | None:
     value = body.get(key)
     if value is not None and not isinstance(value, dict):
@@ -195,7 +202,8 @@ def _rep_end(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) ->
 
 @_route("POST", REP + "/tail", "admin")
 def _tail(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
-    return svc.tail(int(m["run"]), int(m["rep"]), _float(body, "seconds"))
+    return svc.tail(int(m["run"]), int(m["rep"]), _float(body, "seconds"),
+                    until_baseline=_bool(body, "until_baseline"))
 
 
 @_route("POST", RUN + "/idle", "admin")

@@ -3,24 +3,27 @@
 A run may reuse the idle baseline of a recent run of the same store when a short check now
 agrees with it, sensor by sensor (the machine is in the state it was measured in); the reuse is
 stored with the run (`idle_baseline`: `reused_from_run`, `age_s`, `check`) and printed. A tail
-may end as soon as the machine's power is back at that baseline. Both compare a window's mean
-power with the baseline's mean, within `TOLERANCE` of it or two of its standard deviations,
-whichever is wider: the noise the baseline itself showed.
+may end as soon as the machine's power is back at that baseline (`back_since`, judged by the
+server as the samples come). Both compare a window's mean power with the baseline's mean, within
+`TOLERANCE` of it or two of its standard deviations, whichever is wider: the noise the baseline
+itself showed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from typing import Any
 
-import numpy as np
-
-from fecomlite.server.series import POWER_KINDS, Series, mean_power
+from fecomlite.server.series import Series, mean_power
 from fecomlite.store import Store
 
 TOLERANCE = 0.05  # relative difference of mean power still counted as the same state
 CHECK_S = 1.0  # the short idle measurement a reuse is checked with
+TAIL_WINDOW_S = 0.3  # a tail is judged on its newest readings over this long
+TAIL_MIN_SPAN_S = 0.2  # ...once a sensor's readings after the program span this long
+TAIL_MIN_READINGS = 3
 
 
 def latest_baseline(
@@ -81,33 +84,28 @@ def reuse(
     return detail
 
 
-def machine_power(store: Store, run_id: int, since_ns: int) -> dict[str, float]:
-    """Mean power (W) of each of the run's machine power sensors over the samples stored since
-    `since_ns` (the writer commits every half second: the newest may not be there yet)."""
-    means = {}
-    for row in store.sensors(run_id):
-        if row["kind"] not in POWER_KINDS:
-            continue
-        samples = store.samples(row["id"], since_ns)
-        series = Series(
-            row["name"],
-            row["domain"],
-            row["unit"],
-            row["kind"],
-            row["provenance"],
-            row["model"],
-            np.array([s[0] for s in samples], dtype=np.int64),
-            np.array([s[1] for s in samples], dtype=float),
-        )
-        mean = mean_power(series) if len(samples) > 1 else None
-        if mean is not None and math.isfinite(mean):
-            means[row["name"]] = mean
-    return means
-
-
-def back_at_baseline(means: dict[str, float], baseline: dict[str, Any]) -> bool:
-    """Every sensor of the baseline has a mean now, within the allowed difference of it."""
+def back_since(
+    series: list[Series], baseline: dict[str, Any], ended_ns: int, settle_ns: dict[str, int]
+) -> int | None:
+    """Since when every sensor of `baseline` reads back at it (or below) after a program ended at
+    `ended_ns`, judged on its newest `TAIL_WINDOW_S` of readings (at least `TAIL_MIN_READINGS`,
+    spanning `TAIL_MIN_SPAN_S`); None while one does not. A sensor's readings count from
+    `settle_ns[name]` after the end: its first ones after it may still cover part of the program
+    (a utilisation's window, a counter's step)."""
     stats = baseline.get("sensors") or {}
-    return bool(stats) and all(
-        name in means and _share(means[name], s) <= 1.0 for name, s in stats.items()
-    )
+    by_name = {s.name: s for s in series}
+    since = []
+    for name, st in stats.items():
+        s = by_name.get(name)
+        if s is None:
+            return None
+        after = s.t_ns >= ended_ns + settle_ns.get(name, 0)
+        t, v = s.t_ns[after], s.values[after]
+        if t.size < TAIL_MIN_READINGS or t[-1] - t[0] < TAIL_MIN_SPAN_S * 1e9:
+            return None
+        newest = t >= t[-1] - int(TAIL_WINDOW_S * 1e9)
+        mean = mean_power(dataclasses.replace(s, t_ns=t[newest], values=v[newest]))
+        if mean is None or not math.isfinite(mean) or _share(max(mean, st["mean_w"]), st) > 1.0:
+            return None  # (below the baseline is back too: what ran before us stopped)
+        since.append(int(t[newest][0]))
+    return max(since) if since else None

@@ -142,9 +142,14 @@ class ServerClient:
         self._call("POST", f"/api/runs/{run_id}/reps/{rep}/end",
                    {"t_ns": time.monotonic_ns(), "exit_code": exit_code})
 
-    def tail(self, run_id: int, rep: int, seconds: float) -> dict[str, Any]:
-        """Keep sampling `seconds` after the repetition ended (blocks that long)."""
-        return self._call("POST", f"/api/runs/{run_id}/reps/{rep}/tail", {"seconds": seconds},
+    def tail(
+        self, run_id: int, rep: int, seconds: float, until_baseline: bool = False
+    ) -> dict[str, Any]:
+        """Keep sampling `seconds` after the repetition ended (blocks that long), or with
+        `until_baseline` until power is back at the run's idle baseline, if sooner:
+        {tail_end_ns, back_since_ns (None: not seen back)}."""
+        return self._call("POST", f"/api/runs/{run_id}/reps/{rep}/tail",
+                          {"seconds": seconds, "until_baseline": until_baseline},
                           timeout=seconds + SLACK_S)
 
     def post_batch(self, run_id: int, token: str, body: bytes) -> int:

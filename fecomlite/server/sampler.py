@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -245,7 +245,8 @@ class Sampler:
             if clock() >= next_flush and not self._writer_keeps_time:
                 self._wake_writer.set()
                 next_flush = clock() + self.flush_s
-            if not self._active.is_set():
+            resumed = not self._active.is_set()
+            if resumed:
                 self._active.wait()
                 version = -1  # start afresh: no burst of overdue reads after a pause
             if version != self._version:
@@ -254,6 +255,8 @@ class Sampler:
                 self._grid_ticking = bool(plan)
                 next_tick = [0] * len(plan)
                 start, k = clock(), 0
+            if resumed:
+                _restart(sensor for _, sensor in plan)
             if not plan:  # all on the tick thread: park until the sensors change
                 self._regrouped.wait()
                 continue
@@ -308,6 +311,7 @@ class Sampler:
     def _write_loop(self) -> None:
         ticks: capture.Capture | None = None
         version, lost_before = -1, 0  # records lost by the tick threads this one replaced
+        parked = True  # the tick thread does not run: its rate sensors restart when it does
         with Store(self.store_path) as store:
             try:
                 while True:
@@ -329,9 +333,12 @@ class Sampler:
                         self.errors["tick buffer"] = lost
                     if ticks is not None:
                         if self._active.is_set() and not stopping:
+                            if parked:  # (its sensors are decoded on this thread)
+                                _restart(sensor for _, sensor in ticks.plan)
                             ticks.start()
                         else:
                             ticks.stop()
+                        parked = not self._active.is_set() or stopping
                     self._write(store)
                     with self._written:
                         self._generation += 1
@@ -390,6 +397,17 @@ class Sampler:
         if sensor_id is None:
             sensor_id = rec.ids[sensor.name] = store.add_sensor(run_id, **sensor_row(sensor))
         return sensor_id
+
+
+def _restart(sensors: Iterable[Sensor]) -> None:
+    """Rate sensors begin a new window (`BaseSensor`): none of their values spans a pause."""
+    for sensor in sensors:
+        restart = getattr(sensor, "restart", None)
+        if callable(restart):
+            try:
+                restart()
+            except Exception as exc:  # best effort: its next value then spans the pause
+                print(f"fecomlite server: restarting {sensor.name}: {exc}", file=sys.stderr)
 
 
 def _close(sensor: Sensor) -> None:

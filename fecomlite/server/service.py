@@ -33,6 +33,7 @@ import numpy as np
 from fecomlite import __version__
 from fecomlite.runtime import batch_codec
 from fecomlite.server import spool
+from fecomlite.server.baseline import back_since
 from fecomlite.server.gate import GateThresholds, gated, wait_for_stable
 from fecomlite.server.idlewatch import IdleWatch
 from fecomlite.server.monitor import Monitor
@@ -44,6 +45,7 @@ from fecomlite.store import Store
 MAX_WINDOW_S = 3600.0
 FINISHED_STATUSES = ("finished", "failed", "interrupted")
 WATCHDOG_S = 1.0  # how often the owners of open runs are checked
+TAIL_POLL_S = 0.1  # how often a tail checks whether power is back at the idle baseline
 
 ProcessSensors = Callable[[int], tuple[list[Sensor], list[str]]]
 
@@ -272,14 +274,36 @@ class MeasurementService:
             run_id, rep, t_end_ns=t_ns or time.monotonic_ns(), exit_code=exit_code
         )
 
-    def tail(self, run_id: int, rep: int, seconds: float) -> dict[str, Any]:
-        """Keep sampling `seconds` after the repetition ended (power decays late), then mark it."""
+    def tail(
+        self, run_id: int, rep: int, seconds: float, until_baseline: bool = False
+    ) -> dict[str, Any]:
+        """Keep sampling after the repetition ended (power decays late), `seconds` at most; with
+        `until_baseline`, only until the machine's power is back at the run's idle baseline
+        (`fecomlite.server.baseline.back_since`, checked every `TAIL_POLL_S` on what was read
+        up to then). Returns when the tail ended and since when power was back (None: not
+        seen back)."""
         self._run(run_id)
+        store = self._db()
+        began = time.monotonic_ns()
+        deadline = began + int(_window(seconds) * 1e9)
+        ended = next((r["t_end_ns"] for r in store.repetitions(run_id)
+                      if r["rep"] == rep and r["t_end_ns"] is not None), began)
+        baseline = (store.result(run_id, "idle_baseline") or {}) if until_baseline else {}
+        settle = {s.name: int(2 * max(self.sampler.interval(s), s.period_s or 0) * 1e9)
+                  for s in self.sampler.sensors}
+        poll_s = TAIL_POLL_S if baseline.get("sensors") else None
+        back = None
         with self._doing(run_id, "tail", rep=rep, seconds=seconds):
-            self._sleep(_window(seconds))
+            while back is None and (left := (deadline - time.monotonic_ns()) / 1e9) > 0:
+                self._sleep(left if poll_s is None else min(poll_s, left))
+                if poll_s is not None:
+                    self.sampler.flush()
+                    series = self._series(store, run_id, ended, None,
+                                          wanted=lambda d, k: k in POWER_KINDS)
+                    back = back_since(series, baseline, ended, settle)
         tail_end = time.monotonic_ns()
-        self._db().upsert_repetition(run_id, rep, tail_end_ns=tail_end)
-        return {"tail_end_ns": tail_end}
+        store.upsert_repetition(run_id, rep, tail_end_ns=tail_end)
+        return {"tail_end_ns": tail_end, "back_since_ns": back}
 
     # -- idle baseline and gate ----------------------------------------------------------------
 
