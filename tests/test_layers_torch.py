@@ -3,11 +3,14 @@ global to the process that installs them)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -105,13 +108,28 @@ class FakeCudaEventForTests:
         return (end.t - self.t) / 1e6  # ms
 
 
+
+@contextlib.contextmanager
+def global_hooks(tracer: Any) -> Iterator[None]:
+    """The tracer's global forward hooks, as `--trace-layers` adds them, removed after."""
+    from torch.nn.modules import module
+
+    handles = [
+        module.register_module_forward_pre_hook(tracer.pre),
+        module.register_module_forward_hook(tracer.post, always_call=True),
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
 def test_layers_on_cuda_are_timed_by_device_events_with_one_wait_per_driving_call():
     """The hooks' path for CUDA tensors, with fake CUDA events: spans come from the events'
     times (not the CPU clock) and the GPU is waited for once per forward call and once per
     backward pass, never per layer."""
     import torch
     import torch.nn as nn
-    from torch.nn.modules import module
 
     from fecomlite.runtime.layers.device_time import DeviceClock
     from fecomlite.runtime.layers.torch_hooks import TorchTracer
@@ -128,11 +146,7 @@ def test_layers_on_cuda_are_timed_by_device_events_with_one_wait_per_driving_cal
     tracer = TracerOnFakeCudaForTests(
         torch, lambda *event: recorded.append(event), sync=None, clock=clock
     )
-    handles = [
-        module.register_module_forward_pre_hook(tracer.pre),
-        module.register_module_forward_hook(tracer.post, always_call=True),
-    ]
-    try:
+    with global_hooks(tracer):
         net = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
         out = net(torch.randn(2, 4, requires_grad=True))
         assert recorded == [
@@ -143,9 +157,6 @@ def test_layers_on_cuda_are_timed_by_device_events_with_one_wait_per_driving_cal
         assert gpu.waits == 1
         recorded.clear()
         out.sum().backward()
-    finally:
-        for handle in handles:
-            handle.remove()
     assert gpu.waits == 2
     assert [site for site, *_ in recorded] == [
         "layer-backward:Sequential/2 (Linear)",
@@ -165,7 +176,6 @@ def test_backward_spans_run_on_autograd_s_device_thread_are_recorded_on_the_forw
 
     import torch
     import torch.nn as nn
-    from torch.nn.modules import module
 
     from fecomlite.runtime.layers.device_time import DeviceClock
     from fecomlite.runtime.layers.torch_hooks import TorchTracer
@@ -190,18 +200,11 @@ def test_backward_spans_run_on_autograd_s_device_thread_are_recorded_on_the_forw
             thread.join()
 
     tracer = TracerOnFakeCudaDeviceThreadForTests(torch, record, sync=None, clock=clock)
-    handles = [
-        module.register_module_forward_pre_hook(tracer.pre),
-        module.register_module_forward_hook(tracer.post, always_call=True),
-    ]
-    try:
+    with global_hooks(tracer):
         net = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
         out = net(torch.randn(2, 4, requires_grad=True))
         recorded.clear()
         out.sum().backward()
-    finally:
-        for handle in handles:
-            handle.remove()
     assert len(device_threads) == 1 and device_threads[0] != threading.get_ident()
     assert [site for site, _ in recorded] == [
         "layer-backward:Sequential/2 (Linear)",
