@@ -281,10 +281,7 @@ def record(
     a later piece of the span recorded before it at this site on this thread (one call cut
     apart); tid: the thread it belongs to when not this one (0)."""
     status = (RAISED if raised else 0) | (CONTINUES if continues else 0)
-    if tid:
-        _record(site, t_start_ns, t_end_ns, status, -1, -1, tid)
-    else:
-        _record(site, t_start_ns, t_end_ns, status)
+    _record(site, t_start_ns, t_end_ns, status, -1, -1, tid)  # tid 0: this thread (both buffers)
 
 
 def flush() -> None:
