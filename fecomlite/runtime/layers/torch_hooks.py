@@ -45,35 +45,35 @@ MAX_NODES = 10_000  # graph nodes one count visits at most
 
 
 @dataclass
-class _Backward:
-    """One layer call's backward span, filled in by graph hooks."""
+class _Timed:
+    """A layer call's span, made to nest with its kind's (`nest`)."""
 
     site: str
-    parent: _Backward | None  # the enclosing layer's span (its begin stays 0 if never hooked)
+    parent: _Timed | None  # the enclosing layer's span of the same kind
     depth: int
-    params: int = 0
     begin: int = 0
     end: int = 0
-    handles: list[Any] = field(default_factory=list)
     device: Any = None  # a CUDA device: the span is timed by events on it
     marks: list[Any] = field(default_factory=lambda: [None, None])  # its start and end events
     continues: bool = False  # a later piece of a span cut apart (`nest`)
+
+
+@dataclass
+class _Backward(_Timed):
+    """One layer call's backward span, filled in by graph hooks (a parent whose begin stays 0
+    was never hooked)."""
+
+    params: int = 0
+    handles: list[Any] = field(default_factory=list)
     tid: int = 0  # the thread that ran the forward (autograd may run backward on another)
 
 
 @dataclass
-class _Forward:
-    """One layer call's forward span on a GPU, recorded when the driving call ends."""
+class _Forward(_Timed):
+    """One layer call's forward span on a GPU, recorded when the driving call ends (device
+    None: a CPU-timed layer inside a GPU-timed one)."""
 
-    site: str
-    parent: _Forward | None
-    depth: int
-    begin: int = 0
-    end: int = 0
     raised: bool = False
-    device: Any = None  # None: a CPU-timed layer inside a GPU-timed one
-    marks: list[Any] = field(default_factory=lambda: [None, None])
-    continues: bool = False  # a later piece of a span cut apart (`nest`)
 
 
 @dataclass
@@ -168,9 +168,9 @@ class TorchTracer:
             frame.backward = _Backward(
                 facts.site_key(facts.BACKWARD, model, path, cls), up, len(stack)
             )
-        device = None if frame.silent else self._device(args)
+        device = None if frame.silent or not stack else self._device(args)  # the root: no span
         up_forward = stack[-1].forward if stack else None
-        if stack and (device is not None or up_forward is not None):
+        if device is not None or up_forward is not None:
             frame.forward = _Forward(frame.site, up_forward, len(stack), device=device)
         stack.append(frame)
         if frame.forward is not None and device is not None:
