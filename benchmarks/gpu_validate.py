@@ -115,6 +115,11 @@ if sys.argv[5] == "reference" and device == "cuda":  # the heavy layer timed by 
 """
 
 
+def plain_env() -> dict[str, str]:
+    """This environment without fecomlite's settings: a child `fecomlite run` sets its own."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
+
+
 def validate_layers(root: Path, device: str, quick: bool) -> dict:
     """(e): the heavy layer's forward spans from `--trace-layers` against its CUDA-event time
     measured by the program itself (on CPU: its median span only, a smoke run)."""
@@ -135,7 +140,7 @@ def validate_layers(root: Path, device: str, quick: bool) -> dict:
         if line.startswith("heavy_s"):
             reference = float(line.split()[-1])
     home = root / "layers-home"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
+    env = plain_env()
     subprocess.run(
         [sys.executable, "-m", "fecomlite.cli", "run", str(project / "layers.py"), "--home",
          str(home), "--trace-layers", "--sync", "off", "--repeat", "1", "--idle", "3",
@@ -217,7 +222,7 @@ def validate_ddp(root: Path) -> list[str]:
     project.mkdir()
     (project / "ddp_nccl.py").write_text(textwrap.dedent(DDP_NCCL))
     home, out = root / "ddp-home", root / "ddp-report"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
+    env = plain_env()
     run = subprocess.run(
         [sys.executable, "-m", "fecomlite.cli", "run", "--home", str(home), "--repeat", "1",
          "--idle", "3", "--tail", "1", "--no-gate", "--nproc-per-node", "1", "--trace-layers",
@@ -278,7 +283,7 @@ def make_plan(device: str, quick: bool, seed: int = 1) -> list[tuple[int, int, f
 
 
 def fecomlite_run(home: Path, project: Path, plan: list, device: str, *extra: str) -> int:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
+    env = plain_env()
     env["PYTHONPATH"] = os.pathsep.join([str(project.parent / "lib"), env.get("PYTHONPATH", "")])
     cmd = [
         sys.executable, "-m", "fecomlite.cli", "run", str(project / "workload.py"),
