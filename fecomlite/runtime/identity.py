@@ -38,14 +38,15 @@ def rank_fields(environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
 def clock_offset_ns(tries: int = 3) -> int:
     """Wall clock − CLOCK_MONOTONIC from the tightest of `tries` bracketed reads: a read paused
     between its two clocks (a busy machine) would be off by the pause."""
-    best_gap, offset = None, 0
-    for _ in range(tries):
-        m0 = time.monotonic_ns()
-        wall = time.time_ns()
-        m1 = time.monotonic_ns()
-        if best_gap is None or m1 - m0 < best_gap:
-            best_gap, offset = m1 - m0, wall - (m0 + m1) // 2
-    return offset
+    return min((_bracketed_read() for _ in range(tries)), key=lambda read: read[0])[1]
+
+
+def _bracketed_read() -> tuple[int, int]:
+    """(gap between the monotonic reads around the wall clock's, the offset they give)."""
+    m0 = time.monotonic_ns()
+    wall = time.time_ns()
+    m1 = time.monotonic_ns()
+    return m1 - m0, wall - (m0 + m1) // 2
 
 
 def cuda_device(local_rank: int, environ: Mapping[str, str] = os.environ) -> str:
