@@ -130,9 +130,8 @@ class _Slot:
 
     def __init__(self, timer: CommTimer, state: Any) -> None:
         self.timer, self.state = timer, state
-        self.inner: Callable[..., Any] | None = None
+        self.inner: Callable[..., Any] | None = None  # set: the slot is the program's
         self.site = site_key(None)
-        self.replaced = False
 
     def __call__(self, _state: Any, bucket: Any) -> Any:
         t0 = _now()
@@ -167,12 +166,12 @@ class CommTimer:
         @functools.wraps(original)
         def register_comm_hook(ddp: Any, state: object, hook: Callable[..., Any]) -> None:
             slot = timer.slots.get(ddp)
-            if slot is None or slot.replaced:
+            if slot is None or slot.inner is not None:
                 return original(ddp, state, timer.timed(hook))
             ddp._check_comm_hook(hook)  # what DDP would check and log, then the slot is theirs
             ddp.logger._set_comm_hook_name(hook.__qualname__)
             ddp._comm_hooks.append((hook, state))
-            slot.state, slot.inner, slot.site, slot.replaced = state, hook, site_key(hook), True
+            slot.state, slot.inner, slot.site = state, hook, site_key(hook)
             return None
 
         self.ddp_type.register_comm_hook = register_comm_hook
