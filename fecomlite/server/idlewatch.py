@@ -30,6 +30,7 @@ import numpy as np
 
 from fecomlite.sensors.base import Sensor
 from fecomlite.server.gate import GateThresholds, evaluate, gated
+from fecomlite.server.sampler import call_each
 from fecomlite.server.series import POWER_KINDS, Series, idle_stats, mean_power
 
 PERIOD_S = 0.25  # 20 readings (the gate's window) in 5 s, the default idle baseline
@@ -70,7 +71,7 @@ class IdleWatch:
         if self.sensors:
             self._thread.start()
         else:
-            _close(self._all)
+            call_each(self._all, "close")
 
     def close(self) -> None:
         """Stop reading; the sensors are closed by the thread that read them."""
@@ -103,7 +104,7 @@ class IdleWatch:
                         last_read[i] = now
                 self._add(time.monotonic_ns(), tuple(values))
         finally:
-            _close(self._all)
+            call_each(self._all, "close")
 
     def _add(self, t_ns: int, values: tuple[float | None, ...]) -> None:
         with self._lock:
@@ -259,10 +260,3 @@ def _column(
     kept = [(t, v[i]) for t, v in rows if v[i] is not None]
     return (np.array([t for t, _ in kept], dtype=np.int64),
             np.array([v for _, v in kept], dtype=float))
-
-
-def _close(sensors: Sequence[Sensor]) -> None:
-    for sensor in sensors:
-        close = getattr(sensor, "close", None)
-        if callable(close):
-            close()
