@@ -361,9 +361,10 @@ class MeasurementService:
         store = self._db()
         began = run.watched_until_ns or store.run(run_id)["t_start_ns"]
         gate_began = time.monotonic_ns()
-        before_run = [0]
+        before_run = 0
 
         def latest() -> list[Series]:
+            nonlocal before_run
             self.sampler.flush()  # judge what was read up to now, not up to the last write
             t0 = max(since, time.monotonic_ns() - lookback_ns)
             earlier = self.idle_watch.series(t0, began)
@@ -371,13 +372,13 @@ class MeasurementService:
             # run, the first reads after the sampler's park) is left out as its start-up is
             fresh = gate_began if any(t.size for t, _ in earlier.values()) else t0
             series = self._series(store, run_id, max(t0, fresh), None, wanted=gated)
-            before_run[0] = _prepend(series, earlier)
+            before_run = _prepend(series, earlier)
             return series
 
         with self._doing(run_id, "gate", max_wait_s=th.max_wait_s):
             result = wait_for_stable(latest, th, sleep=self._sleep)
-        if before_run[0]:
-            result["readings_before_run"] = before_run[0]
+        if before_run:
+            result["readings_before_run"] = before_run
         with self._lock:
             self._activity[run_id]["gate"] = result
         if rep is not None:
