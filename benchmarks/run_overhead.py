@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from fecomlite.analysis.baseline_text import described
 from fecomlite.server.client import ensure_server, live_client
 from fecomlite.store import Store
 
@@ -149,13 +150,7 @@ def main() -> None:
 
 
 def _what_it_did(store: Store, run: int, wall_s: float) -> str:
-    idle = store.result(run, "idle_baseline") or {}
-    if "rolling" in idle:
-        reused = f"baseline: the server's rolling estimate ({idle['rolling']['age_s']:g} s old)"
-    elif idle.get("reused_from_run") is not None:
-        reused = f"baseline reused from run {idle['reused_from_run']} ({idle['age_s']:g} s old)"
-    else:
-        reused = f"baseline measured {idle.get('seconds', 0):g} s"
+    reused = "baseline: " + described(store.result(run, "idle_baseline") or {})
     refused = (store.result(run, "rolling_idle") or {}).get("refused")
     parts = [reused + (f" (rolling estimate refused: {refused})" if refused else "")]
     for rep in store.repetitions(run):

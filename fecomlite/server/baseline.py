@@ -79,7 +79,13 @@ def reuse(
             "worst_share_of_tolerance": round(share, 3),
         },
     }
-    store.update_run(run_id, idle={k: v["mean_w"] for k, v in baseline["sensors"].items()})
+    return keep(store, run_id, detail)
+
+
+def keep(store: Store, run_id: int, detail: dict[str, Any]) -> dict[str, Any]:
+    """Make `detail` (measured, reused or estimated) the run's idle baseline: its means on the
+    run, the whole as the run's `idle_baseline` result."""
+    store.update_run(run_id, idle={k: v["mean_w"] for k, v in detail["sensors"].items()})
     store.put_result(run_id, "idle_baseline", detail)
     return detail
 

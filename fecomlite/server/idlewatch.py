@@ -29,7 +29,9 @@ from typing import Any
 import numpy as np
 
 from fecomlite.sensors.base import Sensor
+from fecomlite.server.baseline import agreement
 from fecomlite.server.gate import GateThresholds, evaluate, gated
+from fecomlite.server.sampler import call_each
 from fecomlite.server.series import POWER_KINDS, Series, idle_stats, mean_power
 
 PERIOD_S = 0.25  # 20 readings (the gate's window) in 5 s, the default idle baseline
@@ -70,7 +72,7 @@ class IdleWatch:
         if self.sensors:
             self._thread.start()
         else:
-            _close(self._all)
+            call_each(self._all, "close")
 
     def close(self) -> None:
         """Stop reading; the sensors are closed by the thread that read them."""
@@ -80,6 +82,7 @@ class IdleWatch:
 
     def _loop(self) -> None:
         last_read = [0.0] * len(self.sensors)
+        periods = [SLOW_PERIOD_S if getattr(s, "slow", False) else 0.0 for s in self.sensors]
         interrupted = False
         try:
             while not self._stop.wait(self.period_s):
@@ -95,15 +98,13 @@ class IdleWatch:
                 now = time.monotonic()
                 values = []
                 for i, sensor in enumerate(self.sensors):
-                    due = now - last_read[i] >= (
-                        SLOW_PERIOD_S if getattr(sensor, "slow", False) else 0
-                    )
+                    due = now - last_read[i] >= periods[i]
                     values.append(sensor.read() if due else None)
                     if due:
                         last_read[i] = now
                 self._add(time.monotonic_ns(), tuple(values))
         finally:
-            _close(self._all)
+            call_each(self._all, "close")
 
     def _add(self, t_ns: int, values: tuple[float | None, ...]) -> None:
         with self._lock:
@@ -155,7 +156,7 @@ class IdleWatch:
         if age_s > max_age_s:
             return {"refused": f"the newest quiet, stable stretch ended {age_s:.0f} s ago "
                                f"(at most {max_age_s:g} s)"}
-        now = self._state(rows[-NOW_READINGS:])
+        now = _state(self._series(rows[-NOW_READINGS:]))
         why = self._differs(now, found)
         if why:
             return {"refused": f"the machine's state changed since: {why}"}
@@ -203,31 +204,13 @@ class IdleWatch:
             "t_end_ns": rows[-1][0],
             "readings": len(rows),
             "sensors": stats,
-            "conditions": self._state(rows),
+            "conditions": _state(series),
             "checked": [{k: c[k] for k in ("sensor", "check", "value", "limit")}
                         for c in checks],
         }
 
-    def _state(self, rows: list[tuple[int, tuple[float | None, ...]]]) -> dict[str, Any]:
-        """Mean power per power sensor, mean utilisation, last temperature: a machine's state."""
-        state: dict[str, Any] = {"power_w": {}, "utilisation_pct": {}, "temperature_c": {}}
-        for s in self._series(rows):
-            if s.values.size == 0:
-                continue
-            if s.kind in POWER_KINDS:
-                mean = mean_power(s) if s.values.size > 1 or s.kind == "power" else None
-                if mean is not None:
-                    state["power_w"][s.name] = mean
-            elif s.domain == "utilisation":
-                state["utilisation_pct"][s.name] = float(s.values.mean())
-            elif s.domain == "temperature":
-                state["temperature_c"][s.name] = float(s.values[-1])
-        return state
-
     def _differs(self, now: dict[str, Any], then: dict[str, Any]) -> str | None:
         """Why the machine's state `now` is not the one the estimate `then` was made in."""
-        from fecomlite.server.baseline import agreement
-
         share = agreement({"sensors": {n: {"mean_w": w} for n, w in now["power_w"].items()}},
                           then)
         if share is None:
@@ -245,6 +228,23 @@ class IdleWatch:
         return None
 
 
+def _state(series: list[Series]) -> dict[str, Any]:
+    """Mean power per power sensor, mean utilisation, last temperature: a machine's state."""
+    state: dict[str, Any] = {"power_w": {}, "utilisation_pct": {}, "temperature_c": {}}
+    for s in series:
+        if s.values.size == 0:
+            continue
+        if s.kind in POWER_KINDS:
+            mean = mean_power(s) if s.values.size > 1 or s.kind == "power" else None
+            if mean is not None:
+                state["power_w"][s.name] = mean
+        elif s.domain == "utilisation":
+            state["utilisation_pct"][s.name] = float(s.values.mean())
+        elif s.domain == "temperature":
+            state["temperature_c"][s.name] = float(s.values[-1])
+    return state
+
+
 def _within(check: dict[str, Any]) -> bool:
     """A gate check passed on the window's values (however many a sensor gave: a slow one, or
     a utilisation's first read, gives fewer than the window's readings)."""
@@ -259,10 +259,3 @@ def _column(
     kept = [(t, v[i]) for t, v in rows if v[i] is not None]
     return (np.array([t for t, _ in kept], dtype=np.int64),
             np.array([v for _, v in kept], dtype=float))
-
-
-def _close(sensors: Sequence[Sensor]) -> None:
-    for sensor in sensors:
-        close = getattr(sensor, "close", None)
-        if callable(close):
-            close()

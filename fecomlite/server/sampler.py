@@ -167,8 +167,7 @@ class Sampler:
         for thread in self._threads:
             thread.join(timeout=10)
         with self._lock:
-            for sensor in self._retired + [s for g in self._groups.values() for s in g]:
-                _close(sensor)
+            call_each(self._retired + [s for g in self._groups.values() for s in g], "close")
             self._retired.clear()
 
     # -- recording -----------------------------------------------------------------------------
@@ -256,7 +255,7 @@ class Sampler:
                 next_tick = [0] * len(plan)
                 start, k = clock(), 0
             if resumed:
-                _restart(sensor for _, sensor in plan)
+                call_each((sensor for _, sensor in plan), "restart")
             if not plan:  # all on the tick thread: park until the sensors change
                 self._regrouped.wait()
                 continue
@@ -287,8 +286,7 @@ class Sampler:
             retired = [s for s in self._retired if mine(s)]
             self._retired = [s for s in self._retired if not mine(s)]
             current = [s for g in self._groups.values() for s in g if mine(s)]
-        for sensor in retired:
-            _close(sensor)
+        call_each(retired, "close")
         return version, current
 
     def _slow_loop(self, sensor: Sensor) -> None:
@@ -300,7 +298,7 @@ class Sampler:
                 if not current:
                     self._retired.remove(sensor)
             if not current:
-                _close(sensor)
+                call_each([sensor], "close")
                 return
             start = time.monotonic()
             self._read(sensor)
@@ -334,7 +332,7 @@ class Sampler:
                     if ticks is not None:
                         if self._active.is_set() and not stopping:
                             if parked:  # (its sensors are decoded on this thread)
-                                _restart(sensor for _, sensor in ticks.plan)
+                                call_each((sensor for _, sensor in ticks.plan), "restart")
                             ticks.start()
                         else:
                             ticks.stop()
@@ -399,21 +397,14 @@ class Sampler:
         return sensor_id
 
 
-def _restart(sensors: Iterable[Sensor]) -> None:
-    """Rate sensors begin a new window (`BaseSensor`): none of their values spans a pause."""
+def call_each(sensors: Iterable[Sensor], method: str) -> None:
+    """Call each sensor's optional `method` (`close`; `restart`: rate sensors begin a new
+    window, so that none of their values spans a pause), best effort: a sensor that fails is
+    reported and never stops its reader."""
     for sensor in sensors:
-        restart = getattr(sensor, "restart", None)
-        if callable(restart):
+        call = getattr(sensor, method, None)
+        if callable(call):
             try:
-                restart()
-            except Exception as exc:  # best effort: its next value then spans the pause
-                print(f"fecomlite server: restarting {sensor.name}: {exc}", file=sys.stderr)
-
-
-def _close(sensor: Sensor) -> None:
-    close = getattr(sensor, "close", None)
-    if callable(close):
-        try:
-            close()
-        except Exception as exc:  # closing is best effort; never stop the sampler for it
-            print(f"fecomlite server: closing {sensor.name}: {exc}", file=sys.stderr)
+                call()
+            except Exception as exc:
+                print(f"fecomlite server: {method} {sensor.name}: {exc}", file=sys.stderr)

@@ -33,7 +33,7 @@ import numpy as np
 from fecomlite import __version__
 from fecomlite.runtime import batch_codec
 from fecomlite.server import spool
-from fecomlite.server.baseline import back_since
+from fecomlite.server.baseline import back_since, keep
 from fecomlite.server.gate import GateThresholds, gated, wait_for_stable
 from fecomlite.server.idlewatch import IdleWatch
 from fecomlite.server.monitor import Monitor
@@ -320,10 +320,8 @@ class MeasurementService:
         for series in self._series(store, run_id, t0, t1, wanted=lambda d, k: k in POWER_KINDS):
             if (stats := idle_stats(series)) is not None:
                 baseline[series.name] = stats
-        store.update_run(run_id, idle={k: v["mean_w"] for k, v in baseline.items()})
         detail = {"seconds": seconds, "t_start_ns": t0, "t_end_ns": t1, "sensors": baseline}
-        store.put_result(run_id, "idle_baseline", detail)
-        return detail
+        return keep(store, run_id, detail)
 
     def idle_estimate(
         self, run_id: int, seconds: float, max_age_s: float, client_started_ns: int | None = None
@@ -350,9 +348,7 @@ class MeasurementService:
             "rolling": {**{k: found[k] for k in rolling},
                         "client_start_up_s": round((began - run.watched_until_ns) / 1e9, 3)},
         }
-        store.update_run(run_id, idle={k: v["mean_w"] for k, v in found["sensors"].items()})
-        store.put_result(run_id, "idle_baseline", detail)
-        return detail
+        return keep(store, run_id, detail)
 
     def gate(self, run_id: int, rep: int | None, thresholds: dict[str, Any]) -> dict[str, Any]:
         """Wait (bounded) until the machine is stable; store the verdict with the repetition.
@@ -365,9 +361,10 @@ class MeasurementService:
         store = self._db()
         began = run.watched_until_ns or store.run(run_id)["t_start_ns"]
         gate_began = time.monotonic_ns()
-        before_run = [0]
+        before_run = 0
 
         def latest() -> list[Series]:
+            nonlocal before_run
             self.sampler.flush()  # judge what was read up to now, not up to the last write
             t0 = max(since, time.monotonic_ns() - lookback_ns)
             earlier = self.idle_watch.series(t0, began)
@@ -375,13 +372,13 @@ class MeasurementService:
             # run, the first reads after the sampler's park) is left out as its start-up is
             fresh = gate_began if any(t.size for t, _ in earlier.values()) else t0
             series = self._series(store, run_id, max(t0, fresh), None, wanted=gated)
-            before_run[0] = _prepend(series, earlier)
+            before_run = _prepend(series, earlier)
             return series
 
         with self._doing(run_id, "gate", max_wait_s=th.max_wait_s):
             result = wait_for_stable(latest, th, sleep=self._sleep)
-        if before_run[0]:
-            result["readings_before_run"] = before_run[0]
+        if before_run:
+            result["readings_before_run"] = before_run
         with self._lock:
             self._activity[run_id]["gate"] = result
         if rep is not None:
