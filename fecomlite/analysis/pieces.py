@@ -38,6 +38,11 @@ def is_call(status: np.ndarray) -> np.ndarray:
     return (status & CONTINUES) == 0
 
 
+def call_count(status: np.ndarray) -> int:
+    """How many calls the events of `status` hold (their pieces counted once)."""
+    return int(is_call(status).sum())
+
+
 def per_call(heads: np.ndarray, idx: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Sums of `values` over each call's pieces among the rows `idx`, in order of the calls."""
     _, which = np.unique(heads[idx], return_inverse=True)
