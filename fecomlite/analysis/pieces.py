@@ -46,7 +46,7 @@ def call_count(status: np.ndarray) -> int:
 def per_call(heads: np.ndarray, idx: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Sums of `values` over each call's pieces among the rows `idx`, in order of the calls."""
     _, which = np.unique(heads[idx], return_inverse=True)
-    return np.bincount(which.ravel(), weights=values[idx], minlength=0)
+    return np.bincount(which, weights=values[idx])
 
 
 def calls_raised(heads: np.ndarray, idx: np.ndarray, status: np.ndarray) -> int:
