@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from conftest import run_cli
 
 # one repetition, no idle measurement, no stability gate: what a test needs of a run
 QUICK = ("--repeat", "1", "--idle", "0", "--tail", "0.2", "--no-gate")
@@ -85,16 +86,7 @@ def fecomlite_run(
 def report_json(cwd: Path, home: Path) -> dict[str, Any]:
     """`fecomlite report` of HOME's store into CWD/report (HTML too); its report.json."""
     out = cwd / "report"
-    command = [
-        sys.executable,
-        "-m",
-        "fecomlite.cli",
-        "report",
-        "--store",
-        str(home / "store.sqlite"),
-    ]
-    done = subprocess.run(
-        [*command, "--out", str(out)], cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S
-    )
+    store = str(home / "store.sqlite")
+    done = run_cli(cwd, "report", "--store", store, "--out", str(out), timeout=TIMEOUT_S)
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads((out / "report.json").read_text())

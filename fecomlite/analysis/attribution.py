@@ -533,7 +533,6 @@ def fit_intensities(
     decided by a Wald test of the intensities against the pooled mean and by interleaved k-fold
     cross-validation of per-interval predictions against the overlap model (one pooled intensity).
     """
-
     busy_rows = leaf.sum(axis=1) > 0
     m, y = leaf[busy_rows], above_J[busy_rows]
     ngroups = leaf.shape[1]

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from fecomlite.analysis.pieces import is_call
+from fecomlite.analysis.pieces import call_count
 
 DEFAULT_FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 # per-API figures fitted against the fraction: (key, unit, label)
@@ -121,7 +121,7 @@ def child_points(
         return {
             "fraction": fraction,
             "run_id": run_id,
-            "calls": int((mask & is_call(calls["status"])).sum()),  # a call's pieces: one
+            "calls": call_count(calls["status"][mask]),
             "in_bytes": float(inputs.mean()) if inputs.size else math.nan,  # per sized call
             "seconds": float(calls["duration_s"][mask].sum()),
             "energy_by_domain": {d: float(e[mask].sum()) for d, e in calls["energy_J"].items()},

@@ -38,10 +38,15 @@ def is_call(status: np.ndarray) -> np.ndarray:
     return (status & CONTINUES) == 0
 
 
+def call_count(status: np.ndarray) -> int:
+    """How many calls the events of `status` hold (their pieces counted once)."""
+    return int(is_call(status).sum())
+
+
 def per_call(heads: np.ndarray, idx: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Sums of `values` over each call's pieces among the rows `idx`, in order of the calls."""
     _, which = np.unique(heads[idx], return_inverse=True)
-    return np.bincount(which.ravel(), weights=values[idx], minlength=0)
+    return np.bincount(which, weights=values[idx])
 
 
 def calls_raised(heads: np.ndarray, idx: np.ndarray, status: np.ndarray) -> int:

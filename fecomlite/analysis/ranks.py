@@ -78,13 +78,14 @@ def add_rank_figures(analysis: RunAnalysis, processes: list[dict[str, Any]]) -> 
         return []
     calls = analysis.calls
     rank = rank_of_calls(processes, calls["pid"])
+    first = is_call(calls["status"])  # a call counts at its first piece
     api_index = {name: i for i, name in enumerate(analysis.api_names)}
     for row in analysis.apis:
         idx = np.flatnonzero(calls["api"] == api_index[row["api"]])
-        row["calls_by_rank"] = by_rank(rank, idx[is_call(calls["status"][idx])])
+        row["calls_by_rank"] = by_rank(rank, idx[first[idx]])
         row["time_by_rank"] = by_rank(rank, idx, calls["duration_s"])
         row["rank_time"] = spread(row["time_by_rank"])
         row["energy_by_rank"] = {
             domain: by_rank(rank, idx, energy) for domain, energy in calls["energy_J"].items()
         }
-    return rank_table(processes, rank[is_call(calls["status"])])
+    return rank_table(processes, rank[first])

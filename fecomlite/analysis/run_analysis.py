@@ -805,7 +805,7 @@ def _aggregate(
     heads = calls["call"]
     for g in range(ngroups):
         idx = order[bounds[g]:bounds[g + 1]]
-        n_calls = int(pieces.is_call(calls["status"][idx]).sum())
+        n_calls = pieces.call_count(calls["status"][idx])
         total_s = float(calls["duration_s"][idx].sum())
         row: dict[str, Any] = {
             "calls": n_calls,

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from fecomlite.analysis import units
-from fecomlite.analysis.pieces import is_call
+from fecomlite.analysis.pieces import call_count
 from fecomlite.analysis.run_analysis import RunAnalysis, analyse_run, mean_ci95
 from fecomlite.report import tables
 from fecomlite.report.palette import domain_color, domain_name, shade
@@ -244,7 +244,7 @@ def _run_summary(a: RunAnalysis) -> dict[str, Any]:
         "when": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(run["created_unix"]))
         if run.get("created_unix") else "–",
         "status": run.get("status"), "level": run.get("level"),
-        "repetitions": len(a.repetitions), "calls": int(is_call(a.calls["status"]).sum()),
+        "repetitions": len(a.repetitions), "calls": call_count(a.calls["status"]),
         "machine": f"{machine.get('cpu_model') or 'unknown CPU'}; GPUs: {gpus}",
         "method": a.method,
     }

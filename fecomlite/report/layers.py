@@ -90,9 +90,10 @@ def _notes(a: RunAnalysis, layer_facts: dict[str, Any]) -> list[str]:
     notes = []
     for site, fact in sorted(layer_facts.items()):
         if fact.get("phase") == "graph":
-            note = PROFILED_NOTE if fact.get("timed") else GRAPH_NOTE
-            if fact.get("xla") and not fact.get("timed"):
-                note = XLA_NOTE
+            if fact.get("timed"):
+                note = PROFILED_NOTE
+            else:
+                note = XLA_NOTE if fact.get("xla") else GRAPH_NOTE
             notes.append(
                 note.format(
                     model=fact.get("model"),
