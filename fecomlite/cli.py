@@ -66,6 +66,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "export_command",
         "Write a run as a Perfetto/Chrome trace or as OpenMetrics text.",
     ),
+    "store": (
+        "fecomlite.store.command",
+        "store_app",
+        "Check, copy (even while its server runs) or upgrade a run store.",
+    ),
     "merge": (
         "fecomlite.report.merge_command",
         "merge_command",

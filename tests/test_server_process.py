@@ -115,7 +115,10 @@ def test_spooled_batches_are_ingested_into_their_run_or_a_new_one(tmp_path: Path
         report = client.ingest_report(project / ".fecomlite" / "spool")
         again = client.ingest_report(project / ".fecomlite" / "spool")
     assert (report["events"], report["files"], report["bad_records"]) == (6, 2, 1)
-    assert report["bad_reasons"] == ["12.spool record 3: batch header lacks n or sites"]
+    assert report["bad_reasons"] == ["12.spool record 3: batch header lacks n or sites",
+                                     "12.spool record 4: torn: claims 1,000 bytes, the file "
+                                     "holds 10 more"]
+    assert (report["torn_records"], report["whole"]) == (1, False)  # 12.spool must be kept
     # every batch is stored once: the same spools again add nothing, and no new run
     assert (again["events"], again["duplicate_batches"], again["runs"]) == (0, 3, [])
     new_run = max(report["runs"])

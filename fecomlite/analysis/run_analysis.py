@@ -447,7 +447,7 @@ def analyse_run(
             "recording_s": float(iv.lengths_s.sum()),
         })
         intensities[domain] = _intensity_record(res, activities, method)
-    if intensities:
+    if intensities and not store.readonly:  # a report reads the store, never writes it
         store.put_result(run_id, "intensities", _plain(intensities))
 
     memory, memory_sensors = _memory(store, sensors, t0, t1)

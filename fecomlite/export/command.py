@@ -65,7 +65,7 @@ def export_command(
     from fecomlite.analysis import carbon
 
     try:
-        with Store(store or default_store_path(), create=False) as db:
+        with Store(store or default_store_path(), readonly=True) as db:
             run_id = db.latest_run_id() if run is None else run
             if fmt is Format.perfetto:
                 from fecomlite.export.perfetto import trace

@@ -395,7 +395,7 @@ def _load_models(home: Path | None, sweep: int | None, model: Path | None) -> En
         except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot read model {model}: {exc}") from exc
     store_path = (home or default_home()).resolve() / "store.sqlite"
-    with Store(store_path, create=False) as store:
+    with Store(store_path, readonly=True) as store:
         sweep_id = sweep if sweep is not None else latest_sweep_id(store)
         load_sweep(store, sweep_id)
         data = store.result(sweep_id, MODEL_RESULT)

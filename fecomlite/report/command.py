@@ -78,7 +78,7 @@ def report_command(
     chosen = [f.value for f in formats] if formats else list(FORMATS)
     runs = list(runs or [])
     try:
-        with Store(store or default_store_path(), create=False) as db:
+        with Store(store or default_store_path(), readonly=True) as db:
             if len(runs) > 2 or every or where:
                 from fecomlite.report.runs import runs_report, select_runs, write_runs
 

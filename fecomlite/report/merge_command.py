@@ -32,7 +32,7 @@ def merge_command(
 
     try:
         if job is None:
-            with Store(stores[0], create=False) as first:
+            with Store(stores[0], readonly=True) as first:
                 job = job_run(first, None)[1]
         folder = out or Path("reports") / f"job-{job}"
         merged = folder / "store.sqlite"
@@ -41,6 +41,6 @@ def merge_command(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     typer.echo(f"merged {len(stores)} stores into {merged}, {describe(merged, run_id)}")
-    with Store(merged, create=False) as store:
+    with Store(merged, readonly=True) as store:
         for path in write_report(build_report(store, run_id), folder):
             typer.echo(f"wrote {path}")

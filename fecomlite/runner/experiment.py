@@ -282,8 +282,8 @@ def run_experiment(
         outcome.status, outcome.exit_code = "interrupted", 130
     finally:
         for spool in log_dir.glob("*.spool"):  # events the probe could not post
-            client.ingest(spool)
-            spool.unlink()
+            if client.ingest_report(spool).get("whole"):  # else kept: torn records' events
+                spool.unlink()
         finished = client.finish_run(run_id, outcome.status, outcome.exit_code)
         outcome.status = str(finished.get("status", outcome.status))
         outcome.lost_events = int(finished.get("lost_events", 0))

@@ -30,6 +30,7 @@ import re
 import secrets
 import select
 import socket
+import sqlite3
 import sys
 import threading
 import urllib.parse
@@ -57,6 +58,10 @@ REQUEST_TIMEOUT_S = 30.0  # a connection silent this long (mid-request or kept a
 LOOPBACK = "127.0.0.1"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 METRICS_TIMEOUT_S = 30.0  # a metrics client that sends nothing is dropped after this
+MAX_ID = 2**62  # run and repetition numbers in URLs (SQLite holds 64-bit integers)
+MAX_NS = 2**62  # monotonic clock stamps (as batch_codec.MAX_NS)
+MAX_REP = 10**6 - 1  # as a batch header's rep (batch_codec)
+EXIT_CODES = (-(2**31), 2**31 - 1)  # a process's status, or minus the signal that ended it
 
 
 class ServerConfigError(ValueError):
@@ -112,6 +117,29 @@ def _int(body: dict[str, Any], key: str, default: int | None = None) -> int | No
                               or not -(2**63) <= value < 2**63):
         raise ValueError(f"{key} must be a 64-bit integer")
     return value
+
+
+def _bounded(body: dict[str, Any], key: str, low: int, high: int) -> int | None:
+    """An optional integer in low..high (a stamp, an exit status, a repetition)."""
+    value = _int(body, key)
+    if value is not None and not low <= value <= high:
+        raise ValueError(f"{key} must be an integer in {low}..{high}")
+    return value
+
+
+def _path_int(m: re.Match[str], key: str) -> int:
+    """A run or repetition number from the URL: digits the store can hold."""
+    digits = m[key]
+    if len(digits) > 19 or int(digits) > MAX_ID:
+        raise ValueError(f"{key} number out of range 0..{MAX_ID}")
+    return int(digits)
+
+
+def _rep(m: re.Match[str]) -> int:
+    rep = _path_int(m, "rep")
+    if rep > MAX_REP:
+        raise ValueError(f"rep number out of range 0..{MAX_REP}")
+    return rep
 
 
 def _float(body: dict[str, Any], key: str) -> float:
@@ -179,65 +207,68 @@ def _create_run(svc: MeasurementService, m: re.Match[str], body: dict[str, Any])
 
 @_route("POST", RUN + "/manifest", "admin")
 def _manifest(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
-    svc.set_manifest(int(m["run"]), _obj(body, "manifest") or {})
+    svc.set_manifest(_path_int(m, "run"), _obj(body, "manifest") or {})
     return {"ok": True}
 
 
 @_route("POST", RUN + "/watch", "admin")
 def _watch(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
-    return svc.watch(int(m["run"]), _int(body, "pid"))
+    return svc.watch(_path_int(m, "run"), _int(body, "pid"))
 
 
 @_route("POST", REP + "/start", "admin")
 def _rep_start(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
-    svc.rep_start(int(m["run"]), int(m["rep"]), _int(body, "t_ns"), _obj(body, "extra"))
+    svc.rep_start(_path_int(m, "run"), _rep(m), _bounded(body, "t_ns", 0, MAX_NS),
+                  _obj(body, "extra"))
     return {"ok": True}
 
 
 @_route("POST", REP + "/end", "admin")
 def _rep_end(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
-    svc.rep_end(int(m["run"]), int(m["rep"]), _int(body, "t_ns"), _int(body, "exit_code"))
+    svc.rep_end(_path_int(m, "run"), _rep(m), _bounded(body, "t_ns", 0, MAX_NS),
+                _bounded(body, "exit_code", *EXIT_CODES))
     return {"ok": True}
 
 
 @_route("POST", REP + "/tail", "admin")
 def _tail(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
-    return svc.tail(int(m["run"]), int(m["rep"]), _float(body, "seconds"),
+    return svc.tail(_path_int(m, "run"), _rep(m), _float(body, "seconds"),
                     until_baseline=_bool(body, "until_baseline"))
 
 
 @_route("POST", RUN + "/idle", "admin")
 def _idle(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
-    return svc.idle(int(m["run"]), _float(body, "seconds"))
+    return svc.idle(_path_int(m, "run"), _float(body, "seconds"))
 
 
 @_route("POST", RUN + "/idle-estimate", "admin")
 def _idle_estimate(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
-    return svc.idle_estimate(int(m["run"]), _float(body, "seconds"), _float(body, "max_age_s"),
+    return svc.idle_estimate(_path_int(m, "run"), _float(body, "seconds"),
+                             _float(body, "max_age_s"),
                              _int(body, "client_started_ns"))
 
 
 @_route("POST", RUN + "/gate", "admin")
 def _gate(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
     thresholds = _obj(body, "thresholds") or {}
-    return svc.gate(int(m["run"]), _int(body, "rep"), thresholds)
+    return svc.gate(_path_int(m, "run"), _bounded(body, "rep", 0, MAX_REP), thresholds)
 
 
 @_route("POST", RUN + "/hyperparams", "admin")
 def _hyperparams(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
-    svc.hyperparams(int(m["run"]), _obj(body, "params") or {})
+    svc.hyperparams(_path_int(m, "run"), _obj(body, "params") or {})
     return {"ok": True}
 
 
 @_route("POST", RUN + "/events", "run", raw=True)
 def _events(svc: MeasurementService, m: re.Match[str], body: bytes) -> Any:
-    return {"stored": svc.post_events(int(m["run"]), body)}
+    return {"stored": svc.post_events(_path_int(m, "run"), body)}
 
 
 @_route("POST", RUN + "/finish", "admin")
 def _finish(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
-    return svc.finish_run(int(m["run"]), str(body.get("status", "finished")),
-                          _int(body, "exit_code"))
+    return svc.finish_run(_path_int(m, "run"), str(body.get("status", "finished")),
+                          _bounded(body, "exit_code", *EXIT_CODES))
 
 
 @_route("POST", "/api/ingest", "admin")
@@ -453,6 +484,9 @@ class _Handler(BaseHTTPRequestHandler):
             code, reply = 404, {"error": str(exc)}
         except StoreFailure as exc:  # the store could not take it (a full disk): not the caller
             code, reply = 507, {"error": str(exc)}
+        except sqlite3.OperationalError as exc:  # a full disk, an I/O error: not the caller
+            code = 503 if "locked" in str(exc) else 507
+            reply = {"error": f"the store could not record it: {exc}"}
         except (ValueError, TypeError, StoreError, OSError) as exc:
             code, reply = 400, {"error": str(exc)}
         except RuntimeError as exc:  # shutting down

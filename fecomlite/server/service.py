@@ -40,11 +40,12 @@ from fecomlite.server.monitor import Monitor
 from fecomlite.server.sampler import Sampler, SamplingRates, Sensor, sensor_details, sensor_row
 from fecomlite.server.series import POWER_KINDS, Series, idle_stats
 from fecomlite.server.state import pid_alive
-from fecomlite.store import Store
+from fecomlite.store import Store, StoreError
 
 MAX_WINDOW_S = 3600.0
 FINISHED_STATUSES = ("finished", "failed", "interrupted")
 WATCHDOG_S = 1.0  # how often the owners of open runs are checked
+RESERVE_BYTES = 4 * 1024 * 1024  # disk kept back beside the store: a full disk can still end runs
 TAIL_POLL_S = 0.1  # how often a tail checks whether power is back at the idle baseline
 
 ProcessSensors = Callable[[int], tuple[list[Sensor], list[str]]]
@@ -65,6 +66,7 @@ class _Run:
     owner_pid: int | None = None  # the client that runs it; its death interrupts the run
     watched_until_ns: int | None = None  # the idle watch's readings judged: those before this
     ended: bool = False
+    store_error: str | None = None  # the first write the store refused (a full disk)
     totals: dict[str, int] = field(default_factory=dict)  # proc -> events it said it made
     # proc -> (seq, pid, threads): its calls in progress as of its latest batch that said
     open: dict[str, tuple[int, int, list[dict[str, Any]]]] = field(default_factory=dict)
@@ -96,8 +98,8 @@ class MeasurementService:
         self.machine = machine or {}
         self.started = time.time()
         self._local = threading.local()
-        self.store_id = self._db().store_id  # create the schema (and fail early on a foreign file)
-        self._db().interrupt_open_runs()  # an earlier server's: nobody can finish them now
+        self._pending_ends: dict[int, dict[str, Any]] = {}  # run -> an end the store refused
+        self._open_store()
         self.sampler = Sampler(sensors, store_path, rates=rates, flush_s=flush_s,
                                use_ticker=use_ticker)
         self.sampler.start()
@@ -220,41 +222,121 @@ class MeasurementService:
 
     def finish_run(self, run_id: int, status: str, exit_code: int | None) -> dict[str, Any]:
         """Stop recording (after writing every sample read so far) and close the run; a run
-        that lost events (`lost_events`) ends `incomplete` rather than `finished`. A store that
-        cannot record the end (a full disk) still gets the verdict said in the reply."""
+        that lost events (`lost_events`) or batches the store refused ends `incomplete` rather
+        than `finished`. A store that cannot record the end (a full disk) gets the disk space
+        kept in reserve, else the end is kept and written when it can (watchdog, shutdown); the
+        reply says so."""
         run = self._run(run_id)
         if status not in FINISHED_STATUSES:
             raise ValueError(f"status must be one of {FINISHED_STATUSES}")
         self.sampler.set_group(_process_group(run_id), [], owner=run_id)
         self.sampler.stop_recording(run_id)
-        store = self._db()
         with self._lock:
             totals = dict(run.totals)
-        lost = store.lost_events(run_id, totals)
-        if lost:
-            status = "incomplete" if status == "finished" else status
+        lost = self._db().lost_events(run_id, totals)
+        if (lost or run.store_error) and status == "finished":
+            status = "incomplete"
+        end = {"status": status, "exit_code": exit_code, "t_end_ns": time.monotonic_ns(),
+               "lost": lost, "store_error": run.store_error}
         reply: dict[str, Any] = {"ok": True, "status": status, "lost_events": lost}
-        try:
-            if lost:
-                store.put_result(run_id, "lost_events", {"events": lost})
-            store.update_run(run_id, status=status, exit_code=exit_code,
-                             t_end_ns=time.monotonic_ns())
-        except sqlite3.OperationalError as exc:
-            reply.update(ok=False, error=f"the store could not record the run's end: {exc}")
+        if run.store_error:
+            reply["store_error"] = run.store_error
+        error = self._record_end(run_id, end)
+        if error:
+            reply.update(ok=False, error=f"the store could not record the run's end: {error}; "
+                                         "the server records it once the disk has room")
         run.ended = True
         return reply
 
-    def _watchdog(self) -> None:
-        """Mark `interrupted` the runs whose client process has died (SIGKILL, a crash)."""
-        while not self.closing.wait(WATCHDOG_S):
+    def _record_end(self, run_id: int, end: dict[str, Any]) -> str | None:
+        """Write a run's end; on a refusal, give the reserve back to the disk and try again.
+        Returns the store's error when it still refuses (the end is then kept to retry)."""
+        error = None
+        for _ in range(2):
+            try:
+                self._write_end(run_id, end)
+            except (sqlite3.Error, StoreError) as exc:
+                error = str(exc)
+                if not self._release_reserve():
+                    break
+                continue
             with self._lock:
-                orphans = [r for r, run in self._runs.items()
-                           if run.owner_pid and not run.ended and not _alive(run.owner_pid)]
-            for run_id in orphans:
-                try:
-                    self.finish_run(run_id, "interrupted", None)
-                except (RunNotFound, sqlite3.Error, OSError) as exc:
-                    print(f"fecomlite server: ending run {run_id}: {exc}", file=sys.stderr)
+                self._pending_ends.pop(run_id, None)
+            return None
+        with self._lock:
+            self._pending_ends[run_id] = end
+        return error
+
+    def _write_end(self, run_id: int, end: dict[str, Any]) -> None:
+        store = self._db()
+        with store.transaction():
+            if end["lost"]:
+                store.put_result(run_id, "lost_events", {"events": end["lost"]})
+            if end["store_error"]:
+                store.put_result(run_id, "store_error", {"reason": end["store_error"]})
+            store.update_run(run_id, status=end["status"], exit_code=end["exit_code"],
+                             t_end_ns=end["t_end_ns"])
+
+    def _keep_reserve(self) -> None:
+        """Hold RESERVE_BYTES of disk in a file beside the store, while the disk has them."""
+        reserve = Path(f"{self.store_path}-reserve")
+        if reserve.exists():
+            return
+        try:
+            fd = os.open(reserve, os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, RESERVE_BYTES)
+            finally:
+                os.close(fd)
+        except OSError:
+            reserve.unlink(missing_ok=True)
+
+    def _release_reserve(self) -> bool:
+        """Give the reserve back to the disk (True: there was one)."""
+        try:
+            Path(f"{self.store_path}-reserve").unlink()
+        except OSError:
+            return False
+        return True
+
+    def _open_store(self) -> None:
+        """Check the store whole before the first run, note an upgrade, end an earlier
+        server's runs (nobody can finish them now), and keep disk in reserve."""
+        store = self._db()
+        if store.upgrade_note:
+            self.notes.append(store.upgrade_note)
+            print(f"fecomlite server: {store.upgrade_note}", file=sys.stderr)
+        store.check()
+        self.store_id = store.store_id
+        try:
+            store.interrupt_open_runs()
+        except sqlite3.OperationalError as exc:
+            self.notes.append(f"could not mark an earlier server's runs interrupted: {exc}")
+        self._keep_reserve()
+
+    def _watchdog(self) -> None:
+        """Mark `interrupted` the runs whose client process has died (SIGKILL, a crash), and
+        write the ends the store refused before. Nothing here may end the thread."""
+        while not self.closing.wait(WATCHDOG_S):
+            try:
+                self._watch_once()
+            except Exception as exc:  # noqa: BLE001 - a full disk must not stop the watchdog
+                print(f"fecomlite server: watchdog: {exc!r}", file=sys.stderr)
+
+    def _watch_once(self) -> None:
+        with self._lock:
+            orphans = [r for r, run in self._runs.items()
+                       if run.owner_pid and not run.ended and not _alive(run.owner_pid)]
+            pending = dict(self._pending_ends)
+        for run_id in orphans:
+            try:
+                self.finish_run(run_id, "interrupted", None)
+            except (RunNotFound, sqlite3.Error, StoreError, OSError) as exc:
+                print(f"fecomlite server: ending run {run_id}: {exc}", file=sys.stderr)
+        for run_id, end in pending.items():
+            self._record_end(run_id, end)
+        if not pending and not orphans and not self._pending_ends:
+            self._keep_reserve()
 
     # -- repetitions ---------------------------------------------------------------------------
 
@@ -439,6 +521,7 @@ class MeasurementService:
         except sqlite3.OperationalError as exc:
             if "locked" in str(exc):
                 raise
+            run.store_error = run.store_error or f"the store could not take a batch: {exc}"
             raise StoreFailure(f"the store could not take the batch: {exc}") from exc
 
     def ingest(self, path: Path, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -447,17 +530,24 @@ class MeasurementService:
     # -- shutdown ------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop sampling; runs still open are marked `interrupted` (what they hold is kept)."""
+        """Stop sampling; runs still open are marked `interrupted` (what they hold is kept),
+        and ends the store refused before are tried once more (the next server marks a run
+        it still cannot close `interrupted`)."""
         self.closing.set()
         with self._lock:
-            open_runs = list(self._runs)
+            open_runs = [r for r, run in self._runs.items() if not run.ended]
             self._runs.clear()
+            pending = dict(self._pending_ends)
         self.idle_watch.close()
         self.sampler.close()
-        store = self._db()
-        for run_id in open_runs:
-            if store.run(run_id)["status"] == "running":
-                store.update_run(run_id, status="interrupted", t_end_ns=time.monotonic_ns())
+        now = time.monotonic_ns()
+        ends = {**{r: {"status": "interrupted", "exit_code": None, "t_end_ns": now, "lost": 0,
+                       "store_error": None} for r in open_runs}, **pending}
+        for run_id, end in ends.items():
+            error = self._record_end(run_id, end)
+            if error:
+                print(f"fecomlite server: could not end run {run_id} in the store: {error}",
+                      file=sys.stderr)
 
 
 def _site_names(site: dict[str, Any] | None) -> dict[str, Any]:

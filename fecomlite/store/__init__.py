@@ -22,6 +22,7 @@ from typing import Any
 from fecomlite.runtime.comm_hooks import site_row as collective_site_row
 from fecomlite.runtime.layers import facts as layer_facts
 from fecomlite.runtime.names import adopted, shown_written
+from fecomlite.store import integrity
 from fecomlite.store.reads import StoreReads
 
 SCHEMA_VERSION = 2
@@ -184,53 +185,90 @@ def private_home(home: Path) -> Path:
 class Store(StoreReads):
     """A connection to one run store. Not thread-safe: one Store per thread."""
 
-    def __init__(self, path: str | os.PathLike[str], *, create: bool = True) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, create: bool = True, readonly: bool = False
+    ) -> None:
+        """`readonly`: open the file as it is, write nothing, and refuse it unless it is a whole
+        store of this schema (the reads of `report`, `export`, `merge`). Otherwise a writer's
+        store, created if missing (`create`), upgraded from an older schema after a copy is
+        kept beside it (`upgrade_note` then says so)."""
         self.path = Path(path)
-        if not create and not self.path.exists():
+        self.readonly = readonly
+        self.upgrade_note: str | None = None
+        if (readonly or not create) and not self.path.exists():
             raise StoreError(f"no run store at {self.path} (run `fecomlite run` first)")
-        fresh = not self.path.exists() or self.path.stat().st_size == 0
+        if self.path.exists() and not self.path.is_file():
+            raise StoreError(f"{self.path} is a directory, not a run store file")
+        fresh = not readonly and (not self.path.exists() or self.path.stat().st_size == 0)
         if fresh:
             _create_private(self.path)
         try:
-            self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            if readonly:
+                self.db = integrity.connect_readonly(self.path)
+            else:
+                self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the run store {self.path}: {exc}") from exc
         self.db.row_factory = sqlite3.Row
         try:
-            if not fresh:
-                self._check_identity()  # before any write: a foreign file stays untouched
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self._init_schema()
+            self._open(fresh)
         except sqlite3.DatabaseError as exc:
             self.db.close()
             if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
                 raise
             if isinstance(exc, sqlite3.OperationalError):
                 raise StoreError(f"cannot use the run store {self.path}: {exc}") from exc
-            raise StoreError(
-                f"{self.path} is not a fecomlite run store, or is damaged: {exc}"
-            ) from exc
-        except StoreError:
+            if "not a database" in str(exc):
+                raise StoreError(
+                    f"{self.path} is not a fecomlite run store, or is damaged: {exc}"
+                ) from exc
+            raise StoreError(integrity.damaged(self.path, str(exc))) from exc
+        except (StoreError, OSError) as exc:
             self.db.close()
+            if isinstance(exc, OSError):
+                raise StoreError(f"cannot use the run store {self.path}: {exc}") from exc
             raise
 
-    def _check_identity(self) -> None:
-        """Refuse a file fecomlite did not create (or of another schema) before writing."""
-        app_id = self.db.execute("PRAGMA application_id").fetchone()[0]
-        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master")}
-        legacy = app_id == 0 and "meta" in tables and "runs" in tables
-        if app_id != APPLICATION_ID and not legacy:
-            raise StoreError(
-                f"{self.path} is not a fecomlite run store (another application's SQLite file: "
-                f"application_id {app_id}); fecomlite does not change files it did not create"
-            )
-        row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        version = row[0] if row else "?"
+    def _open(self, fresh: bool) -> None:
+        """Check the file before anything is written; a reader also checks its pages."""
+        version = None if fresh else self._check_identity()
+        if self.readonly:
+            if version != str(SCHEMA_VERSION):
+                raise StoreError(
+                    f"{self.path} has schema version {version} (an older fecomlite's); "
+                    f"`fecomlite store upgrade {self.path}` upgrades it, keeping a copy"
+                )
+            self.check()
+            return
+        if self.db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        if version != str(SCHEMA_VERSION):
+            if version is not None:
+                kept = integrity.keep_copy(self.db, self.path, version)
+                self.upgrade_note = (f"upgraded the run store {self.path} from schema "
+                                     f"{version} to {SCHEMA_VERSION}; the old file is kept "
+                                     f"as {kept}")
+            self._init_schema()
+
+    def check(self) -> None:
+        """Refuse a store whose pages SQLite finds damaged (~3.4 s per GB, a full read)."""
+        reason = integrity.damage_reason(self.db, self.path)
+        if reason:
+            raise StoreError(reason)
+
+    def _check_identity(self) -> str:
+        """Refuse a file fecomlite did not create (or of another schema) before writing;
+        returns its schema version."""
+        reason = integrity.foreign_reason(self.db, self.path, APPLICATION_ID)
+        if reason:
+            raise StoreError(reason)
+        version = integrity.schema_version(self.db)
         if version != str(SCHEMA_VERSION) and version not in UPGRADABLE:
             raise StoreError(
                 f"{self.path} has schema version {version}, this fecomlite reads {SCHEMA_VERSION}"
             )
+        return version
 
     def _init_schema(self) -> None:
         with self.transaction():

@@ -50,7 +50,7 @@ def merge_stores(paths: list[Path], out: Path, job: str | None = None) -> int:
     """Merge the job's run of every store into a new run in `out`; returns its id."""
     parts = []
     for path in paths:
-        store = Store(path, create=False)
+        store = Store(path, readonly=True)
         run_id, found, node = job_run(store, job)
         job = job or found
         parts.append((store, run_id, node))
@@ -189,7 +189,7 @@ def _copy_node(merged: Store, run_id: int, store: Store, src: int, node: int, sh
 
 def describe(store_path: Path, run_id: int) -> str:
     """One line on what was merged, for the command."""
-    with Store(store_path, create=False) as store:
+    with Store(store_path, readonly=True) as store:
         settings = store.run(run_id)["settings"]
         ranks = len({p["rank"] for p in store.processes(run_id)})
     shifts = json.dumps(settings.get("clock_shift_ns", {}))
