@@ -45,7 +45,7 @@ from fecomlite.store import Store, StoreError
 MAX_WINDOW_S = 3600.0
 FINISHED_STATUSES = ("finished", "failed", "interrupted")
 WATCHDOG_S = 1.0  # how often the owners of open runs are checked
-RESERVE_BYTES = 4 * 1024 * 1024  # disk kept back beside the store: a full disk can still end runs
+RESERVE_BYTES = 2 * 1024 * 1024  # disk kept back beside the store: a full disk can still end runs
 TAIL_POLL_S = 0.1  # how often a tail checks whether power is back at the idle baseline
 
 ProcessSensors = Callable[[int], tuple[list[Sensor], list[str]]]
