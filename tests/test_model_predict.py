@@ -101,8 +101,11 @@ def test_bad_predictions_are_refused(models):
     step = training_step(NetworkConfig(16, 1).layers(), PLANTED)
     with pytest.raises(FitError, match="steps must be positive"):
         predict(models, step, 0)
-    with pytest.raises(FitError, match="time must be positive"):
-        predict(models, step, 10, time_s=-1.0)
+    for time_s in (-1.0, 0.0, float("nan"), float("inf")):
+        with pytest.raises(FitError, match="time must be a positive number"):
+            predict(models, step, 10, time_s=time_s)
+    with pytest.raises(FitError, match="confidence must be between 0 and 1"):
+        predict(models, step, 10, confidence=1.5)
     other = MemoryHierarchy("cpu", (CacheLevel("L3", 1 << 30), CacheLevel("DRAM", None)), "x")
     with pytest.raises(FitError, match="hierarchy the model was fitted on"):
         predict(models, training_step(NetworkConfig(16, 1).layers(), other), 10)

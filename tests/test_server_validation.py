@@ -73,9 +73,17 @@ def test_admin_numbers_out_of_range_are_refused(tmp_path: Path):
         for path, body in [(f"/api/runs/{run}/reps/1/end", b'{"t_ns": 1' + b"0" * 400 + b"}"),
                            (f"/api/runs/{run}/idle", b'{"seconds": NaN}'),
                            (f"/api/runs/{run}/idle", b'{"seconds": "1"}'),
-                           (f"/api/runs/{run}/watch", b'{"pid": 99999999999}')]:
+                           (f"/api/runs/{run}/watch", b'{"pid": 99999999999}'),
+                           (f"/api/runs/{run}/reps/1/start", b'{"t_ns": -1}'),
+                           (f"/api/runs/{run}/reps/1/end", b'{"exit_code": -9223372036854775808}'),
+                           (f"/api/runs/{run}/gate", b'{"rep": -1}'),
+                           (f"/api/runs/{run}/reps/{10**30}/start", b"{}"),
+                           (f"/api/runs/{10**30}/finish", b"{}"),
+                           (f"/api/runs/{run}/reps/{10**6}/end", b"{}")]:
             status, reply = raw_request(client.url + path, body, admin)
-            assert status == 400, (path, reply)
+            assert status == 400 and reply["error"], (path, reply)
+        with Store(client.store_path, readonly=True) as store:
+            assert store.repetitions(run) == []  # nothing stored for any of them
 
 
 def test_the_same_batch_posted_twice_is_stored_once(tmp_path: Path):

@@ -167,6 +167,8 @@ def attribute_command(
         raise typer.BadParameter("must be counter or power", param_hint="--kind")
     if method not in at.METHODS:
         raise typer.BadParameter(f"must be one of {', '.join(at.METHODS)}", param_hint="--method")
+    if idle is not None and not 0 <= idle < float("inf"):
+        raise typer.BadParameter(f"must be a finite power ≥ 0 W, not {idle}", param_hint="--idle")
     if semantics not in at.SEMANTICS:
         raise typer.BadParameter(f"must be one of {', '.join(at.SEMANTICS)}",
                                  param_hint="--semantics")
@@ -178,7 +180,10 @@ def attribute_command(
     if kind not in ("counter", "power"):
         raise typer.BadParameter(f"column {name!r} is neither energy nor power",
                                  param_hint="--column")
-    iv = at.sensor_intervals(kind, trace.t_ns, trace.values, semantics=semantics)
+    try:
+        iv = at.sensor_intervals(kind, trace.t_ns, trace.values, semantics=semantics)
+    except ValueError as exc:  # e.g. a counter that decreases
+        raise typer.BadParameter(f"{samples}: {exc}", param_hint="--samples") from None
     if iv.count == 0:
         raise typer.BadParameter(f"{samples}: column {name!r} changes too rarely to attribute",
                                  param_hint="--samples")
@@ -191,7 +196,11 @@ def attribute_command(
                        ngroups=max(len(api_names), 1))
     duration = (t1 - t0) / at.NS
     if out is not None:
-        _write(out, header, rows, res, duration)
+        try:
+            _write(out, header, rows, res, duration)
+        except OSError as exc:
+            raise typer.BadParameter(f"cannot write {exc.filename or out}: "
+                                     f"{exc.strerror or exc}", param_hint="--out") from None
     _print(Console(), name, kind, iv, idle, idle_source, res, list(api_names), group, duration,
            out)
 

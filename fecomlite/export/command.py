@@ -10,7 +10,13 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from fecomlite.store import Store, StoreError, default_store_path
+from fecomlite.store import (
+    Store,
+    StoreError,
+    default_store_path,
+    run_ids_in_range,
+    write_error,
+)
 from fecomlite.terminal import plain
 
 console = Console()
@@ -66,7 +72,7 @@ def export_command(
 
     try:
         with Store(store or default_store_path(), readonly=True) as db:
-            run_id = db.latest_run_id() if run is None else run
+            run_id = db.latest_run_id() if run is None else run_ids_in_range([run])[0]
             if fmt is Format.perfetto:
                 from fecomlite.export.perfetto import trace
 
@@ -87,5 +93,9 @@ def export_command(
         typer.echo(text, nl=False)
         return
     path = out or Path(f"run-{run_id}{SUFFIX[fmt]}")
-    path.write_text(text, encoding="utf-8")
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        console.print(f"[red]error:[/] {plain(write_error(exc))}", highlight=False)
+        raise typer.Exit(1) from None
     console.print(f"wrote [bold]{plain(path)}[/]")

@@ -43,9 +43,12 @@ def instrument_command(
 
     try:
         result = instrument_path(path, out, api or (), list_only=list_only)
-    except InstrumentError as error:
-        errors.print(f"[red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from error
+    except (InstrumentError, OSError) as error:
+        said = str(error)
+        if isinstance(error, OSError):
+            said = f"cannot write {error.filename or out}: {error.strerror or error}"
+        errors.print(f"[red]error:[/] {escape(said)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     if list_only:
         _print_sites(result)
     for failure in result.failures:

@@ -420,8 +420,9 @@ def _network(
         return training_step(layers, hierarchy, training.optimizer), training.steps
     if width is None or depth is None:
         raise ConfigError("give --width and --depth (or --summary FILE)")
-    config = NetworkConfig(width, depth, shape, batch_size or 32, dataset_size or 4096,
-                           epochs or 1, inputs, outputs, optimizer or "adam")
+    config = NetworkConfig(width, depth, shape, 32 if batch_size is None else batch_size,
+                           4096 if dataset_size is None else dataset_size,
+                           1 if epochs is None else epochs, inputs, outputs, optimizer or "adam")
     return training_step(config.layers(), hierarchy, config.optimizer), config.steps
 
 

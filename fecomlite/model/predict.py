@@ -12,6 +12,7 @@ outside the range the fits saw is named in `extrapolated` (and in the notes).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,8 @@ def predict(
     """Energy of `steps` training steps of a network whose one step is `step`."""
     if steps < 1:
         raise FitError(f"steps must be positive, not {steps}")
+    if not 0 < confidence < 1:
+        raise FitError(f"confidence must be between 0 and 1 (e.g. 0.9), not {confidence}")
     levels = set(models.levels)
     strange = set(step.bytes_by_level) - levels
     if strange:
@@ -74,8 +77,8 @@ def predict(
         if t_mean <= 0:
             notes.append("the time model predicts no positive time here: outside its data")
     else:
-        if time_s <= 0:
-            raise FitError(f"time must be positive, not {time_s}")
+        if not 0 < time_s < math.inf:
+            raise FitError(f"time must be a positive number of seconds, not {time_s}")
         t_mean, t_low, t_high, t_sd, source = time_s, time_s, time_s, 0.0, "given"
     values["time_s"] = t_mean
     mean, _, _, sd = memory.interval(values, confidence)

@@ -10,7 +10,13 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from fecomlite.store import Store, StoreError, default_store_path
+from fecomlite.store import (
+    Store,
+    StoreError,
+    default_store_path,
+    run_ids_in_range,
+    write_error,
+)
 from fecomlite.terminal import plain
 
 console = Console()
@@ -76,8 +82,8 @@ def report_command(
     from fecomlite.report.render import FORMATS, write_comparison, write_report
 
     chosen = [f.value for f in formats] if formats else list(FORMATS)
-    runs = list(runs or [])
     try:
+        runs = run_ids_in_range(runs or [])
         with Store(store or default_store_path(), readonly=True) as db:
             if len(runs) > 2 or every or where:
                 from fecomlite.report.runs import runs_report, select_runs, write_runs
@@ -96,8 +102,9 @@ def report_command(
                 a, b, notes = analyse_pair(db, runs[0], runs[1], method)
                 folder = out or Path("reports") / f"compare-{runs[0]}-{runs[1]}"
                 written = write_comparison(compare_runs(a, b, notes), folder, chosen)
-    except (StoreError, ValueError) as exc:  # carbon.CarbonError is a ValueError
-        console.print(f"[red]error:[/] {plain(exc)}")
-        raise typer.Exit(1) from exc
+    except (StoreError, ValueError, OSError) as exc:  # carbon.CarbonError is a ValueError
+        said = write_error(exc) if isinstance(exc, OSError) else str(exc)
+        console.print(f"[red]error:[/] {plain(said)}", highlight=False)
+        raise typer.Exit(1) from None
     for path in written:
         console.print(f"wrote [bold]{plain(path)}[/]")

@@ -160,6 +160,23 @@ class StoreError(RuntimeError):
     cannot be opened (the message names the path)."""
 
 
+MAX_ROW_ID = 2**63 - 1  # SQLite's largest integer
+
+
+def run_ids_in_range(ids: Sequence[int]) -> list[int]:
+    """Run ids as given on a command line, refused (StoreError) beyond what SQLite holds."""
+    for run_id in ids:
+        if not 0 < run_id <= MAX_ROW_ID:
+            raise StoreError(f"no run {run_id}: run ids are whole numbers from 1")
+    return list(ids)
+
+
+def write_error(exc: OSError) -> str:
+    """A failed write of an output file or folder, in one line."""
+    where = f" {exc.filename}" if exc.filename else ""
+    return f"cannot write{where}: {exc.strerror or exc}"
+
+
 def private_dir(path: Path) -> Path:
     """Create `path` and its missing parents as 0700; an existing folder is left as it is."""
     missing = [p for p in [path, *path.parents] if not p.exists()]
