@@ -548,6 +548,7 @@ class MeasurementService:
             if error:
                 print(f"fecomlite server: could not end run {run_id} in the store: {error}",
                       file=sys.stderr)
+        self._release_reserve()  # the next server keeps its own
 
 
 def _site_names(site: dict[str, Any] | None) -> dict[str, Any]:
