@@ -181,3 +181,19 @@ def test_a_writer_refuses_a_damaged_store(healthy: Path, tmp_path: Path):
     with pytest.raises(StoreError, match="is damaged"):
         MeasurementService(path, [])
     assert path.read_bytes() == before
+
+
+def test_a_plain_copy_of_an_idle_servers_store_holds_its_runs(tmp_path: Path):
+    """The server checkpoints when its last run ends: the store file alone then holds it."""
+    from test_server_support import FakeSensorForTests, encode_batch, serving
+
+    home = tmp_path / "home"
+    with serving(home, [FakeSensorForTests("p")]) as (_, client):
+        run, token = client.create_run("x.py", [], "method", {})
+        client.post_batch(run, token, encode_batch(1, 1, [("a.py:1:0", 10, 20, 1, 0, -1, -1)] * 3))
+        client.finish_run(run, "finished", 0)
+        copy = tmp_path / "copy.sqlite"
+        shutil.copyfile(home / "store.sqlite", copy)  # the server still runs
+    with Store(copy, readonly=True) as store:
+        assert store.run(run)["status"] == "finished"
+        assert store.db.execute("SELECT count(*) FROM events").fetchone()[0] == 3

@@ -242,6 +242,8 @@ class MeasurementService:
         if run.store_error:
             reply["store_error"] = run.store_error
         error = self._record_end(run_id, end)
+        if not error and not self.sampler.recording():
+            self._checkpoint()  # the server goes idle: the store file alone holds every run
         if error:
             reply.update(ok=False, error=f"the store could not record the run's end: {error}; "
                                          "the server records it once the disk has room")
@@ -276,6 +278,12 @@ class MeasurementService:
                 store.put_result(run_id, "store_error", {"reason": end["store_error"]})
             store.update_run(run_id, status=end["status"], exit_code=end["exit_code"],
                              t_end_ns=end["t_end_ns"])
+
+    def _checkpoint(self) -> None:
+        try:
+            self._db().checkpoint()
+        except sqlite3.Error as exc:  # a full disk: the -wal file keeps the rows meanwhile
+            print(f"fecomlite server: checkpoint: {exc}", file=sys.stderr)
 
     def _keep_reserve(self) -> None:
         """Hold RESERVE_BYTES of disk in a file beside the store, while the disk has them."""

@@ -39,8 +39,8 @@ def empty_reason(path: Path) -> str:
     """A store file with no tables: often a copy made while its server ran, whose rows were
     still in the `-wal` file beside the original."""
     return (f"{path} holds no run store tables: if it was copied from a store in use, its rows "
-            f"were in that store's {path.name}-wal file; copy a live store with "
-            f"`fecomlite store copy SRC DST` (or copy SRC-wal beside it too)")
+            f"were in the original's -wal file (e.g. store.sqlite-wal), which a plain copy "
+            f"misses; copy a live store with `fecomlite store copy SRC DST`")
 
 
 def schema_version(db: sqlite3.Connection) -> str:
