@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 from collections.abc import Iterator
@@ -62,7 +61,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]
     yield {**paths, "missing": root / "no" / "such" / "thing", "passwd": Path("/etc/passwd")}
     if mounted:
         subprocess.run(["umount", "-l", str(read_only)], capture_output=True)
-    shutil.rmtree(root / "out", ignore_errors=True)
 
 
 def cases(w: dict[str, Path]) -> list[list[str]]:
@@ -79,7 +77,6 @@ def cases(w: dict[str, Path]) -> list[list[str]]:
                   ["attribute", "--calls", str(w["calls"]), "--samples", p],
                   ["model", "predict", "--model", p, "--width", "64", "--depth", "2"],
                   ["model", "predict", "--model", str(w["model"]), "--summary", p],
-                  ["merge", p, "-o", str(w["root"] / "out" / name)] if "root" in w else
                   ["merge", p], ["store", "check", p], ["instrument", p, "--list"]]
     for name, p in out.items():
         found += [["report", "1", "--store", s, "--format", "json", "-o", p],
