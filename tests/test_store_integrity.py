@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 
 import click.testing
@@ -171,16 +172,29 @@ def test_a_store_in_use_is_copied_whole_and_the_copy_stands_alone(tmp_path: Path
     assert result.exit_code == 1 and "exists" in result.output
 
 
-def test_a_writer_refuses_a_damaged_store(healthy: Path, tmp_path: Path):
-    """`fecomlite run` on a damaged store: the server checks it before the first run."""
-    from fecomlite.server.service import MeasurementService
+def test_a_writer_refuses_a_damaged_store(healthy: Path, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch):
+    """`fecomlite run` on a damaged store: the server checks it before the first run (a large
+    store while it already answers), and adds no run to it."""
+    from fecomlite.server import service
 
     path = _copy(healthy, tmp_path)
     patched(path)
     before = path.read_bytes()
     with pytest.raises(StoreError, match="is damaged"):
-        MeasurementService(path, [])
+        service.MeasurementService(path, [])
     assert path.read_bytes() == before
+    monkeypatch.setattr(service, "CHECK_AT_START_BYTES", 0)  # as a store of many GB
+    served = service.MeasurementService(path, [])
+    try:
+        deadline = time.monotonic() + 30
+        while served._damage is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(StoreError, match="is damaged"):
+            served.create_run(program="x.py")
+        assert any("is damaged" in note for note in served.notes)
+    finally:
+        served.close()
 
 
 def test_a_plain_copy_of_an_idle_servers_store_holds_its_runs(tmp_path: Path):

@@ -10,6 +10,11 @@ process died (`owner_pid`) is marked `interrupted` too, by the watchdog thread.
 Each run follows its own process tree (`watch`): its process sensors record into it alone, so two
 runs at once never share memory or CPU figures. Events a probe produced that never arrived (its
 batches say how many it had produced: `Store.lost_events`) make the run end `incomplete`.
+
+The store is checked whole (SQLite's quick_check) before the first run: a damaged store gets no
+new run. A store that refuses a write (a full disk) never stops the server: a refused batch makes
+its run end `incomplete` with the reason, and a refused end first gets the disk kept in reserve
+(RESERVE_BYTES), else is written by the watchdog or at shutdown once the store takes it.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from fecomlite.store import Store, StoreError
 MAX_WINDOW_S = 3600.0
 FINISHED_STATUSES = ("finished", "failed", "interrupted")
 WATCHDOG_S = 1.0  # how often the owners of open runs are checked
+CHECK_AT_START_BYTES = 256 * 1024 * 1024  # larger stores are checked while the server serves
 RESERVE_BYTES = 2 * 1024 * 1024  # disk kept back beside the store: a full disk can still end runs
 TAIL_POLL_S = 0.1  # how often a tail checks whether power is back at the idle baseline
 
@@ -99,6 +105,7 @@ class MeasurementService:
         self.started = time.time()
         self._local = threading.local()
         self._pending_ends: dict[int, dict[str, Any]] = {}  # run -> an end the store refused
+        self._damage: str | None = None  # what the store check found, once it has
         self._open_store()
         self.sampler = Sampler(sensors, store_path, rates=rates, flush_s=flush_s,
                                use_ticker=use_ticker)
@@ -175,6 +182,8 @@ class MeasurementService:
     ) -> dict[str, Any]:
         """A new run, recording samples from now on; returns its id, its event token and the
         store's identity (which the run's spools name)."""
+        if self._damage:
+            raise StoreError(self._damage)
         token = secrets.token_urlsafe(32)
         store = self._db()
         run_id = store.create_run(
@@ -314,13 +323,26 @@ class MeasurementService:
         if store.upgrade_note:
             self.notes.append(store.upgrade_note)
             print(f"fecomlite server: {store.upgrade_note}", file=sys.stderr)
-        store.check()
+        if _bytes_of(self.store_path) <= CHECK_AT_START_BYTES:
+            store.check()  # refuse to start on a damaged store
+        else:  # ~3-30 s per GB: the server answers meanwhile; once damage is found, no new run
+            threading.Thread(target=self._check_store, name="store-check", daemon=True).start()
         self.store_id = store.store_id
         try:
             store.interrupt_open_runs()
         except sqlite3.OperationalError as exc:
             self.notes.append(f"could not mark an earlier server's runs interrupted: {exc}")
         self._keep_reserve()
+
+    def _check_store(self) -> None:
+        """A large store's page check, in the background: a damaged store takes no new run."""
+        try:
+            with Store(self.store_path) as store:
+                store.check()
+        except StoreError as exc:
+            self._damage = str(exc)
+            self.notes.append(self._damage)
+            print(f"fecomlite server: {self._damage}", file=sys.stderr)
 
     def _watchdog(self) -> None:
         """Mark `interrupted` the runs whose client process has died (SIGKILL, a crash), and
@@ -557,6 +579,12 @@ class MeasurementService:
                 print(f"fecomlite server: could not end run {run_id} in the store: {error}",
                       file=sys.stderr)
         self._release_reserve()  # the next server keeps its own
+
+
+def _bytes_of(store_path: Path) -> int:
+    """The store's size, its -wal file's included."""
+    wal = Path(f"{store_path}-wal")
+    return store_path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
 
 
 def _site_names(site: dict[str, Any] | None) -> dict[str, Any]:
