@@ -104,3 +104,19 @@ def _fill(path: Path) -> None:
                 os.fsync(f.fileno())
         except OSError:
             pass
+
+
+def test_server_stop_writes_an_end_the_store_refused(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch):
+    from fecomlite.server.service import MeasurementService
+
+    monkeypatch.setattr(MeasurementService, "_watch_once", lambda self: None)  # stop alone
+    home = tmp_path / "home"
+    with serving(home, [FakeSensorForTests("p")]) as (server, client):
+        run, _ = client.create_run("x.py", [], "method", {})
+        with monkeypatch.context() as full:
+            full.setattr(Store, "update_run", _refuse)
+            assert client.finish_run(run, "failed", 3)["ok"] is False
+        assert _status(home, run)["status"] == "running"
+    row = _status(home, run)  # the server has stopped
+    assert (row["status"], row["exit_code"]) == ("failed", 3)
