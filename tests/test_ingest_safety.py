@@ -47,7 +47,8 @@ def test_a_torn_spool_is_kept_and_its_lost_events_counted(server, tmp_path: Path
     assert "0 events stored" in _said(again) and _events(tmp_path / "home") == 12
 
 
-@pytest.mark.parametrize("content", [b"meeting notes\nbuy milk\n" * 40, b""])
+@pytest.mark.parametrize("content", [b"meeting notes\nbuy milk\n" * 40, b""],
+                         ids=["text", "empty"])
 def test_a_file_that_is_no_spool_is_refused_untouched(server, tmp_path: Path, content: bytes):
     notes = tmp_path / "notes.txt"
     notes.write_bytes(content)
