@@ -62,9 +62,9 @@ def damage_reason(db: sqlite3.Connection, path: Path) -> str | None:
 def damaged(path: Path, detail: str) -> str:
     """The one line that says a store is damaged and what to do about it."""
     lines = [line for line in detail.splitlines() if not line.startswith("***")] or [detail]
-    return (f"{path} is damaged ({lines[0][:160]}): its figures would be wrong. "
-            f"Restore it from a copy, or save what SQLite can read: "
-            f"sqlite3 {path} .recover | sqlite3 recovered.sqlite")
+    return (f"{path} is damaged ({lines[0][:160]}): its figures would be wrong. Restore it "
+            f"from a backup (such as one made by `fecomlite store copy`); SQLite's "
+            f"`sqlite3 {path} .recover` may save some of its rows")
 
 
 def keep_copy(db: sqlite3.Connection, path: Path, version: str) -> Path:
