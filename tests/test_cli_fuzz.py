@@ -154,3 +154,21 @@ def test_bad_inputs_are_named(world: dict[str, Path], tmp_path: Path,
         result = runner.invoke(app, argv[key])
         assert said in " ".join(result.output.split()), (key, result.output)
         assert (result.exit_code != 0) == (key[1] != "--width"), (key, result.output)
+
+
+def test_run_refuses_bad_numbers_before_starting_anything(world: dict[str, Path],
+                                                          tmp_path: Path):
+    from fecomlite.server.client import live_client
+
+    home, script = tmp_path / "home", str(world["project"] / "train.py")
+    runner = click.testing.CliRunner()
+    try:
+        for option, value in (("--idle", "nan"), ("--tail", "inf"), ("--gate-max-wait", "-1"),
+                              ("--repeat", "99999999999999999999999"), ("--pue", "nan")):
+            result = runner.invoke(app, ["run", "--home", str(home), option, value, script])
+            assert result.exit_code != 0 and "must be" in result.output, (option, result.output)
+        assert not (home / "server.json").exists()  # no server was started for any of them
+    finally:
+        client = live_client(home)
+        if client is not None:
+            client.shutdown()

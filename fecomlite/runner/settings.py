@@ -8,6 +8,7 @@ the run, so a figure can always be traced to how it was measured.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -91,13 +92,25 @@ def resolve(config: dict[str, Any], overrides: dict[str, Any]) -> RunSettings:
         raise SettingsError(f"level must be 'method' or 'project', not {settings.level!r}")
     if settings.sync not in ("auto", "on", "off"):
         raise SettingsError(f"sync must be auto, on or off, not {settings.sync!r}")
-    if settings.repeat < 1:
-        raise SettingsError("repeat must be at least 1")
+    if not 1 <= settings.repeat <= MAX_REPEAT:
+        raise SettingsError(f"repeat must be from 1 to {MAX_REPEAT}")
+    _check_numbers(settings)
     _check_carbon(settings)
     return settings
 
 
+MAX_REPEAT = 999_999  # repetition numbers stay below a batch header's limit (batch_codec)
 _OPTIONAL = {"carbon_intensity": float, "region": str, "pue": float}  # default None
+
+
+def _check_numbers(settings: RunSettings) -> None:
+    """Seconds, thresholds and CO2e figures: finite and not negative (nan, inf fail here, not
+    as a server's refusal mid-run)."""
+    for field in dataclasses.fields(settings):
+        value = getattr(settings, field.name)
+        for number in value if field.name == "pause_s" else (value,):
+            if isinstance(number, float) and not 0 <= number < math.inf:
+                raise SettingsError(f"{field.name} must be a finite number ≥ 0, not {number}")
 
 
 def _check_carbon(settings: RunSettings) -> None:
