@@ -94,6 +94,24 @@ def test_a_disk_that_fills_at_finish_still_ends_the_run(tmp_path: Path):
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
+def test_a_store_on_a_full_disk_is_read_without_its_shm_file(tmp_path: Path):
+    """SQLite reads a WAL store through a -shm file it makes beside it: on a full disk it
+    cannot, and the store file alone (no -wal rows) is read as it is."""
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "1m"):
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        path = disk / "store.sqlite"
+        with Store(path) as store:
+            run = store.create_run(program="x.py", status="finished")
+        assert not Path(f"{path}-shm").exists()
+        _fill(disk / "filler")
+        with Store(path, readonly=True) as store:
+            assert store.run(run)["status"] == "finished"
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
 def _fill(path: Path) -> None:
     """Write until the disk is full."""
     with open(path, "wb") as f:

@@ -224,8 +224,10 @@ class Store(StoreReads):
                 self.db = integrity.connect_readonly(self.path)
             else:
                 self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        except sqlite3.Error as exc:
+        except sqlite3.OperationalError as exc:
             raise StoreError(f"cannot open the run store {self.path}: {exc}") from exc
+        except sqlite3.DatabaseError as exc:  # read-only: its first read found it damaged
+            raise self._refusal(exc) from exc
         self.db.row_factory = sqlite3.Row
         try:
             self._open(fresh)
@@ -233,18 +235,20 @@ class Store(StoreReads):
             self.db.close()
             if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
                 raise
-            if isinstance(exc, sqlite3.OperationalError):
-                raise StoreError(f"cannot use the run store {self.path}: {exc}") from exc
-            if "not a database" in str(exc):
-                raise StoreError(
-                    f"{self.path} is not a fecomlite run store, or is damaged: {exc}"
-                ) from exc
-            raise StoreError(integrity.damaged(self.path, str(exc))) from exc
+            raise self._refusal(exc) from exc
         except (StoreError, OSError) as exc:
             self.db.close()
             if isinstance(exc, OSError):
                 raise StoreError(f"cannot use the run store {self.path}: {exc}") from exc
             raise
+
+    def _refusal(self, exc: sqlite3.DatabaseError) -> StoreError:
+        """What SQLite's error on opening says of the file, in one line."""
+        if isinstance(exc, sqlite3.OperationalError):
+            return StoreError(f"cannot use the run store {self.path}: {exc}")
+        if "not a database" in str(exc):
+            return StoreError(f"{self.path} is not a fecomlite run store, or is damaged: {exc}")
+        return StoreError(integrity.damaged(self.path, str(exc)))
 
     def _open(self, fresh: bool) -> None:
         """Check the file before anything is written; a reader also checks its pages."""

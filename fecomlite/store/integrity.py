@@ -18,9 +18,21 @@ SQLITE_PAGE_MIN = 512  # a SQLite file shorter than this holds no page at all
 
 
 def connect_readonly(path: Path, timeout_s: float = 30) -> sqlite3.Connection:
-    """A connection that cannot write the file (no schema stamp, no journal-mode switch)."""
+    """A connection that cannot write the file (no schema stamp, no journal-mode switch).
+    Reading a WAL store needs a `-shm` file beside it; where none can be made (a full disk, a
+    read-only folder) and no `-wal` file holds rows, the store file alone is read as it is."""
     uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"
-    return sqlite3.connect(uri, uri=True, timeout=timeout_s, isolation_level=None)
+    db = sqlite3.connect(uri, uri=True, timeout=timeout_s, isolation_level=None)
+    try:
+        db.execute("PRAGMA schema_version").fetchone()
+    except sqlite3.OperationalError:
+        wal = Path(f"{path}-wal")
+        if wal.exists() and wal.stat().st_size:
+            raise
+        db.close()
+        db = sqlite3.connect(uri + "&immutable=1", uri=True, timeout=timeout_s,
+                             isolation_level=None)
+    return db
 
 
 def foreign_reason(db: sqlite3.Connection, path: Path, application_id: int) -> str | None:
