@@ -29,6 +29,7 @@ from fecomlite.report.co2e import add_co2e, csv_with_co2e
 from fecomlite.report.distributed import rank_section
 from fecomlite.report.model_section import model_section
 from fecomlite.report.palette import SERIES_COLORS, domain_color, domain_name, shade
+from fecomlite.report.process_memory import memory_context, memory_csv, process_memory
 from fecomlite.report.tf_strategy import strategy_section
 from fecomlite.report.timeline import TimelineBuilder
 from fecomlite.sensors.estimate import MODELS
@@ -70,6 +71,8 @@ def build_report(store: Store, run_id: int, method: str = "auto",
     site_cols = tables.site_columns(a.domains, gpu_mem)
     co2e = add_co2e(a, intensity, [api_cols, site_cols])  # None without an intensity
     tails = timeline.tails()
+    memory = process_memory(store, a.run, a.repetitions)  # every run kind: a watch run's only
+    memory_view = memory_context(memory)
     charts: dict[str, Any] = {
         "bars": _bars_chart(a),
         "timeline": timeline.timeline(),
@@ -77,6 +80,8 @@ def build_report(store: Store, run_id: int, method: str = "auto",
         "memory": _memory_chart(a),
         **{f"tail-{i}": chart for i, chart in enumerate(tails)},
     }
+    if memory_view:
+        charts["process-memory"] = memory_view["chart"]
     levels = _levels(a)
     if levels:
         charts["levels"] = levels["chart"]
@@ -112,14 +117,18 @@ def build_report(store: Store, run_id: int, method: str = "auto",
         "stacked": ", ".join(domain_name(d["domain"]) for d in stacked_domains(a)),
         "co2e": co2e,
         "layers": {"tree": layer_report.tree(a), "notes": layer_notes},
+        "process_memory": memory_view,
     }
     report_json = {"format": 1, **a.to_json(), "ranks": ranks, "datasize": datasize,
                    "co2e": co2e, "layer_notes": layer_notes,
-                   "tf_distribute": tf_distribute}
+                   "tf_distribute": tf_distribute, "process_memory": memory}
     csv_tables = a.tables_csv()
     if co2e:
         rows = {"apis": a.apis, "sites": a.sites}
         csv_tables = {k: csv_with_co2e(v, rows[k], co2e["label"]) for k, v in csv_tables.items()}
+    memory_rows = memory_csv(memory)
+    if memory_rows:
+        csv_tables["memory"] = memory_rows
     scaling = datasize_csv(datasize)
     if scaling:
         csv_tables["datasize_apis"] = scaling
