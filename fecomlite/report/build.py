@@ -27,6 +27,7 @@ from fecomlite.report import layers as layer_report
 from fecomlite.report import tables
 from fecomlite.report.co2e import add_co2e, csv_with_co2e
 from fecomlite.report.distributed import rank_section
+from fecomlite.report.domains import stacked_domains
 from fecomlite.report.model_section import model_section
 from fecomlite.report.palette import SERIES_COLORS, domain_color, domain_name, shade
 from fecomlite.report.process_memory import memory_context, memory_csv, process_memory
@@ -116,7 +117,8 @@ def build_report(store: Store, run_id: int, method: str = "auto",
         "load": a.load,
         "stacked": ", ".join(domain_name(d["domain"]) for d in stacked_domains(a)),
         "co2e": co2e,
-        "layers": {"tree": layer_report.tree(a), "notes": layer_notes},
+        "layers": {"tree": layer_report.tree(a), "notes": layer_notes,
+                   "domains": layer_report.tree_domains(a)},
         "process_memory": memory_view,
     }
     report_json = {"format": 1, **a.to_json(), "ranks": ranks, "datasize": datasize,
@@ -456,16 +458,6 @@ def _domain_series(a: RunAnalysis) -> list[dict[str, Any]]:
 
 def _finite(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
-
-
-def stacked_domains(a: RunAnalysis) -> list[dict[str, Any]]:
-    """The domains a stacked bar may add: the disjoint ones (`analysis.domain_role`), reliable
-    first; on a busy machine without a reliable one, the program's own share alone."""
-    disjoint = [d for d in a.domains if d.get("addable")]
-    if any(d.get("reliable", True) for d in disjoint) or not disjoint:
-        return disjoint or [d for d in a.domains if d.get("role") == "share"][:1]
-    share = [d for d in a.domains if d.get("role") == "share"]
-    return share[:1] or disjoint
 
 
 def _bars_chart(a: RunAnalysis) -> dict[str, Any]:
