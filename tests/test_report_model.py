@@ -200,3 +200,19 @@ def test_the_model_charts_draw_in_chromium(tmp_path):
         page.locator("#model").screenshot(path=str(ARTIFACTS / "report-energy-model.png"))
         browser.close()
     assert errors == []
+
+
+def test_a_sweeps_report_has_no_false_alarm_and_no_empty_sections(tmp_path):
+    """A sweep run has no energy of its own (its configurations are runs): its report says so,
+    lists the configurations, and shows neither "no energy sensor" nor empty call tables."""
+    with Store(tmp_path / "store.sqlite") as store:
+        for fitted in (True, False):
+            html = html_of(build_report(store, sweep_run(store, fitted=fitted)))
+            assert "No energy sensor gave usable readings" not in html
+            assert 'id="sweep-note"' in html
+            for empty in ('id="apis-table"', 'id="sites-table"', 'id="intensities"',
+                          'id="repetitions"', 'data-chart="timeline"', 'id="load"'):
+                assert empty not in html, empty
+            configurations = html.split('id="model-configurations"', 1)[1].split("</table>")[0]
+            assert configurations.count("<tr>") == 1 + 16  # the header and the 16 rows
+            assert "rectangle-w8-d1-b16" in configurations

@@ -76,13 +76,16 @@ def model_section(store: Store, analysis: RunAnalysis) -> ModelSection | None:
 def sweep_section(store: Store, sweep_id: int) -> ModelSection:
     """The fitted model of sweep `sweep_id`, or a note saying how to fit one."""
     data = store.result(sweep_id, MODEL_RESULT)
-    if data is None:
-        return ModelSection({"kind": "unfitted", "sweep_id": sweep_id}, {})
-    models = EnergyModels.from_json(data)
     table = store.result(sweep_id, "sweep") or {}
+    configurations = configuration_rows(table)
+    if data is None:
+        return ModelSection({"kind": "unfitted", "sweep_id": sweep_id,
+                             "configurations": configurations}, {})
+    models = EnergyModels.from_json(data)
     fit, identified = shown_fit(models)
     context = {
         "kind": "sweep", "sweep_id": sweep_id, **_about(models),
+        "configurations": configurations,
         "shown_model": fit.name, "identified": identified,
         "identification_note": "" if identified else sentence(_check(models)),
         "coefficients": coefficient_rows(fit),
@@ -103,6 +106,25 @@ def sweep_section(store: Store, sweep_id: int) -> ModelSection:
         "model-fit": fit_chart(models.points),
     }
     return ModelSection(context, charts)
+
+
+def configuration_rows(table: dict[str, Any]) -> dict[str, Any]:
+    """The sweep's configurations as its table holds them: each one's run, training time and
+    energy above idle per domain (per repetition; "< x" below resolution), with each domain's
+    provenance."""
+    domains = table.get("domains") or {}
+    rows = []
+    for r in table.get("rows") or []:
+        energy = []
+        for d in sorted(domains):
+            value, below = r.get(f"energy_J_{d}"), r.get(f"energy_J_{d}_below")
+            energy.append(units.scaled(value, "J") if value is not None else (
+                f"< {units.scaled(below, 'J')}" if below is not None else "–"))
+        rows.append({"key": r.get("key", "?"), "run": r.get("run_id"),
+                     "time": units.scaled(r.get("time_s"), "s"), "energy": energy})
+    heads = [{"domain": d, "provenance": m.get("provenance"), "model": m.get("model")}
+             for d, m in sorted(domains.items())]
+    return {"rows": rows, "domains": heads}
 
 
 def _check(models: EnergyModels) -> dict[str, Any]:
