@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -43,7 +44,8 @@ if TYPE_CHECKING:  # the fit, the prediction (numpy) and the store are imported 
     from fecomlite.model.predict import Prediction
     from fecomlite.store import Store
 
-console = Console()
+# piped output keeps whole tables (rich would otherwise fit them into 80 columns)
+console = Console(width=None if sys.stdout.isatty() else 1000)
 errors = Console(stderr=True)
 
 HomeOption = Annotated[
