@@ -158,7 +158,7 @@ def test_a_tiny_sweep_end_to_end(tmp_path):
                                   env={"COLUMNS": "200"})
             assert small.exit_code == 0, small.output
             flat = " ".join(small.output.split())
-            assert "left out" in flat and "2 configurations support no more than 1 terms" in flat
+            assert "left out" in flat and "2 configurations support no more than 1 term:" in flat
     finally:
         state = read_state(home)
         if state is not None:

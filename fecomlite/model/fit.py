@@ -437,8 +437,9 @@ def fit_models(
         design = design / memory.y[:, None]
     check = identify(design, memory.features, memory.coef, memory.std_errors, levels)
     if memory.omitted:
-        check["reasons"].append(f"{len(rows)} configurations support no more than "
-                                f"{len(memory.features)} terms: "
+        terms = len(memory.features)
+        check["reasons"].append(f"{len(rows)} configurations support no more than {terms} "
+                                f"term{'s' if terms != 1 else ''}: "
                                 f"{', '.join(memory.omitted)} left out")
         check["identified"] = False
     return EnergyModels(target, domain, levels, hierarchy, provenance, fits, points, check)
