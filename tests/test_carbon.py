@@ -109,3 +109,28 @@ def test_without_an_intensity_nothing_changes(tmp_path):
         rep = build_report(store, build_run(store))
     assert rep.json["co2e"] is None and "co2e_g" not in rep.csv["apis"]
     assert all("co2e_g" not in row for row in rep.json["apis"])
+
+
+def test_co2e_from_unreliable_energy_carries_the_mark(tmp_path):
+    """The package's above-idle energy flagged unreliable (a busy machine): the CO2e made from
+    it says so in report.json, the CSV and the HTML, with the domain's reason."""
+    from fecomlite.analysis.run_analysis import analyse_run
+
+    with Store(tmp_path / "store.sqlite") as store:
+        run = build_run(store)
+        a = analyse_run(store, run)
+        package = next(d for d in a.domains if d["domain"] == "cpu-package")
+        package.update(reliable=False, unreliable=["other processes used the CPUs"])
+        rep = build_report(store, run, analysis=a, intensity=carbon.Intensity(250.0, "given"))
+        written = write_report(rep, tmp_path / "out", ["html", "json", "csv"])
+    files = {p.name: p for p in written}
+    block = json.loads(files["report.json"].read_text())["co2e"]
+    assert block["reliable"] is False
+    assert block["unreliable"] == ["cpu-package: other processes used the CPUs"]
+    rows = list(csv.DictReader(io.StringIO(files["apis.csv"].read_text())))
+    assert {r["co2e_reliable"] for r in rows} == {"False"}
+    html = files["index.html"].read_text()
+    assert "CO2e (unreliable)" in html and "other processes used the CPUs" in html
+    with Store(tmp_path / "store.sqlite") as store:  # the same run, nothing flagged
+        fine = build_report(store, run, intensity=carbon.Intensity(250.0, "given"))
+    assert fine.json["co2e"]["reliable"] is True and fine.json["co2e"]["unreliable"] == []

@@ -43,6 +43,9 @@ def test_the_newest_recent_baseline_of_another_run_is_found(tmp_path: Path):
         assert origin == recent and found["sensors"]["cpu"]["mean_w"] == 11.0
         assert 20 <= age < 60
         assert bl.latest_baseline(store, this, max_age_s=10) is None  # too old
+        # a careful run asking for 10 s of baseline does not reuse a 5 s (`--quick`-like) one
+        assert bl.latest_baseline(store, this, max_age_s=600, min_seconds=10.0) is None
+        assert bl.latest_baseline(store, this, max_age_s=600, min_seconds=5.0)[0] == recent
 
 
 def test_a_reused_baseline_keeps_its_origin_and_age(tmp_path: Path):

@@ -77,3 +77,16 @@ def test_apis_whose_calls_or_inputs_change_are_fitted_and_ranked_first() -> None
         "torch.optim.SGD.step",
         "torch.utils.data.TensorDataset",
     ]
+
+
+def test_the_terminal_summary_gives_the_linear_fit_with_its_fixed_cost() -> None:
+    """A cost of 2 J fixed + 3 µJ per byte looks sub-linear as a power law; the summary says
+    both, the line with its fixed cost first."""
+    from fecomlite.analysis.datasize import program_fit_lines
+
+    x = np.array([1e5, 2e5, 4e5, 8e5, 1.6e6])
+    fits = {"energy_J": fit_curves(x, 2.0 + 3e-6 * x)}
+    (line,) = program_fit_lines({"fits": fits})
+    assert line.startswith("energy: 2.00 J fixed + 3.00 µJ per byte (linear, R² 1.000)")
+    exponent = fits["energy_J"]["power"]["exponent"]
+    assert 0 < exponent < 1 and f"∝ bytes^{exponent:.2f} (power law" in line

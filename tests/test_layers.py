@@ -33,6 +33,17 @@ def test_site_keys_name_model_path_and_class_and_parse_back():
     assert facts.parse("train.py:3:4") is None
 
 
+def test_a_keras_layer_s_key_names_its_driving_call():
+    key = facts.site_key(facts.FORWARD, "sequential", "block/dense", "Dense", "evaluate")
+    assert key == "layer:sequential/block/dense (Dense) in evaluate"
+    assert facts.parse(key) == {"phase": "forward", "model": "sequential",
+                                "path": "block/dense", "class": "Dense", "driver": "evaluate"}
+    back = facts.driven("layer-backward:sequential/dense (Dense)", "fit")
+    assert facts.parse(back)["driver"] == "fit" and facts.parse(back)["class"] == "Dense"
+    assert facts.driven("layer:m/d (Dense)", None) == "layer:m/d (Dense)"
+    assert _site_from_key(key)["written"] == "block/dense (Dense) in evaluate"
+
+
 def test_store_names_layer_sites_as_layers():
     row = _site_from_key("layer:functional/dense_1 (Dense)")
     assert row == {

@@ -84,13 +84,16 @@ KERAS_PROGRAM = """
 
 
     class Steps(keras.callbacks.Callback):
-        train = test = 0
+        train = test = predict = 0
 
         def on_train_batch_end(self, batch, logs=None):
             self.train += 1
 
         def on_test_batch_end(self, batch, logs=None):
             self.test += 1
+
+        def on_predict_batch_end(self, batch, logs=None):
+            self.predict += 1
 
 
     steps = Steps()
@@ -104,7 +107,10 @@ KERAS_PROGRAM = """
     xla_model.compile(optimizer="sgd", loss="mse", jit_compile=True)
     xla_model.fit(x, y, epochs=1, batch_size=16, verbose=0)
     print("eager", round(float(eager_model.evaluate(x, y, verbose=0)), 4))
-    print("graph", round(float(graph_model.evaluate(x, y, verbose=0)), 4))
+    evaluated, predicted = Steps(), Steps()
+    print("graph", round(float(graph_model.evaluate(x, y, verbose=0, callbacks=[evaluated])), 4))
+    graph_model.predict(x, batch_size=16, verbose=0, callbacks=[predicted])
+    print("driven", evaluated.test, predicted.predict)
     print("xla", round(float(xla_model.evaluate(x, y, verbose=0)), 4))
 """
 
@@ -163,21 +169,32 @@ def assert_layers_nest_and_conserve_energy(a) -> None:
         assert top == pytest.approx(d["in_calls_J"], rel=1e-6, abs=1e-9), d["domain"]
 
 
+def assert_tree_adds_up(nodes: list[dict]) -> None:
+    """On every row of the report's layer tree, inclusive = self + the children's inclusive."""
+    for n in nodes:
+        if n["children"]:
+            children = sum(c["inclusive_J"] for c in n["children"])
+            assert n["inclusive_J"] == pytest.approx(n["self_J"] + children, rel=1e-6, abs=1e-9)
+            assert_tree_adds_up(n["children"])
+
+
 def assert_each_layer_under_its_enclosing_layer(a, sep: str) -> None:
     """Every layer event's parent is the event of the nearest enclosing layer of the same phase
-    (`encoder.layers.0.norm2` under `encoder.layers.0`), or a call when no layer encloses it."""
+    and driving call (`encoder.layers.0.norm2` under `encoder.layers.0`), or a call when no
+    layer encloses it."""
     from fecomlite.runtime.layers import facts
 
+    parsed = {name: facts.parse(name) for name in a.api_names}
     for row in range(a.calls["api"].size):
-        parts = facts.parse(a.api_names[a.calls["api"][row]])
+        parts = parsed[a.api_names[a.calls["api"][row]]]
         if parts is None:
             continue
-        prefix = a.api_names[a.calls["api"][row]].split(parts["model"] + "/")[0]
         steps = parts["path"].split(sep)
         expected = None
         for n in range(len(steps) - 1, 0, -1):
-            path = sep.join(steps[:n])
-            found = [x for x in a.api_names if x.startswith(f"{prefix}{parts['model']}/{path} (")]
+            same = {**parts, "path": sep.join(steps[:n])}
+            found = [x for x, p in parsed.items()
+                     if p is not None and {**p, "class": parts["class"]} == same]
             if found:
                 expected = found[0]
                 break
@@ -236,6 +253,7 @@ def test_torch_layers_forward_and_backward_nest_under_the_driving_calls(home, tm
         name for name in apis if name.startswith(("layer:Net/body.", "layer-backward:Net/body."))
     ]
     assert any("torch.compile" in n for n in report.json["layer_notes"])
+    assert_tree_adds_up(report.context["layers"]["tree"])
     rows = layer_tree_in_chromium(report, tmp_path / "report")
     depth = {label: indent for label, indent in rows}
     assert (
@@ -284,31 +302,39 @@ def test_keras_layers_in_eager_fit_and_in_a_compiled_fit(home, tmp_path):
     assert program_lines(log) == program_lines(plain)
     a = analyse_run(store, run_id)
     names = set(a.api_names)
-    drivers = {"keras.Model.fit", "keras.Model.evaluate"}
-    for model in ("eager_model", "graph_model"):
+    calls = {"fit": "keras.Model.fit", "evaluate": "keras.Model.evaluate",
+             "predict": "keras.Model.predict"}
+    for model, drivers in (("eager_model", ("fit", "evaluate")),
+                           ("graph_model", ("fit", "evaluate", "predict"))):
         for layer in ("dense_1 (Dense)", "scale (Scale)", "out (Dense)"):
-            api = f"layer:{model}/{layer}"
-            assert api in names, api
-            for row in rows_of(a, api):
-                assert drivers & set(ancestors(a, row))
+            for driver in drivers:  # each driving call's layers under that call, and only it
+                api = f"layer:{model}/{layer} in {driver}"
+                assert api in names, api
+                for row in rows_of(a, api):
+                    assert ancestors(a, row)[-1] == calls[driver]
     # the compiled step's gradient ops give backward spans, under fit only
     for layer in ("dense_1 (Dense)", "scale (Scale)", "out (Dense)"):
-        api = f"layer-backward:graph_model/{layer}"
+        api = f"layer-backward:graph_model/{layer} in fit"
         assert api in names, api
         for row in rows_of(a, api):
             # right under fit, even where TensorFlow's inter-op threads ran two layers' gradient
             # ops at once (their spans are cut apart, `spans.nest`)
             assert ancestors(a, row) == ["keras.Model.fit"]
     assert not [n for n in names if n.startswith("layer-backward:eager_model/")]
-    # one call a step: forward in every train and validation step of the compiled fit, backward
-    # in every train step, however the executor interleaved a layer's ops with others'
+    assert not [n for n in names if n.startswith("layer-backward:") and not n.endswith(" fit")]
+    # one call a step: forward in every train and validation step of the compiled fit (the
+    # validation fit runs stays fit's), backward in every train step, forward in every step
+    # of evaluate and of predict, as the callbacks counted them
     train, test = map(int, re.search(r"^steps (\d+) (\d+)$", log, re.M).groups())
     assert (train, test) == (18, 6)  # 3 epochs of 48 / 8 train and 16 / 8 validation samples
+    evaluated, predicted = map(int, re.search(r"^driven (\d+) (\d+)$", log, re.M).groups())
+    assert (evaluated, predicted) == (2, 4)  # 64 samples in batches of 32 and of 16
     for layer in ("dense_1 (Dense)", "scale (Scale)", "out (Dense)"):
-        for phase, count in (("layer", train + test), ("layer-backward", train)):
-            rows = calls_of(a, f"{phase}:graph_model/{layer}")
-            under_fit = [r for r in rows if ancestors(a, r)[-1] == "keras.Model.fit"]
-            assert len(under_fit) == count, (phase, layer)
+        for api, count in ((f"layer:graph_model/{layer} in fit", train + test),
+                           (f"layer-backward:graph_model/{layer} in fit", train),
+                           (f"layer:graph_model/{layer} in evaluate", evaluated),
+                           (f"layer:graph_model/{layer} in predict", predicted)):
+            assert len(calls_of(a, api)) == count, api
     # XLA: one unit in fit and evaluate (no kernel of its executable names a layer)
     assert not [n for n in names if "xla_model/" in n]
     assert "keras.Model.fit" in names
@@ -318,12 +344,13 @@ def test_keras_layers_in_eager_fit_and_in_a_compiled_fit(home, tmp_path):
     report = build_report(store, run_id, analysis=a)
     apis = {r["api"]: r for r in report.json["apis"]}
     for model in ("eager_model", "graph_model"):
-        scale = apis[f"layer:{model}/scale (Scale)"]
+        scale = apis[f"layer:{model}/scale (Scale) in evaluate"]
         assert scale["kind"] == "layer" and scale["params"] == 16 and scale["class"] == "Scale"
-        assert scale["parent_api"] in drivers
-    back = apis["layer-backward:graph_model/dense_1 (Dense)"]
+        assert (scale["driver"], scale["parent_api"]) == ("evaluate", "keras.Model.evaluate")
+    back = apis["layer-backward:graph_model/dense_1 (Dense) in fit"]
     assert back["phase"] == "backward" and back["params"] == 8 * 16 + 16
     assert back["parent_api"] == "keras.Model.fit"
+    assert_tree_adds_up(report.context["layers"]["tree"])
     notes = " ".join(report.json["layer_notes"])
     assert "graph_model" in notes and "TensorFlow profiler" in notes
     assert "cannot be timed" not in notes and "could not time" not in notes

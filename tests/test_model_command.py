@@ -55,14 +55,18 @@ def test_fit_prints_coefficients_comparison_and_provenance_and_stores_the_model(
     done = invoke("model", "fit", "--home", str(home), "--out", str(out))
     assert done.exit_code == 0, done.output
     assert "fitted on estimated (model cpu-util-linear) energy" in done.output
-    assert "pJ/FLOP" in done.output and "pJ/byte" in done.output
     assert "ranked by out-of-sample (cross-validated) error" in " ".join(done.output.split())
-    for name in ("memory_aware", "flops_only", "params_only"):
+    for name in ("memory_aware", "time_flops", "flops_only", "params_only"):
         assert name in done.output
     assert "effectively a time model" not in done.output  # cpu-util-linear is not time × power
     with Store(home / "store.sqlite") as store:
         saved = store.result(1, MODEL_RESULT)
     assert saved == json.loads(out.read_text())
+    # per-level costs are printed as costs only where the data identify them
+    identified = saved["identification"]["identified"]
+    assert "pJ/FLOP" in done.output and ("pJ/byte" in done.output) == identified
+    flat = " ".join(done.output.split())
+    assert ("cannot tell the memory levels' costs apart" in flat) != identified
     assert saved["provenance"]["sweep_id"] == 1 and len(saved["points"]) == len(grid_configs())
 
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from fecomlite.model.cache import CacheLevel, MemoryHierarchy
 from fecomlite.model.features import run_features
 from fecomlite.model.fit import EnergyModels, FitError, LinearFit, fit_linear, fit_models
+from fecomlite.model.identify import identify, sentence
 from fecomlite.model.network import NetworkConfig
 from fecomlite.model.sweep import feature_columns
 
@@ -201,7 +202,8 @@ def test_memory_aware_model_beats_flops_only_on_a_planted_cache_step():
     assert models.fits["time"].coef[models.fits["time"].features.index("steps")] == \
         pytest.approx(TIME["steps"], rel=0.2)
     ranked = models.comparison()  # best first by out-of-sample error
-    assert sorted(r["model"] for r in ranked) == ["flops_only", "memory_aware", "params_only"]
+    assert sorted(r["model"] for r in ranked) == [
+        "flops_only", "memory_aware", "params_only", "time_flops"]
     assert [r["cv_rel_rmse"] for r in ranked] == sorted(r["cv_rel_rmse"] for r in ranked)
     assert models.best_name == "memory_aware" and models.best is memory
 
@@ -258,8 +260,8 @@ def test_bad_requests_and_saved_models():
         fit_models(rows, PLANTED.to_json(), ESTIMATED, domain="dram")
     with pytest.raises(FitError, match="target must be"):
         fit_models(rows, PLANTED.to_json(), ESTIMATED, target="peak")
-    with pytest.raises(FitError, match="rows cannot fit"):
-        fit_models(rows[:3], PLANTED.to_json(), ESTIMATED)
+    with pytest.raises(FitError, match="1 rows cannot fit 1 coefficients"):
+        fit_models(rows[:1], PLANTED.to_json(), ESTIMATED)
     broken = [dict(rows[0])]
     del broken[0]["time_s"]
     with pytest.raises(FitError, match="missing or bad column"):
@@ -271,3 +273,54 @@ def test_bad_requests_and_saved_models():
     assert [b["level"] for b in models.to_json()["breakpoints"]] == ["L1d", "L2"]
     with pytest.raises(FitError, match="not a fitted model"):
         EnergyModels.from_json({"format": "something else"})
+
+
+def test_a_small_sweep_gets_the_largest_model_its_rows_support_with_the_terms_left_out_named():
+    rows = synthetic_rows(np.random.default_rng(13), grid_configs(widths=(16, 512), depths=(1, 3),
+                                                                  batches=(64,)))
+    models = fit_models(rows, PLANTED.to_json(), ESTIMATED)  # 4 rows, 5 terms with data
+    memory = models.memory_aware
+    assert len(memory.features) < len(rows) and "flops" in memory.features
+    assert memory.omitted and all(f.startswith("bytes_") for f in memory.omitted)
+    assert not set(memory.omitted) & set(memory.features)
+    assert models.identification["identified"] is False
+    assert any("left out" in r for r in models.identification["reasons"])
+    assert models.fits["time"].omitted  # the time model too: 6 terms on 4 rows
+    again = EnergyModels.from_json(models.to_json())
+    assert again.memory_aware.omitted == memory.omitted
+    assert again.identification == models.identification
+
+
+def test_collinear_hierarchy_terms_are_reported_as_not_identified():
+    """A grid where each level's bytes are a fixed multiple of the FLOPs: any split of the
+    energy among the levels fits, so the per-level costs are not costs."""
+    rng = np.random.default_rng(14)
+    flops = rng.uniform(1e9, 1e11, 12)
+    x = np.column_stack([flops, 0.5 * flops, 0.2 * flops * (1 + 1e-4 * rng.standard_normal(12)),
+                         flops * 1e-10])
+    features = ["flops", "bytes_L1d", "bytes_L2", "time_s"]
+    fit = fit_linear(x, x @ [20e-12, 5e-12, 20e-12, 3.0] * (1 + 0.02 * rng.standard_normal(12)),
+                     features)
+    check = identify(x, features, fit.coef, fit.std_errors, ["L1d", "L2", "DRAM"])
+    assert check["identified"] is False and check["separable"] is False
+    assert check["condition_number"] > 30 and max(check["vif"].values()) > 10
+    assert "collinear" in sentence(check) and "time/FLOP model" in sentence(check)
+    rng = np.random.default_rng(15)  # independent terms, costs well above their errors
+    x = rng.uniform(1, 10, size=(40, 3))
+    fit = fit_linear(x, x @ [1.0, 2.0, 8.0] * (1 + 0.01 * rng.standard_normal(40)),
+                     ["bytes_L1d", "bytes_L2", "bytes_DRAM"])
+    check = identify(x, fit.features, fit.coef, fit.std_errors, ["L1d", "L2", "DRAM"])
+    assert check["identified"] is True, check["reasons"]
+    fit = fit_linear(x, x @ [8.0, 2.0, 1.0] * (1 + 0.01 * rng.standard_normal(40)),
+                     ["bytes_L1d", "bytes_L2", "bytes_DRAM"])
+    check = identify(x, fit.features, fit.coef, fit.std_errors, ["L1d", "L2", "DRAM"])
+    assert check["ordered"] is False and not check["identified"]
+
+
+def test_a_relative_interval_is_from_the_data_s_spread_never_cut_at_zero():
+    rng = np.random.default_rng(16)
+    x = rng.uniform(0.1, 1.0, size=(6, 2))
+    fit = fit_linear(x, x @ [2.0, 0.5] * (1 + 0.4 * rng.standard_normal(6)).clip(0.1), ["a", "b"])
+    mean, low, high, _ = fit.interval({"a": 0.5, "b": 0.5}, 0.9)
+    assert 0 < low < mean < high
+    assert mean / low == pytest.approx(high / mean)  # symmetric on the log scale

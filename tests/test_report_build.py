@@ -42,7 +42,7 @@ def _csv(path: Path) -> list[dict[str, str]]:
 def test_writes_the_page_json_and_csv(written: tuple[Report, Path]) -> None:
     _, out = written
     assert sorted(p.name for p in out.iterdir()) == [
-        "apis.csv", "index.html", "report.json", "sites.csv"]
+        "apis.csv", "index.html", "memory.csv", "report.json", "sites.csv"]
     data = json.loads((out / "report.json").read_text())
     assert {a["api"] for a in data["apis"]} == {"torch.matmul", "torch.Tensor.matmul"}
     assert len(data["sites"]) == 3
@@ -245,10 +245,11 @@ def test_command_writes_the_latest_run_under_reports(
     result = _invoke()
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (tmp_path / "reports" / str(latest)).iterdir()) == [
-        "apis.csv", "index.html", "report.json", "sites.csv"]
+        "apis.csv", "index.html", "memory.csv", "report.json", "sites.csv"]
     result = _invoke("1", "--format", "csv", "--out", "only-csv")
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in (tmp_path / "only-csv").iterdir()) == ["apis.csv", "sites.csv"]
+    assert sorted(p.name for p in (tmp_path / "only-csv").iterdir()) == [
+        "apis.csv", "memory.csv", "sites.csv"]
 
 
 def test_command_compares_two_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,10 +25,23 @@ from fecomlite.store import Store
 NO_OVERHEAD = {**ENERGY, "time_s": 0.0}  # energy per FLOP then depends on the cache level only
 
 
-def sweep_run(store: Store, fitted: bool = True, energy: dict[str, float] = ENERGY) -> int:
-    """A sweep run with its table and (if `fitted`) the model `model fit --sweep` stores."""
+def sweep_run(store: Store, fitted: bool = True, energy: dict[str, float] = ENERGY,
+              collinear: bool = False) -> int:
+    """A sweep run with its table and (if `fitted`) the model `model fit --sweep` stores; with
+    `collinear`, every level's bytes a fixed multiple of the FLOPs (to 0.1 %), the energy
+    following them: any split of it among the levels fits."""
     configs = grid_configs(widths=(8, 32, 128, 512), depths=(1, 3), batches=(16, 256))
     rows = synthetic_rows(np.random.default_rng(3), configs, noise=0.0, energy=energy)
+    rng = np.random.default_rng(4)
+    for row in rows if collinear else []:
+        for level, share in (("L1d", 0.5), ("L2", 0.2), ("DRAM", 0.05)):
+            row[f"bytes_per_step_{level}"] = (share * row["flops_per_step"]
+                                              * (1 + 1e-3 * rng.standard_normal()))
+        values = run_features(row["flops_per_step"], row["params"],
+                              {lv: row[f"bytes_per_step_{lv}"] for lv in ("L1d", "L2", "DRAM")},
+                              row["steps"])
+        joules = sum(c * {**values, "time_s": row["time_s"]}[f] for f, c in energy.items())
+        row.update({"energy_J_cpu-package": joules, "energy_J_all": joules})
     sweep_id = store.create_run(kind=SWEEP_KIND, program="fc_program.py", level="project",
                                 status="finished", settings={})
     for i, row in enumerate(rows):
@@ -48,14 +61,18 @@ def html_of(report) -> str:
 
 def test_a_sweeps_section_shows_the_stored_model(tmp_path):
     with Store(tmp_path / "store.sqlite") as store:
-        sweep_id = sweep_run(store)
+        sweep_id = sweep_run(store, collinear=True)
         saved = store.result(sweep_id, MODEL_RESULT)
         report = build_report(store, sweep_id)
     models = EnergyModels.from_json(saved)
     m = report.context["model"]
     assert m["kind"] == "sweep" and m["n"] == len(saved["points"])
-    fit = models.memory_aware
+    # collinear hierarchy terms: the per-level costs are not identified, and the section shows
+    # the time/FLOP model with the sentence that says so, and no per-level cost
+    assert models.identification["identified"] is False and m["identified"] is False
+    fit = models.fits["time_flops"]
     shown = {c["feature"]: c for c in m["coefficients"]}
+    assert sorted(shown) == sorted(fit.features) == ["flops", "time_s"]
     for i, feature in enumerate(fit.features):
         assert shown[feature]["coef_raw"] == pytest.approx(fit.coef[i])
         assert shown[feature]["se_raw"] == pytest.approx(fit.std_errors[i])
@@ -70,9 +87,25 @@ def test_a_sweeps_section_shows_the_stored_model(tmp_path):
         [p["max_working_set"], p["pj_per_flop"]] for p in saved["points"])
     pairs = report.charts["model-fit"]["series"][0]["points"]
     assert pairs == sorted([p["measured_J"], p["fitted_J"]] for p in saved["points"])
+    assert len(per_flop["series"]) == 2  # no curve drawn from per-level costs
     html = html_of(report)
     assert 'id="model"' in html and "cpu-util-linear" in html
     assert "L1d: 32.8 kB" in html and "L2: 1.05 MB" in html
+    assert 'id="model-identification"' in html and "collinear" in m["identification_note"]
+    assert 'data-feature="bytes_' not in html
+
+
+def test_identified_per_level_costs_are_shown_as_costs(tmp_path):
+    with Store(tmp_path / "store.sqlite") as store:
+        sweep_id = sweep_run(store, energy=NO_OVERHEAD)
+        models = EnergyModels.from_json(store.result(sweep_id, MODEL_RESULT))
+        report = build_report(store, sweep_id)
+    assert models.identification["identified"] is True, models.identification["reasons"]
+    m = report.context["model"]
+    assert m["identified"] and not m["identification_note"]
+    assert [c["feature"] for c in m["coefficients"]] == models.memory_aware.features
+    costs = {c["feature"]: c["coef_raw"] for c in m["coefficients"]}
+    assert costs["bytes_L1d"] <= costs["bytes_L2"] <= costs["bytes_DRAM"]
 
 
 def test_the_models_curve_steps_up_at_each_breakpoint(tmp_path):
@@ -167,3 +200,19 @@ def test_the_model_charts_draw_in_chromium(tmp_path):
         page.locator("#model").screenshot(path=str(ARTIFACTS / "report-energy-model.png"))
         browser.close()
     assert errors == []
+
+
+def test_a_sweeps_report_has_no_false_alarm_and_no_empty_sections(tmp_path):
+    """A sweep run has no energy of its own (its configurations are runs): its report says so,
+    lists the configurations, and shows neither "no energy sensor" nor empty call tables."""
+    with Store(tmp_path / "store.sqlite") as store:
+        for fitted in (True, False):
+            html = html_of(build_report(store, sweep_run(store, fitted=fitted)))
+            assert "No energy sensor gave usable readings" not in html
+            assert 'id="sweep-note"' in html
+            for empty in ('id="apis-table"', 'id="sites-table"', 'id="intensities"',
+                          'id="repetitions"', 'data-chart="timeline"', 'id="load"'):
+                assert empty not in html, empty
+            configurations = html.split('id="model-configurations"', 1)[1].split("</table>")[0]
+            assert configurations.count("<tr>") == 1 + 16  # the header and the 16 rows
+            assert "rectangle-w8-d1-b16" in configurations

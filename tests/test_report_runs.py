@@ -138,3 +138,26 @@ def test_no_argument_after_a_sweep_reports_the_sweep_not_no_runs(tmp_path):
     assert done.exit_code == 0, done.output
     assert "no runs" not in done.output
     assert json.loads((tmp_path / "r" / "report.json").read_text())["run"]["id"] == sweep_id
+
+
+def test_one_series_per_value_of_the_other_varying_hyperparameter():
+    """hidden=256 and hidden=1024 against batch_size: two lines, each through its own runs in
+    order of batch size, never one line zig-zagging between the groups."""
+    from fecomlite.report.runs import _chart, _relation
+
+    rows = [{"id": i, "hyperparameters": {"batch_size": batch, "hidden": hidden},
+             "energy": {"cpu": {"above_idle_J": hidden * batch * 1e-3, "sigma_J": 0.1}},
+             "rss_peak_B": hidden * 1e6, "gpu_mem_peak_B": None}
+            for i, (hidden, batch) in enumerate([(256, 64), (1024, 32), (256, 32), (1024, 64),
+                                                 (256, 128), (1024, 128)])]
+    rel = _relation(rows, "batch_size", ["cpu"], ["hidden"])
+    chart = _chart(rel, ["cpu"], "energy")
+    lines = {s["label"]: s["points"] for s in chart["series"]}
+    assert lines == {
+        "cpu, hidden=256": [[32, 8.192], [64, 16.384], [128, 32.768]],
+        "cpu, hidden=1024": [[32, 32.768], [64, 65.536], [128, 131.072]],
+    }
+    memory = {s["label"] for s in _chart(rel, ["cpu"], "memory")["series"]}
+    assert memory == {"host RSS, hidden=256", "host RSS, hidden=1024"}
+    alone = _chart(_relation(rows[:3:2], "batch_size", ["cpu"]), ["cpu"], "energy")
+    assert [s["label"] for s in alone["series"]] == ["cpu"]

@@ -267,6 +267,30 @@ def exponent_text(row: dict[str, Any], metric: str) -> str:
     return text if ci is None else f"{text} ± {(ci[1] - ci[0]) / 2:.2f}"
 
 
+def program_fit_lines(result: dict[str, Any]) -> list[str]:
+    """The whole program's fits against its input bytes, one line per figure: the linear fit
+    with its fixed cost beside the power law (an exponent below 1 with a large fixed cost is a
+    line that does not pass through zero, not a sub-linear cost)."""
+    from fecomlite.analysis.units import scaled
+
+    labels = {"seconds": ("time", "s"), "energy_J": ("energy", "J"),
+              "mem_added_B": ("memory added", "B")}
+    lines = []
+    for metric, fit in (result.get("fits") or {}).items():
+        name, unit = labels.get(metric, (metric, ""))
+        parts = []
+        if fit.get("linear"):
+            f = fit["linear"]
+            parts.append(f"{scaled(f['intercept'], unit)} fixed + {scaled(f['slope'], unit)} "
+                         f"per byte (linear, R² {f['r2']:.3f})")
+        if fit.get("power"):
+            f = fit["power"]
+            parts.append(f"∝ bytes^{f['exponent']:.2f} (power law, R² {f['r2']:.3f})")
+        if parts:
+            lines.append(f"{name}: " + "; ".join(parts))
+    return lines
+
+
 def largest_exponents(result: dict[str, Any], top: int = 8) -> list[dict[str, Any]]:
     """The APIs that change with the fraction, with the largest exponent of any figure first."""
     rows = [r for r in result.get("apis", []) if r["changes"]]

@@ -1,7 +1,8 @@
 """A run as a Chrome JSON trace (Trace Event Format), which Perfetto UI and chrome://tracing open.
 
-- every call and region: a complete event (`ph: X`) on its process and thread, named by its
-  canonical API, with its site, what was written, and whether it raised; a call recorded in
+- every call and region: a complete event (`ph: X`) on its process (named with its repetition,
+  pid, and in a distributed run its rank: `program (rank 1, rep 1, pid 4242)`) and thread, named
+  by its canonical API, with its site, what was written, and whether it raised; a call recorded in
   pieces (a layer's span cut apart where other layers' work ran) is one event a piece, each
   after the first with `piece` (2, 3, …) and `call_ts` (the first piece's start) in its args;
 - power per energy domain (the sensor the analysis attributes with; a counter becomes the mean
@@ -39,7 +40,8 @@ def trace(store: Store, run_id: int) -> dict[str, Any]:
     out: list[dict[str, Any]] = [
         _meta("process_name", SENSOR_PID, 0, "fecomlite sensors"),
     ]
-    out += _calls(events, origin)
+    ranks = {p["pid"]: p["rank"] for p in store.processes(run_id)}
+    out += _calls(events, origin, ranks)
     out += _power(store, run_id, sensors, origin)
     out += _memory(store, sensors, origin)
     out += _markers(reps, origin)
@@ -79,8 +81,11 @@ def _meta(kind: str, pid: int, tid: int, name: str) -> dict[str, Any]:
     return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": {"name": name}}
 
 
-def _calls(rows: list[tuple[Any, ...]], origin: int) -> list[dict[str, Any]]:
-    """Complete events; threads get small ids (pthread ids do not fit every viewer)."""
+def _calls(rows: list[tuple[Any, ...]], origin: int,
+           ranks: dict[int, int] | None = None) -> list[dict[str, Any]]:
+    """Complete events; threads get small ids (pthread ids do not fit every viewer); a process
+    of a distributed run is named with its rank (`ranks`: pid -> rank)."""
+    ranks = ranks or {}
     out: list[dict[str, Any]] = []
     threads: dict[tuple[int, int], int] = {}
     calls: dict[tuple[int, int, str], list[Any]] = {}  # thread and site -> [first ts, pieces]
@@ -89,7 +94,8 @@ def _calls(rows: list[tuple[Any, ...]], origin: int) -> list[dict[str, Any]]:
             small = sum(1 for p, _ in threads if p == pid) + 1
             threads[pid, tid] = small
             if small == 1:
-                out.append(_meta("process_name", pid, 0, f"program (rep {rep}, pid {pid})"))
+                rank = f"rank {ranks[pid]}, " if pid in ranks else ""
+                out.append(_meta("process_name", pid, 0, f"program ({rank}rep {rep}, pid {pid})"))
             out.append(_meta("thread_name", pid, small, f"thread {small} ({tid:#x})"))
         args: dict[str, Any] = {"site": key, "written": written, "rep": rep}
         if status & RAISED:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -43,7 +44,8 @@ if TYPE_CHECKING:  # the fit, the prediction (numpy) and the store are imported 
     from fecomlite.model.predict import Prediction
     from fecomlite.store import Store
 
-console = Console()
+# piped output keeps whole tables (rich would otherwise fit them into 80 columns)
+console = Console(width=None if sys.stdout.isatty() else 1000)
 errors = Console(stderr=True)
 
 HomeOption = Annotated[
@@ -302,11 +304,15 @@ def _unit(feature: str, fit: LinearFit) -> tuple[str, float]:
 
 def _print_fit(models: EnergyModels) -> None:
     from fecomlite.model.fit import TIME_MODEL_NOTE
+    from fecomlite.model.identify import sentence
 
     p = models.provenance
     console.print(f"fitted on [bold]{escape(p['label'])}[/] energy, {models.target}, domain "
                   f"{models.domain}, {models.memory_aware.n} configurations", highlight=False)
+    check = models.identification
     for name, fit in models.fits.items():
+        if name == "memory_aware" and not check.get("identified", False):
+            continue  # its per-level costs are not costs: the time/FLOP model stands for it
         cv = (f"{_percent(fit.cv_rel_rmse)} ({fit.cv_folds}-fold)" if math.isfinite(fit.cv_rel_rmse)
               else f"none: no fold leaves more than {len(fit.features)} configurations to fit")
         table = Table(title=f"{name}: R² {fit.r2:.3f}, cross-validated error {cv}, residual σ "
@@ -320,7 +326,13 @@ def _print_fit(models: EnergyModels) -> None:
                           f"{fit.std_errors[i] * factor:.2g}", unit)
         for feature in fit.dropped:
             table.add_row(feature, "–", "–", "no configuration reached it")
+        for feature in fit.omitted:
+            table.add_row(feature, "–", "–", "left out: too few configurations, or a smaller "
+                          "model predicts held-out ones better")
         console.print(table)
+    if not check.get("identified", False):
+        console.print(f"[yellow]note:[/] {escape(sentence(check))}", highlight=False,
+                      soft_wrap=True)
     compare = Table(title="the energy models ranked by out-of-sample (cross-validated) error; "
                     "predictions use the first", title_justify="left")
     for column in ("rank", "model", "cross-validated error", "R² (in-sample)"):

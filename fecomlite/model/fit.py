@@ -19,9 +19,14 @@ ranked energy model is the one `predict` uses.
     energy = c·FLOPs + Σ_level m_level·bytes(level) + s·time
 
 (bytes charged to the cache level each layer's working set fits in, s the static power the other
-terms do not explain), the naive models energy ∝ FLOPs and energy ∝ parameters × steps, and a time
-model (time from FLOPs, bytes by level, steps and a fixed set-up cost per run), which `predict`
-needs when the time of a new configuration is not known.
+terms do not explain), the time/FLOP model energy = c·FLOPs + s·time, the naive models energy ∝
+FLOPs and energy ∝ parameters × steps, and a time model (time from FLOPs, bytes by level, steps
+and a fixed set-up cost per run, or the simpler of them that predicts held-out configurations
+better), which `predict` needs when the time of a new configuration is not known. A sweep with
+fewer configurations than a model has terms gets the largest model its rows support: per-level
+terms with the fewest configurations go first (`LinearFit.omitted` names them). Whether the data
+identify the per-level costs at all is checked (`identify`): where they do not, the report
+presents the model as a time/FLOP model.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from fecomlite.model.features import run_features
+from fecomlite.model.identify import identify
 from fecomlite.sensors.estimate import PROCESS_MODEL
 
 MODEL_FORMAT = "fecomlite-energy-model/1"
@@ -67,6 +73,7 @@ class LinearFit:
     y: np.ndarray
     fitted: np.ndarray
     ranges: dict[str, tuple[float, float]] = field(default_factory=dict)  # feature -> (min, max)
+    omitted: list[str] = field(default_factory=list)  # terms with data the rows cannot support
 
     @property
     def n(self) -> int:
@@ -100,21 +107,22 @@ class LinearFit:
     def interval(
         self, values: dict[str, float], confidence: float = 0.9
     ) -> tuple[float, float, float, float]:
-        """(mean, low, high, sd) of a new observation: parameter and residual uncertainty.
-
-        With non-negative coefficients and features the mean is ≥ 0; the low end is cut at 0
-        (no energy or time is negative), so the interval always holds its point estimate.
-        """
+        """(mean, low, high, sd) of a new observation: parameter and residual uncertainty
+        (`bounds`: relative errors give an interval on the log scale, never cut at zero)."""
         if not 0 < confidence < 1:
             raise FitError(f"confidence must be between 0 and 1, not {confidence}")
         x0 = self.vector(values)
         mean = float(x0 @ self.coef)
         noise = self.sigma * abs(mean) if self.weighting == "relative" else self.sigma
         sd = float(np.sqrt(max(float(x0 @ self.cov @ x0), 0.0) + noise**2))
+        low, high = bounds(mean, sd, self.t(confidence), self.weighting)
+        return mean, low, high, sd
+
+    def t(self, confidence: float) -> float:
+        """Student's t quantile of a two-sided `confidence` interval on this fit's dof."""
         from scipy import stats  # here: scipy takes a second to import
 
-        t = float(stats.t.ppf((1 + confidence) / 2, max(self.dof, 1)))
-        return mean, max(mean - t * sd, 0.0), mean + t * sd, sd
+        return float(stats.t.ppf((1 + confidence) / 2, max(self.dof, 1)))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -123,7 +131,7 @@ class LinearFit:
             "std_errors": self.std_errors.tolist(), "sigma": self.sigma, "dof": self.dof,
             "weighting": self.weighting, "r2": self.r2, "cv_rel_rmse": self.cv_rel_rmse,
             "cv_folds": self.cv_folds, "y": self.y.tolist(), "fitted": self.fitted.tolist(),
-            "ranges": {f: list(r) for f, r in self.ranges.items()},
+            "ranges": {f: list(r) for f, r in self.ranges.items()}, "omitted": self.omitted,
         }
 
     @classmethod
@@ -138,9 +146,21 @@ class LinearFit:
                 cv_folds=int(data["cv_folds"]), y=np.asarray(data["y"], float),
                 fitted=np.asarray(data["fitted"], float),
                 ranges={f: (float(r[0]), float(r[1])) for f, r in data.get("ranges", {}).items()},
+                omitted=list(data.get("omitted", [])),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise FitError(f"not a saved fit: {exc!r}") from exc
+
+
+def bounds(mean: float, sd: float, t: float, weighting: str) -> tuple[float, float]:
+    """(low, high) of mean ± t·sd. With relative errors (the spread grows with the value) the
+    interval is the same on the log scale: mean ×/÷ exp(t·sd/mean), from the data's relative
+    spread, never a bound at zero; with absolute errors, mean ± t·sd with the low end cut at 0
+    (no energy or time is negative)."""
+    if weighting == "relative" and mean > 0:
+        factor = float(np.exp(t * sd / mean))
+        return mean / factor, mean * factor
+    return max(mean - t * sd, 0.0), mean + t * sd
 
 
 def _solve(
@@ -247,6 +267,7 @@ class EnergyModels:
     provenance: dict[str, Any]  # label, per-domain provenance and model, source runs
     fits: dict[str, LinearFit]
     points: list[dict[str, Any]]  # per configuration: measured and fitted, for the report
+    identification: dict[str, Any] = field(default_factory=dict)  # `identify.identify`
 
     @property
     def memory_aware(self) -> LinearFit:
@@ -293,6 +314,7 @@ class EnergyModels:
             "fits": {name: fit.to_json() for name, fit in self.fits.items()},
             "comparison": self.comparison(), "best": self.best_name,
             "time_proportional": self.time_proportional, "points": self.points,
+            "identification": self.identification,
             "breakpoints": [
                 {"level": lv["name"], "size_bytes": lv["size_bytes"]}
                 for lv in self.hierarchy.get("levels", []) if lv["size_bytes"] is not None
@@ -308,13 +330,13 @@ class EnergyModels:
                 data["target"], data["domain"], list(data["levels"]), data["hierarchy"],
                 data["provenance"],
                 {name: LinearFit.from_json(fit) for name, fit in data["fits"].items()},
-                list(data.get("points", [])),
+                list(data.get("points", [])), dict(data.get("identification") or {}),
             )
         except KeyError as exc:
             raise FitError(f"a fitted model without {exc.args[0]!r}") from exc
 
 
-ENERGY_MODELS = ("memory_aware", "flops_only", "params_only")
+ENERGY_MODELS = ("memory_aware", "time_flops", "flops_only", "params_only")
 # estimation models whose energy is the process's CPU time × a constant power
 TIME_PROPORTIONAL = frozenset({PROCESS_MODEL})
 TIME_MODEL_NOTE = (
@@ -324,11 +346,15 @@ TIME_MODEL_NOTE = (
 )
 
 
+TIME_CANDIDATES = (["flops", "steps", "fixed"], ["flops", "steps"])  # beside the full one
+
+
 def model_features(levels: Sequence[str]) -> dict[str, list[str]]:
     """Each model's features; `bytes_<level>` are the bytes moved at each cache level."""
     memory = [f"bytes_{level}" for level in levels]
     return {
         "memory_aware": ["flops", *memory, "time_s"],
+        "time_flops": ["flops", "time_s"],
         "flops_only": ["flops"],
         "params_only": ["params_steps"],
         "time": ["flops", *memory, "steps", "fixed"],
@@ -383,10 +409,17 @@ def fit_models(
     for model, features in names.items():
         y = np.array([v["time_s"] for v in values]) if model == "time" else energy
         x = np.array([[v[f] for f in features] for v in values])
-        fits[model] = fit_linear(
-            x, y, features, name=model, target="time_s" if model == "time" else "energy_J",
-            weighting=weighting, folds=folds,
-        )
+        candidates = [supported(x, features, y.size)]
+        if model == "time":  # validated: the simpler time models compete out of sample
+            candidates += [f for f in TIME_CANDIDATES if len(f) < min(len(candidates[0]), y.size)]
+        tried = [fit_linear(x[:, [features.index(f) for f in keep]], y, keep, name=model,
+                            target="time_s" if model == "time" else "energy_J",
+                            weighting=weighting, folds=folds) for keep in candidates]
+        chosen = fits[model] = min(tried, key=lambda f: (math.isnan(f.cv_rel_rmse),
+                                                         f.cv_rel_rmse))
+        has_data = {f for i, f in enumerate(features) if np.any(x[:, i] != 0)}
+        chosen.dropped = [f for f in features if f not in has_data]
+        chosen.omitted = [f for f in features if f in has_data and f not in chosen.features]
     points = [
         {"key": row.get("key", str(i)), "flops": v["flops"], "steps": v["steps"],
          "max_working_set": float(row["max_working_set_bytes"]),
@@ -398,7 +431,33 @@ def fit_models(
     provenance = {
         "label": provenance_label(used), "domains": used, **(source or {}),
     }
-    return EnergyModels(target, domain, levels, hierarchy, provenance, fits, points)
+    memory = fits["memory_aware"]
+    design = np.array([[v[f] for f in memory.features] for v in values])
+    if weighting == "relative":  # the rows as the fit weighs them: each relative to its energy
+        design = design / memory.y[:, None]
+    check = identify(design, memory.features, memory.coef, memory.std_errors, levels)
+    if memory.omitted:
+        terms = len(memory.features)
+        check["reasons"].append(f"{len(rows)} configurations support no more than {terms} "
+                                f"term{'s' if terms != 1 else ''}: "
+                                f"{', '.join(memory.omitted)} left out")
+        check["identified"] = False
+    return EnergyModels(target, domain, levels, hierarchy, provenance, fits, points, check)
+
+
+def supported(x: np.ndarray, features: Sequence[str], rows: int) -> list[str]:
+    """The features a fit on `rows` rows can take (fewer terms than rows): the per-level bytes
+    terms with the fewest configurations go first, then the other terms from the last; FLOPs
+    stay. Terms without data are kept (`fit_linear` drops and names them)."""
+    has_data = [f for i, f in enumerate(features) if np.any(x[:, i] != 0)]
+    levels = sorted((f for f in has_data if f.startswith("bytes_")),
+                    key=lambda f: (np.count_nonzero(x[:, features.index(f)]), f))
+    rest = [f for f in reversed(has_data) if not f.startswith("bytes_") and f != "flops"]
+    order = levels + rest
+    keep = list(features)
+    while sum(f in has_data for f in keep) >= rows and order:
+        keep.remove(order.pop(0))
+    return keep
 
 
 def _row_values(row: dict[str, Any], levels: Sequence[str]) -> dict[str, float]:

@@ -4,9 +4,9 @@ The energy model used is the one ranked best by cross-validated error (`EnergyMo
 The memory-aware model needs the run's time. When it is not given, the time model fitted on the
 same sweep predicts it, and its uncertainty is added: var(E) = var(E | time) + s² · var(time),
 s the model's static power (the two fits' errors are treated as independent). Intervals are
-Student-t intervals of a new observation (`LinearFit.interval`): parameter and residual spread;
-a lower bound below zero is shown as zero (no energy or time is negative). With non-negative
-coefficients the point estimate is never negative, so the interval always holds it. A feature
+Student-t intervals of a new observation (`LinearFit.interval`): parameter and residual spread,
+the residuals relative (the spread grows with the energy), so the interval is taken on the log
+scale (`fit.bounds`): mean ×/÷ a factor, never a bound at zero. A feature
 outside the range the fits saw is named in `extrapolated` (and in the notes).
 """
 
@@ -20,7 +20,7 @@ import numpy as np
 
 from fecomlite.model.cache import MemoryHierarchy
 from fecomlite.model.features import ApiFeatures, StepFeatures, run_features
-from fecomlite.model.fit import ENERGY_MODELS, EnergyModels, FitError
+from fecomlite.model.fit import ENERGY_MODELS, EnergyModels, FitError, bounds
 
 
 @dataclass
@@ -85,9 +85,7 @@ def predict(
     if "time_s" in memory.features:
         static = float(memory.coef[memory.features.index("time_s")])
         sd = float(np.hypot(sd, static * t_sd))
-    from scipy import stats  # here: scipy takes a second to import
-
-    t = float(stats.t.ppf((1 + confidence) / 2, max(memory.dof, 1)))
+    low, high = bounds(mean, sd, memory.t(confidence), memory.weighting)
     naive = {
         name: models.fits[name].interval(values, confidence)[:3]
         for name in ENERGY_MODELS if name != models.best_name
@@ -96,8 +94,8 @@ def predict(
                       *(models.fits["time"].outside(values) if source == "predicted" else [])})
     if outside:
         notes.append(f"outside the fitted range in {', '.join(outside)}: an extrapolation")
-    return Prediction(mean, max(mean - t * sd, 0.0), mean + t * sd, confidence, t_mean,
-                      max(t_low, 0.0), t_high, source, values, naive, models.provenance,
+    return Prediction(mean, low, high, confidence, t_mean,
+                      t_low, t_high, source, values, naive, models.provenance,
                       models.best_name, outside, notes)
 
 
@@ -113,7 +111,7 @@ def predict_call(
     values[f"bytes_{hierarchy.level_of(call.working_set)}"] = call.bytes_read + call.bytes_written
     values.update(flops=call.flops, time_s=time_s)
     mean, low, high, _ = models.memory_aware.interval(values, confidence)
-    return mean, max(low, 0.0), high
+    return mean, low, high
 
 
 def _notes(models: EnergyModels, step: StepFeatures, values: dict[str, float]) -> list[str]:

@@ -27,8 +27,10 @@ from fecomlite.report import layers as layer_report
 from fecomlite.report import tables
 from fecomlite.report.co2e import add_co2e, csv_with_co2e
 from fecomlite.report.distributed import rank_section
+from fecomlite.report.domains import stacked_domains
 from fecomlite.report.model_section import model_section
 from fecomlite.report.palette import SERIES_COLORS, domain_color, domain_name, shade
+from fecomlite.report.process_memory import memory_context, memory_csv, process_memory
 from fecomlite.report.tf_strategy import strategy_section
 from fecomlite.report.timeline import TimelineBuilder
 from fecomlite.sensors.estimate import MODELS
@@ -70,6 +72,8 @@ def build_report(store: Store, run_id: int, method: str = "auto",
     site_cols = tables.site_columns(a.domains, gpu_mem)
     co2e = add_co2e(a, intensity, [api_cols, site_cols])  # None without an intensity
     tails = timeline.tails()
+    memory = process_memory(store, a.run, a.repetitions)  # every run kind: a watch run's only
+    memory_view = memory_context(memory)
     charts: dict[str, Any] = {
         "bars": _bars_chart(a),
         "timeline": timeline.timeline(),
@@ -77,6 +81,8 @@ def build_report(store: Store, run_id: int, method: str = "auto",
         "memory": _memory_chart(a),
         **{f"tail-{i}": chart for i, chart in enumerate(tails)},
     }
+    if memory_view:
+        charts["process-memory"] = memory_view["chart"]
     levels = _levels(a)
     if levels:
         charts["levels"] = levels["chart"]
@@ -111,15 +117,20 @@ def build_report(store: Store, run_id: int, method: str = "auto",
         "load": a.load,
         "stacked": ", ".join(domain_name(d["domain"]) for d in stacked_domains(a)),
         "co2e": co2e,
-        "layers": {"tree": layer_report.tree(a), "notes": layer_notes},
+        "layers": {"tree": layer_report.tree(a), "notes": layer_notes,
+                   "domains": layer_report.tree_domains(a)},
+        "process_memory": memory_view,
     }
     report_json = {"format": 1, **a.to_json(), "ranks": ranks, "datasize": datasize,
                    "co2e": co2e, "layer_notes": layer_notes,
-                   "tf_distribute": tf_distribute}
+                   "tf_distribute": tf_distribute, "process_memory": memory}
     csv_tables = a.tables_csv()
     if co2e:
         rows = {"apis": a.apis, "sites": a.sites}
         csv_tables = {k: csv_with_co2e(v, rows[k], co2e["label"]) for k, v in csv_tables.items()}
+    memory_rows = memory_csv(memory)
+    if memory_rows:
+        csv_tables["memory"] = memory_rows
     scaling = datasize_csv(datasize)
     if scaling:
         csv_tables["datasize_apis"] = scaling
@@ -447,16 +458,6 @@ def _domain_series(a: RunAnalysis) -> list[dict[str, Any]]:
 
 def _finite(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
-
-
-def stacked_domains(a: RunAnalysis) -> list[dict[str, Any]]:
-    """The domains a stacked bar may add: the disjoint ones (`analysis.domain_role`), reliable
-    first; on a busy machine without a reliable one, the program's own share alone."""
-    disjoint = [d for d in a.domains if d.get("addable")]
-    if any(d.get("reliable", True) for d in disjoint) or not disjoint:
-        return disjoint or [d for d in a.domains if d.get("role") == "share"][:1]
-    share = [d for d in a.domains if d.get("role") == "share"]
-    return share[:1] or disjoint
 
 
 def _bars_chart(a: RunAnalysis) -> dict[str, Any]:

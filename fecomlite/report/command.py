@@ -53,7 +53,7 @@ def report_command(
         list[Format] | None,
         typer.Option("--format", "-f", help="Write only this format (repeatable): html "
                                             "(index.html), json (report.json), csv (apis.csv, "
-                                            "sites.csv). Default: all three.",
+                                            "sites.csv, memory.csv). Default: all three.",
                      show_default=False),
     ] = None,
     store: Annotated[

@@ -1,10 +1,13 @@
 """The layer tree of a `--trace-layers` run: API → layer → its children, forward and backward.
 
 Layer events are attributed like calls (`fecomlite.runtime.layers`); here each layer API row gets
-`kind: "layer"`, its phase, model, path, class, parameter count and memory facts (result
-"layers"), and `parent_api`: the API whose calls most often enclose its calls (the call that
-drove it). The HTML tree shows inclusive and self energy over the additive domains, so a
-parent's self energy is what its children's inclusive energy leaves of its own.
+`kind: "layer"`, its phase, model, path, class, driver (Keras: `fit`, `evaluate`, `predict`),
+parameter count and memory facts (result "layers"), and `parent_api`: the API whose calls most
+often enclose its calls (the call that drove it). The HTML tree is the calling-context tree of
+the calls that ran layers, with inclusive and self energy in the domains the report's bars add
+(`domains.stacked_domains`: the additive ones, or the program's own share where machine-level
+figures are unreliable), so a parent's self energy is what its children's inclusive energy
+leaves of its own.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import numpy as np
 
 from fecomlite.analysis import units
 from fecomlite.analysis.run_analysis import RunAnalysis
+from fecomlite.report.domains import described, stacked_domains
 from fecomlite.runtime.layers import facts
 
 FACT_FIELDS = (
@@ -23,6 +27,7 @@ FACT_FIELDS = (
     "model",
     "path",
     "class",
+    "driver",
     "params",
     "saved_bytes_max",
     "output_bytes_max",
@@ -109,58 +114,89 @@ def _notes(a: RunAnalysis, layer_facts: dict[str, Any]) -> list[str]:
     return notes
 
 
+def tree_domains(a: RunAnalysis) -> str:
+    """What the tree's energy columns sum, in words."""
+    return described(stacked_domains(a))
+
+
 def tree(a: RunAnalysis) -> list[dict[str, Any]]:
-    """Nodes for the template: the layers and the calls above them (the call that drove a layer
-    and the calls enclosing that one), each with its children, most costly first."""
-    parents = parent_apis(a)
-    shown: set[str] = set()
-    for row in a.apis:
-        name = row["api"]
-        while row.get("kind") == "layer" and name is not None and name not in shown:
-            shown.add(name)
-            name = parents.get(name)
-    if not shown:
+    """Nodes for the template: the calling-context tree of the top-level calls that ran layers.
+    A node is one chain of APIs from a top-level call down (the same layer under `fit` and
+    under `evaluate`, or a module called inside another call of its own API, are two nodes),
+    summed over the calls that ran along it, so inclusive = self + the children's inclusive on
+    every row; most costly first."""
+    keys = [d["domain"] for d in stacked_domains(a)]
+    calls = a.calls
+    n = calls["api"].size
+    if n == 0:
         return []
-    by_parent: dict[str | None, list[dict[str, Any]]] = {}
-    for row in a.apis:
-        if row["api"] in shown:
-            up = parents.get(row["api"])
-            by_parent.setdefault(up if up in shown else None, []).append(row)
-    return [_node(r, by_parent, set()) for r in _by_energy(by_parent.get(None, []))]
+    node = _context_nodes(calls["api"], calls["parent"], calls["depth"])
+    energy = np.zeros(n)
+    own = np.zeros(n)
+    for k in keys:
+        if k in calls["energy_J"]:
+            energy += np.nan_to_num(calls["energy_J"][k])
+            own += np.nan_to_num(calls["self_energy_J"][k])
+    count = node.max() + 1
+    sums = {"inclusive_J": np.bincount(node, energy, count),
+            "self_J": np.bincount(node, own, count),
+            "time_s": np.bincount(node, calls["duration_s"], count),
+            "calls": np.bincount(node[calls["call"] == np.arange(n)], minlength=count)}
+    api_of = np.zeros(count, np.int64)
+    api_of[node] = calls["api"]
+    up_of = np.full(count, -1)
+    nested = calls["parent"] >= 0
+    up_of[node[nested]] = node[calls["parent"][nested]]
+    is_layer = np.array([facts.parse(name) is not None for name in a.api_names])
+    keep = np.zeros(count, bool)  # a node with a layer at or below it
+    for i in np.flatnonzero(is_layer[api_of]):
+        while i >= 0 and not keep[i]:
+            keep[i] = True
+            i = up_of[i]
+    children: dict[int, list[int]] = {}
+    for i in range(count):
+        if up_of[i] >= 0 and keep[up_of[i]]:
+            children.setdefault(int(up_of[i]), []).append(i)
+    rows = {r["api"]: r for r in a.apis}
+    roots = [i for i in range(count) if up_of[i] < 0 and keep[i]]
+
+    def build(i: int) -> dict[str, Any]:
+        kids = sorted(children.get(i, []), key=lambda c: -sums["inclusive_J"][c])
+        return _node(rows.get(a.api_names[api_of[i]], {"api": a.api_names[api_of[i]]}),
+                     {k: float(v[i]) for k, v in sums.items()}, [build(c) for c in kids])
+
+    return [build(i) for i in sorted(roots, key=lambda r: -sums["inclusive_J"][r])]
 
 
-def _node(
-    row: dict[str, Any], by_parent: dict[Any, list[dict[str, Any]]], seen: set[str]
-) -> dict[str, Any]:
-    seen = seen | {row["api"]}
-    inclusive, own = _energy(row)
+def _context_nodes(api: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Each call's node: calls share one when their chains of APIs from the top-level call
+    down are the same (numbered depth by depth, one `np.unique` per depth)."""
+    node = np.full(api.size, -1, np.int64)
+    next_id = 0
+    for d in range(int(depth.max()) + 1 if depth.size else 0):
+        rows = np.flatnonzero(depth == d)
+        up = np.where(parent[rows] >= 0, node[np.maximum(parent[rows], 0)], -1)
+        _, inverse = np.unique(np.column_stack((up, api[rows])), axis=0, return_inverse=True)
+        node[rows] = next_id + inverse.ravel()
+        next_id += int(inverse.max()) + 1 if rows.size else 0
+    return node
+
+
+def _node(row: dict[str, Any], sums: dict[str, float],
+          children: list[dict[str, Any]]) -> dict[str, Any]:
     is_layer = row.get("kind") == "layer"
-    label = row["api"]
-    if is_layer:
-        label = f"{row.get('path')} ({row.get('class')})"
-    children = [c for c in by_parent.get(row["api"], []) if c["api"] not in seen]
+    label = f"{row.get('path')} ({row.get('class')})" if is_layer else row["api"]
     return {
         "label": label,
         "phase": row.get("phase") if is_layer else "call",
-        "calls": row["calls"],
-        "time": units.scaled(row["total_time_s"], "s"),
-        "inclusive": units.scaled(inclusive, "J"),
-        "self": units.scaled(own, "J"),
+        "calls": int(sums["calls"]),
+        "time": units.scaled(sums["time_s"], "s"),
+        "inclusive": units.scaled(sums["inclusive_J"], "J"),
+        "self": units.scaled(sums["self_J"], "J"),
         "params": f"{row['params']:,}" if is_layer and row.get("params") is not None else "",
         "saved": units.scaled(row.get("saved_bytes_max"), "B") if is_layer else "",
         "output": units.scaled(row.get("output_bytes_max"), "B") if is_layer else "",
         "compiled": bool(row.get("compiled")),
-        "children": [_node(c, by_parent, seen) for c in _by_energy(children)],
+        "inclusive_J": sums["inclusive_J"], "self_J": sums["self_J"],
+        "children": children,
     }
-
-
-def _energy(row: dict[str, Any]) -> tuple[float, float]:
-    """(inclusive, self) energy above idle over the additive domains."""
-    cross = row.get("all_domains") or {}
-    domains = cross.get("domains") or []
-    own = float(np.nansum([row["energy"][d]["self_J"] for d in domains])) if domains else np.nan
-    return float(cross.get("above_idle_J", np.nan)), own
-
-
-def _by_energy(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(rows, key=lambda r: -np.nan_to_num(_energy(r)[0], nan=-1.0))

@@ -18,6 +18,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from fecomlite.analysis import units
 from fecomlite.analysis.run_analysis import RunAnalysis
 from fecomlite.model.cache import MemoryHierarchy
@@ -29,6 +31,7 @@ from fecomlite.model.fit import (
     LinearFit,
     target_energy,
 )
+from fecomlite.model.identify import sentence
 from fecomlite.model.network import ConfigError, NetworkConfig
 from fecomlite.model.predict import predict, predict_call
 from fecomlite.model.recorded_shapes import features_from_shapes
@@ -73,13 +76,18 @@ def model_section(store: Store, analysis: RunAnalysis) -> ModelSection | None:
 def sweep_section(store: Store, sweep_id: int) -> ModelSection:
     """The fitted model of sweep `sweep_id`, or a note saying how to fit one."""
     data = store.result(sweep_id, MODEL_RESULT)
-    if data is None:
-        return ModelSection({"kind": "unfitted", "sweep_id": sweep_id}, {})
-    models = EnergyModels.from_json(data)
     table = store.result(sweep_id, "sweep") or {}
-    fit = models.memory_aware
+    configurations = configuration_rows(table)
+    if data is None:
+        return ModelSection({"kind": "unfitted", "sweep_id": sweep_id,
+                             "configurations": configurations}, {})
+    models = EnergyModels.from_json(data)
+    fit, identified = shown_fit(models)
     context = {
         "kind": "sweep", "sweep_id": sweep_id, **_about(models),
+        "configurations": configurations,
+        "shown_model": fit.name, "identified": identified,
+        "identification_note": "" if identified else sentence(_check(models)),
         "coefficients": coefficient_rows(fit),
         "comparison": [
             {"model": c["model"], "r2": _fixed(c["r2"]), "cv": _percent(c["cv_rel_rmse"]),
@@ -94,10 +102,55 @@ def sweep_section(store: Store, sweep_id: int) -> ModelSection:
     }
     charts = {
         "model-per-flop": per_flop_chart(models, data.get("breakpoints", []),
-                                         table.get("rows", [])),
+                                         table.get("rows", []) if identified else []),
         "model-fit": fit_chart(models.points),
     }
     return ModelSection(context, charts)
+
+
+def configuration_rows(table: dict[str, Any]) -> dict[str, Any]:
+    """The sweep's configurations as its table holds them: each one's run, training time and
+    energy above idle per domain (per repetition; "< x" below resolution), with each domain's
+    provenance."""
+    domains = table.get("domains") or {}
+    rows = []
+    for r in table.get("rows") or []:
+        energy = []
+        for d in sorted(domains):
+            value, below = r.get(f"energy_J_{d}"), r.get(f"energy_J_{d}_below")
+            energy.append(units.scaled(value, "J") if value is not None else (
+                f"< {units.scaled(below, 'J')}" if below is not None else "–"))
+        rows.append({"key": r.get("key", "?"), "run": r.get("run_id"),
+                     "time": units.scaled(r.get("time_s"), "s"), "energy": energy})
+    heads = [{"domain": d, "provenance": m.get("provenance"), "model": m.get("model")}
+             for d, m in sorted(domains.items())]
+    return {"rows": rows, "domains": heads}
+
+
+def _check(models: EnergyModels) -> dict[str, Any]:
+    """The model's identification check; a model saved before there was one: not checked."""
+    return models.identification or {
+        "identified": False,
+        "reasons": ["it was fitted before fecomlite checked this (fit it again with "
+                    "`fecomlite model fit`)"]}
+
+
+def shown_fit(models: EnergyModels) -> tuple[LinearFit, bool]:
+    """(the fit whose coefficients are shown, whether the per-level costs are identified): the
+    memory-aware fit where the data identify its per-level costs, else the time/FLOP model
+    (a model saved before it existed: the memory-aware fit without its per-level rows)."""
+    if _check(models).get("identified"):
+        return models.memory_aware, True
+    time_flops = models.fits.get("time_flops")
+    if time_flops is not None:
+        return time_flops, False
+    memory = models.memory_aware
+    keep = [i for i, f in enumerate(memory.features) if not f.startswith("bytes_")]
+    trimmed = LinearFit.from_json({
+        **memory.to_json(), "features": [memory.features[i] for i in keep],
+        "coef": memory.coef[keep].tolist(), "cov": memory.cov[np.ix_(keep, keep)].tolist(),
+        "dropped": []})
+    return trimmed, False
 
 
 def coefficient_rows(fit: LinearFit) -> list[dict[str, str]]:
@@ -111,6 +164,11 @@ def coefficient_rows(fit: LinearFit) -> list[dict[str, str]]:
     for feature in fit.dropped:
         rows.append({"feature": feature, "coef": "–", "se": "–",
                      "unit": "no configuration reached this level",
+                     "coef_raw": None, "se_raw": None})
+    for feature in fit.omitted:
+        rows.append({"feature": feature, "coef": "–", "se": "–",
+                     "unit": "left out: too few configurations, or a smaller model "
+                     "predicts held-out ones better",
                      "coef_raw": None, "se_raw": None})
     return rows
 

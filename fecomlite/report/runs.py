@@ -1,6 +1,8 @@
 """Runs side by side (`fecomlite report A B C …`, `--all`, `--where KEY=VALUE`): one row per run
 with its hyperparameters, program hash, settings, duration, peak memory and energy per domain,
-and plots of energy and peak memory against each numeric hyperparameter that varies.
+and plots of energy and peak memory against each numeric hyperparameter that varies, one series
+per combination of the other varying hyperparameters (runs of hidden=256 and of hidden=1024
+against batch_size are two lines, never one zig-zag through both).
 
 It answers "how do memory and energy follow the hyperparameters of training": the figures are
 per repetition (the mean over a run's repetitions), so runs repeated a different number of times
@@ -166,7 +168,8 @@ def runs_report(store: Store, run_ids: Sequence[int], method: str = "overlap") -
     keys = list(dict.fromkeys(k for row in rows for k in row["hyperparameters"]))
     varying = [k for k in keys
                if len({repr(row["hyperparameters"].get(k)) for row in rows}) > 1]
-    relations = [_relation(rows, key, domains) for key in varying]
+    relations = [_relation(rows, key, domains, [k for k in varying if k != key])
+                 for key in varying]
     charts = {}
     for rel in relations:
         if rel["numeric"]:
@@ -186,10 +189,13 @@ def runs_report(store: Store, run_ids: Sequence[int], method: str = "overlap") -
     return RunsReport(context, charts, data, {"runs": runs_csv(rows, keys, domains)})
 
 
-def _relation(rows: Sequence[dict[str, Any]], key: str, domains: Sequence[str]) -> dict[str, Any]:
-    """Energy per domain and peak memory at each value of one hyperparameter, run by run."""
+def _relation(rows: Sequence[dict[str, Any]], key: str, domains: Sequence[str],
+              others: Sequence[str] = ()) -> dict[str, Any]:
+    """Energy per domain and peak memory at each value of one hyperparameter, run by run; each
+    point's `group`: the values of the `others` that vary, which its series is drawn by."""
     points = [
         {"value": row["hyperparameters"].get(key), "run": row["id"],
+         "group": {k: row["hyperparameters"].get(k) for k in others},
          "energy_J": {d: row["energy"][d]["above_idle_J"] for d in domains if d in row["energy"]},
          "sigma_J": {d: row["energy"][d]["sigma_J"] for d in domains if d in row["energy"]},
          "rss_peak_B": row["rss_peak_B"], "gpu_mem_peak_B": row["gpu_mem_peak_B"]}
@@ -199,25 +205,37 @@ def _relation(rows: Sequence[dict[str, Any]], key: str, domains: Sequence[str]) 
                   for p in points)
     if numeric:
         points.sort(key=lambda p: p["value"])
-    return {"hyperparameter": key, "numeric": numeric, "points": points}
+    return {"hyperparameter": key, "numeric": numeric, "points": points,
+            "others": list(others)}
+
+
+def _groups(rel: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(label, points) per combination of the other varying hyperparameters, in order of
+    appearance ("" for the one group when nothing else varies)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for p in rel["points"]:
+        label = ", ".join(f"{k}={v}" for k, v in p["group"].items())
+        groups.setdefault(label, []).append(p)
+    return list(groups.items())
 
 
 def _chart(rel: dict[str, Any], domains: Sequence[str], what: str) -> dict[str, Any]:
     key = rel["hyperparameter"]
     values = [p["value"] for p in rel["points"]]
     if what == "energy":
-        series = [{"label": d, "color": SERIES_COLORS[i % len(SERIES_COLORS)], "markers": True,
-                   "points": [[p["value"], p["energy_J"][d]] for p in rel["points"]
-                              if p["energy_J"].get(d) is not None]}
-                  for i, d in enumerate(domains)]
+        lines = [(d, lambda p, d=d: p["energy_J"].get(d)) for d in domains]
         unit, label = "J", "energy above idle per repetition"
     else:
-        series = [{"label": name, "color": SERIES_COLORS[i], "markers": True,
-                   "points": [[p["value"], p[field]] for p in rel["points"]
-                              if p[field] is not None]}
-                  for i, (name, field) in enumerate((("host RSS", "rss_peak_B"),
-                                                     ("GPU memory", "gpu_mem_peak_B")))]
+        lines = [(name, lambda p, f=field: p[f]) for name, field in
+                 (("host RSS", "rss_peak_B"), ("GPU memory", "gpu_mem_peak_B"))]
         unit, label = "B", "peak memory"
+    series = []
+    for name, value in lines:
+        for group, points in _groups(rel):
+            series.append({
+                "label": f"{name}, {group}" if group else name,
+                "color": SERIES_COLORS[len(series) % len(SERIES_COLORS)], "markers": True,
+                "points": [[p["value"], value(p)] for p in points if value(p) is not None]})
     positive = min(values) > 0
     return {"type": "lines", "series": [s for s in series if s["points"]],
             "xLog": positive and max(values) / min(values) >= 10, "yZero": True,

@@ -25,7 +25,9 @@ def summary_table(analysis: RunAnalysis, top: int = 10) -> Table:
         f"{len(analysis.repetitions)} repetitions, {_status(run)})",
         title_justify="left",
     )
-    table.add_column("API", overflow="fold")
+    reps = len(analysis.repetitions)
+    table.add_column(f"API (totals over {reps} repetition{'s' if reps != 1 else ''})",
+                     overflow="fold")
     table.add_column("calls", justify="right")
     table.add_column("time", justify="right")
     for domain in analysis.domains:

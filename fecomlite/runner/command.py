@@ -403,8 +403,16 @@ def _print_scaling(result: dict[str, Any]) -> None:
     (± the 95 % half-width), energy in the named domain."""
     from rich.table import Table
 
-    from fecomlite.analysis.datasize import API_METRICS, exponent_text, largest_exponents
+    from fecomlite.analysis.datasize import (
+        API_METRICS,
+        exponent_text,
+        largest_exponents,
+        program_fit_lines,
+    )
 
+    target = plain(str(result.get("target", "the target")))
+    for line in program_fit_lines(result):
+        console.print(f"data size of {target}, the whole program's {line}", highlight=False)
     rows = largest_exponents(result)
     if not rows:
         console.print("data size: no API's calls or inputs changed with the fraction")

@@ -486,7 +486,8 @@ def measure_idle(client: ServerClient, run_id: int, settings: RunSettings) -> di
             return rolling
     if settings.baseline_max_age_s > 0 and settings.idle_s > bl.CHECK_S:
         with Store(client.store_path) as store:
-            found = bl.latest_baseline(store, run_id, settings.baseline_max_age_s)
+            found = bl.latest_baseline(store, run_id, settings.baseline_max_age_s,
+                                       min_seconds=settings.idle_s)
         if found is not None:
             origin, stored, age_s = found
             check = client.idle(run_id, bl.CHECK_S)

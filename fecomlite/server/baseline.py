@@ -27,10 +27,11 @@ TAIL_MIN_READINGS = 3
 
 
 def latest_baseline(
-    store: Store, run_id: int, max_age_s: float
+    store: Store, run_id: int, max_age_s: float, min_seconds: float = 0.0
 ) -> tuple[int, dict[str, Any], float] | None:
     """(run, baseline, age in s) of the newest idle baseline of another run measured at most
-    `max_age_s` ago on this boot (the monotonic clock), or None."""
+    `max_age_s` ago on this boot (the monotonic clock) over at least `min_seconds` (a `--quick`
+    run's 1 s baseline is not what a careful run asked for), or None."""
     latest = store.latest_run_with_result("idle_baseline", other_than=run_id)
     if latest is None:
         return None
@@ -38,6 +39,8 @@ def latest_baseline(
     origin = detail.get("reused_from_run", latest)
     age_s = (time.monotonic_ns() - int(detail.get("t_end_ns", 0))) / 1e9
     if not detail.get("sensors") or not 0 <= age_s <= max_age_s:
+        return None
+    if float(detail.get("seconds") or 0.0) < min_seconds:
         return None
     return int(origin), detail, age_s
 

@@ -2,7 +2,10 @@
 
 A layer's site key names its model, its path in that model and its class, so two models'
 `0 (Linear)` never merge: `layer:Net/encoder.layers.0.self_attn (MultiheadAttention)`; its
-backward is `layer-backward:` with the same rest. Facts per site: phase (forward | backward |
+backward is `layer-backward:` with the same rest. A Keras layer run by `fit`, `evaluate` or
+`predict` names that driving call too (`layer:sequential/dense (Dense) in evaluate`), so the same
+layer's calls under three drivers are three rows, each under its own call (a validation run by
+`fit` stays `in fit`). Facts per site: phase (forward | backward |
 graph), model, path, class, params (parameter count, the layer's own and its children's),
 saved_bytes_max (PyTorch: bytes of tensors the layer's forward kept for backward, weights not
 counted — the activation memory the layer adds), output_bytes_max, compiled (a compiled unit,
@@ -14,6 +17,7 @@ spans timed on the GPU by CUDA events; absent: the CPU's).
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -26,18 +30,30 @@ GRAPH = "layer-graph:"
 PREFIXES = (FORWARD, BACKWARD, GRAPH)
 
 
-def site_key(prefix: str, model: str, path: str, cls: str) -> str:
-    return f"{prefix}{model}/{path} ({cls})"
+DRIVEN = re.compile(r"(?P<key>.*\)) in (?P<driver>\w+)")  # `... (Dense) in fit`
+
+
+def site_key(prefix: str, model: str, path: str, cls: str, driver: str | None = None) -> str:
+    key = f"{prefix}{model}/{path} ({cls})"
+    return f"{key} in {driver}" if driver else key
+
+
+def driven(key: str, driver: str | None) -> str:
+    """`key` (a layer site key without a driver) as run by `driver` (None: unchanged)."""
+    return f"{key} in {driver}" if driver else key
 
 
 def parse(key: str) -> dict[str, str] | None:
-    """{phase, model, path, class} of a layer site key; None for any other key."""
+    """{phase, model, path, class} of a layer site key, and its driver where it names one;
+    None for any other key."""
     for prefix, phase in ((FORWARD, "forward"), (BACKWARD, "backward"), (GRAPH, "graph")):
         if key.startswith(prefix):
-            rest = key[len(prefix) :]
+            m = DRIVEN.fullmatch(key)
+            rest = (m["key"] if m else key)[len(prefix) :]
             model, _, tail = rest.partition("/")
             path, _, cls = tail.rpartition(" (")
-            return {"phase": phase, "model": model, "path": path, "class": cls.rstrip(")")}
+            parts = {"phase": phase, "model": model, "path": path, "class": cls.rstrip(")")}
+            return {**parts, "driver": m["driver"]} if m else parts
     return None
 
 
@@ -100,4 +116,6 @@ def site_row(key: str) -> dict[str, Any] | None:
     written = f"{parts['path']} ({parts['class']})"
     if parts["phase"] == "backward":
         written += " backward"
+    if "driver" in parts:
+        written += f" in {parts['driver']}"
     return {"api": key, "written": written, "kind": "layer"}

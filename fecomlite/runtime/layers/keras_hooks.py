@@ -8,7 +8,9 @@ compiled by `tf.function` (what `fit`, `evaluate` and `predict` do by default) r
 Python once, while tracing: the wrapper then notes each layer's name scope, and
 `keras.Model.fit`/`evaluate`/`predict` are wrapped to profile the run and turn its ops into
 forward and backward layer spans (not under XLA, `jit_compile=True`: the step is one executable
-whose kernels carry no layer name, so it is not profiled). Layers traced but never timed are
+whose kernels carry no layer name, so it is not profiled). A layer's spans name the outermost
+driving call that ran them (`... in fit`; the validation `fit` runs is `fit`'s): the same
+layer under `fit`, `evaluate` and `predict` is three sites. Layers traced but never timed are
 counted (`layer-graph:` facts, never an event) so the report can say what could not be seen.
 Under the PyTorch backend Keras layers are `torch.nn.Module`s and the PyTorch hooks time them,
 so nothing is wrapped here.
@@ -44,6 +46,7 @@ class KerasTracer:
         self.scopes = Scopes()
         self.graph = GraphProfiler(self.scopes)
         self.profiling = threading.local()
+        self.driving = threading.local()  # .name: the outermost fit/evaluate/predict running
 
     def install(self) -> None:
         if self.keras.backend.backend() != "tensorflow":
@@ -72,12 +75,16 @@ class KerasTracer:
 
         @functools.wraps(original)
         def driver(model: Any, *args: Any, **kwargs: Any) -> Any:
+            outer = getattr(self.driving, "name", None)
+            if outer is None:
+                self.driving.name = name
             profiled = safely(self._profile_begin, model, kwargs, default=False)
             try:
                 return original(model, *args, **kwargs)
             finally:
                 if profiled:
-                    safely(self._profile_end)
+                    safely(self._profile_end, name)
+                self.driving.name = outer
 
         setattr(self.keras.Model, name, driver)
 
@@ -129,14 +136,14 @@ class KerasTracer:
         self.profiling.on = True
         return True
 
-    def _profile_end(self) -> None:
+    def _profile_end(self, driver: str) -> None:
         self.profiling.on = False
         spans = self.graph.end()
         for site, t0, t1, continues in spans:
-            self.record(site, t0, t1, False, continues)
+            self.record(facts.driven(site, driver), t0, t1, False, continues)
         for site in dict.fromkeys(span[0] for span in spans):
             forward = site.replace(facts.BACKWARD, facts.FORWARD, 1)
-            facts.TABLE.update(site, params=self.scopes.params.get(forward))
+            facts.TABLE.update(facts.driven(site, driver), params=self.scopes.params.get(forward))
             model = facts.parse(site)["model"]  # type: ignore[index]
             self.timed.setdefault(model, set()).add(forward)
             if model in self.graph_keys:
@@ -207,7 +214,8 @@ class KerasTracer:
             return
         if not stack:
             return
-        site = facts.site_key(facts.FORWARD, model, path, type(layer).__name__)
+        site = facts.site_key(facts.FORWARD, model, path, type(layer).__name__,
+                              getattr(self.driving, "name", None))
         self.record(site, t0, t1, raised)
         facts.TABLE.update(
             site,
