@@ -493,6 +493,8 @@ def analyse_run(
     api_rows.sort(key=order_key, reverse=True)
 
     share = {d["domain"]: d["in_calls_J"] / above_by_domain[d["domain"]] for d in domains}
+    for d in domains:  # the last row of the self shares: with the APIs' they make 100 %
+        d["outside_calls_share"] = d["outside_calls_J"] / above_by_domain[d["domain"]]
     if memory_sensors:
         notes.append("memory from " + "; ".join(f"{k}: {v}" for k, v in memory_sensors.items()))
     analysis = RunAnalysis(
@@ -791,12 +793,13 @@ def _aggregate(
     piece raised), total_time_s (inclusive), mean_time_s (per call, its pieces summed); energy:
     {domain: {sensor, provenance, model, method, above_idle_J (Σ inclusive), total_J (with idle
     share), self_J, uncertainty_J (1σ of the sum, `attribution.group_uncertainty`), per_call: {sum,
-    mean, median, stdev, ci95_low, ci95_high}, share (of the repetitions' above-idle energy; nested
-    rows overlap, as in a profiler), below_resolution_share, per_rep_J, rep_mean_J, rep_ci95_low,
-    rep_ci95_high, and never below zero (`_floor_at_zero`): below_zero, raw_above_idle_J,
-    raw_self_J, raw_per_rep_J}}; all_domains: the sum over additive domains with its provenance
-    (raw_above_idle_J, below_zero likewise); memory: rss_peak_max_B, rss_delta_mean_B,
-    gpu_mem_peak_max_B, gpu_mem_delta_mean_B."""
+    mean, median, stdev, ci95_low, ci95_high}, share (self_J of the repetitions' above-idle
+    energy: over all rows, with the domain's outside_calls_share, 100 %), inclusive_share
+    (above_idle_J's: nested rows overlap, as in a profiler), below_resolution_share, per_rep_J,
+    rep_mean_J, rep_ci95_low, rep_ci95_high, and never below zero (`_floor_at_zero`):
+    below_zero, raw_above_idle_J, raw_self_J, raw_per_rep_J}}; all_domains: the sum over
+    additive domains with its provenance (raw_above_idle_J, below_zero likewise); memory:
+    rss_peak_max_B, rss_delta_mean_B, gpu_mem_peak_max_B, gpu_mem_delta_mean_B."""
     order = np.argsort(group, kind="stable")
     bounds = np.searchsorted(group[order], np.arange(ngroups + 1))
     rep = calls["rep"]
@@ -818,6 +821,7 @@ def _aggregate(
         busy_s = row["total_time_s"]
         for domain, info in domains.items():
             e = calls["energy_J"][domain][idx]
+            raw_self = float(calls["self_energy_J"][domain][idx].sum())
             per_rep = [float(e[rep[idx] == r].sum()) for r in rep_ids]
             rep_mean, rep_lo, rep_hi = mean_ci95(np.array(per_rep))
             # the sharing inside sensor intervals, and the idle baseline's own spread over the
@@ -830,11 +834,14 @@ def _aggregate(
                 "model": info["model"], "method": info["method"],
                 "above_idle_J": float(e.sum()),
                 "total_J": float(calls["energy_total_J"][domain][idx].sum()),
-                "self_J": float(calls["self_energy_J"][domain][idx].sum()),
+                "self_J": raw_self,
                 "uncertainty_J": sigma,
                 "per_call": {**_summary(pieces.per_call(heads, idx, calls["energy_J"][domain])),
                              "noise_J": sigma / n_calls if n_calls else math.nan},
-                "share": float(e.sum() / above[domain]),
+                # self: over the APIs, with the program outside calls, it sums to 100 %;
+                # inclusive counts nested calls in their callers too and sums to more
+                "share": raw_self / above[domain],
+                "inclusive_share": float(e.sum() / above[domain]),
                 "share_sigma": sigma / above[domain],
                 "below_resolution_share": float(calls["below_resolution"][domain][idx].mean())
                 if idx.size else math.nan,
@@ -859,8 +866,11 @@ def _floor_at_zero(e: dict[str, Any], sigma: float, calls: int, reps: int) -> No
                             if s in states), None)
     e["above_idle_J"] = noise_floor.shown(raw_above, sigma)
     e["self_J"] = noise_floor.shown(raw_self, sigma)
-    if e["above_idle_J"] != raw_above:  # below zero: the share is 0 within noise, else unknown
-        e["share"] = 0.0 if e["above_idle_J"] == 0 else math.nan
+    # below zero: a share is 0 within noise, else unknown
+    if e["self_J"] != raw_self:
+        e["share"] = 0.0 if e["self_J"] == 0 else math.nan
+    if e["above_idle_J"] != raw_above:
+        e["inclusive_share"] = 0.0 if e["above_idle_J"] == 0 else math.nan
     per_call = e["per_call"]
     per_call["sum"] = e["above_idle_J"]
     for key in ("mean", "median"):
@@ -1057,8 +1067,8 @@ _ID_COLUMNS = {
     "site": ("key", "api", "written", "file", "line", "col", "kind", "function", "source"),
 }
 _ENERGY_COLUMNS = ("above_idle_J", "below_zero", "total_J", "self_J", "uncertainty_J", "share",
-                   "below_resolution_share", "rep_mean_J", "rep_ci95_low", "rep_ci95_high",
-                   "provenance", "model", "method")
+                   "inclusive_share", "below_resolution_share", "rep_mean_J", "rep_ci95_low",
+                   "rep_ci95_high", "provenance", "model", "method")
 _PER_CALL_COLUMNS = ("mean", "median", "stdev", "ci95_low", "ci95_high")
 _MEMORY_COLUMNS = ("rss_peak_max_B", "rss_delta_mean_B", "rss_peak_above_start_max_B",
                    "rss_transient_mean_B", "gpu_mem_peak_max_B", "gpu_mem_delta_mean_B",

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from fecomlite.analysis import collectives, units
+from fecomlite.analysis import collectives, noise_floor, units
 from fecomlite.analysis.baseline_text import described
 from fecomlite.analysis.carbon import Intensity
 from fecomlite.analysis.pieces import call_count
@@ -362,9 +362,27 @@ def _table(name: str, columns: list[tables.Column], rows: list[dict[str, Any]],
                          "below_res": _below_resolution(r, domains),
                          "raised": r.get("raised", 0), **extra(r)})
     groups = tables.groups(columns)
+    outside = _outside_calls_row(domains, "key" if name == "sites" else "api")
     return {"id": f"{name}-table", "name": name, "columns": columns, "groups": groups,
             "starts": {first for _, _, first in groups if first > 0},
-            "rows": out_rows, "total": len(rows), "truncated": len(rows) > len(shown)}
+            "rows": out_rows, "total": len(rows), "truncated": len(rows) > len(shown),
+            "footer": [tables.cell(c, outside) for c in columns]}
+
+
+def _outside_calls_row(domains: list[dict[str, Any]], label: str) -> dict[str, Any]:
+    """The program's time between wrapped calls as a row of self figures: the last term of the
+    self columns, whose shares with the rows' make 100 % (never shown below zero)."""
+    energy = {}
+    for d in domains:
+        raw, sigma = d["outside_calls_J"], d.get("outside_calls_noise_J") or 0.0
+        state = noise_floor.below_zero(raw, sigma)
+        share = d.get("outside_calls_share")
+        energy[d["domain"]] = {
+            "self_J": noise_floor.shown(raw, sigma), "uncertainty_J": sigma,
+            "below_zero": state,
+            "share": share if state is None else (0.0 if state == noise_floor.WITHIN_NOISE
+                                                  else None)}
+    return {label: "(program outside calls)", "energy": energy}
 
 
 def _below_resolution(row: dict[str, Any], domains: list[dict[str, Any]]) -> str:

@@ -31,8 +31,8 @@ def summary_table(analysis: RunAnalysis, top: int = 10) -> Table:
     for domain in analysis.domains:
         what = f"share of {domain['of']}" if domain.get("role") == "share" else "above idle"
         flag = ", unreliable" if not domain.get("reliable", True) else ""
-        table.add_column(f"{plain(domain['domain'])} {what}\n({plain(_provenance(domain))}{flag})",
-                         justify="right")
+        table.add_column(f"{plain(domain['domain'])} {what}\nself / inclusive\n"
+                         f"({plain(_provenance(domain))}{flag})", justify="right")
     for row in analysis.apis[:top]:
         cells = [plain(row["api"]), str(row["calls"]), scaled(row["total_time_s"], "s")]
         for domain in analysis.domains:
@@ -68,20 +68,23 @@ def _provenance(domain: dict[str, Any]) -> str:
 
 
 def _energy_cell(energy: dict[str, Any]) -> str:
-    value = _number(energy.get("above_idle_J"))
-    below = energy.get("below_zero")
-    if value is None:  # not shown below the idle baseline (the caption says why)
-        return "below idle" if below == noise_floor.BEYOND_NOISE else "-"
+    """Self / inclusive energy, the inclusive figure with its ± (one σ of the calls' sum)."""
     spread = energy.get("uncertainty_J")
-    has_spread = bool(spread) and math.isfinite(spread)
-    if below and value == 0:  # zero within noise, as in the report's tables
-        return "≈ 0" + (f" (noise ± {scaled(spread, 'J')})" if has_spread else "")
-    text = scaled(value, "J")
-    if has_spread:
-        text += f" ± {scaled(spread, 'J')}"
+    spread = spread if spread and math.isfinite(spread) else None
+    below = energy.get("below_zero")
+    own = _figure(_number(energy.get("self_J")), below, None)
+    text = own + " / " + _figure(_number(energy.get("above_idle_J")), below, spread)
     if _below_resolution(energy):
         text += " *"
     return text
+
+
+def _figure(value: float | None, below: str | None, spread: float | None) -> str:
+    if value is None:  # not shown below the idle baseline (the caption says why)
+        return "below idle" if below == noise_floor.BEYOND_NOISE else "-"
+    if below and value == 0:  # zero within noise, as in the report's tables
+        return "≈ 0" + (f" (noise ± {scaled(spread, 'J')})" if spread else "")
+    return scaled(value, "J") + (f" ± {scaled(spread, 'J')}" if spread else "")
 
 
 def _below_resolution(energy: dict[str, Any]) -> bool:
@@ -102,6 +105,8 @@ def summary_notes(analysis: RunAnalysis, top: int = 10) -> list[str]:
             "± : one standard deviation of the energy attributed to the API's calls "
             "(the attribution's uncertainty)."
         )
+    notes.append("self / inclusive: a call's own energy, and with the wrapped calls nested in it "
+                 "(counted in their callers too: add self figures, never inclusive ones).")
     if any(_below_resolution(c) for c in cells):
         notes.append(
             "* : most of this energy comes from calls shorter than the sensor's update "
@@ -127,7 +132,9 @@ def summary_rows(analysis: RunAnalysis) -> list[dict[str, Any]]:
         for domain in analysis.domains:
             energy = row["energy"].get(domain["domain"], {})
             name = domain["domain"]
-            record[f"{name}_above_idle_J"] = _number(energy.get("above_idle_J"))
+            record[f"{name}_self_J"] = _number(energy.get("self_J"))
+            record[f"{name}_inclusive_J"] = _number(energy.get("above_idle_J"))
+            record[f"{name}_self_share"] = _number(energy.get("share"))
             record[f"{name}_uncertainty_J"] = _number(energy.get("uncertainty_J"))
             record[f"{name}_provenance"] = _provenance(domain)
             record[f"{name}_below_resolution"] = _below_resolution(energy)

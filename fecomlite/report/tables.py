@@ -86,18 +86,29 @@ def _energy_columns(domain: dict[str, Any], *, with_total: bool) -> list[Column]
                            g, title="energy in these calls including their share of idle power",
                            shown=False))
     cols += [
-        Column(f"{d}:above", "above idle", "J", ("energy", d, "above_idle_J"),
+        Column(f"{d}:self", "self", "J", ("energy", d, "self_J"), f"{d} self_J", g,
+               noise=("energy", d, "uncertainty_J"), below=below,
+               title="self energy above idle: the calls' own work, the wrapped calls nested in "
+                     "them not counted (what the % of program and the bars add)"),
+        Column(f"{d}:above", "inclusive", "J", ("energy", d, "above_idle_J"),
                f"{d} above_idle_J", g, noise=("energy", d, "uncertainty_J"), below=below,
-               title="energy above the idle baseline: what the calls cost"),
-        Column(f"{d}:per_call", "per call ± 95 % CI", "J", ("energy", d, "per_call", "mean"),
-               f"{d} per_call_mean_J", g,
+               title="inclusive energy above idle: the calls with the wrapped calls nested in "
+                     "them (those are counted in their callers too: never add this column)"),
+        Column(f"{d}:per_call", "inclusive per call ± 95 % CI", "J",
+               ("energy", d, "per_call", "mean"), f"{d} per_call_mean_J", g,
                ci=(("energy", d, "per_call", "ci95_low"), ("energy", d, "per_call", "ci95_high")),
                noise=("energy", d, "per_call", "noise_J"), below=below,
-               title="mean above-idle energy per call, with the 95 % t-interval of the mean"),
-        Column(f"{d}:share", "% of program", "%", ("energy", d, "share"), f"{d} share", g,
+               title="mean inclusive above-idle energy per call, with the 95 % t-interval of "
+                     "the mean"),
+        Column(f"{d}:share", "self % of program", "%", ("energy", d, "share"), f"{d} share", g,
                noise=("energy", d, "share_sigma"), below=below,
-               title="of the program's above-idle energy in this domain (the repetitions, start "
-                     "to end); nested calls are counted in their callers too"),
+               title="self energy of the program's above-idle energy in this domain (the "
+                     "repetitions, start to end): with the program outside calls, 100 %"),
+        Column(f"{d}:inclusive_share", "inclusive % of program", "%",
+               ("energy", d, "inclusive_share"), f"{d} inclusive_share", g,
+               noise=("energy", d, "share_sigma"), below=below, shown=False,
+               title="inclusive energy of the program's above-idle energy: nested calls are "
+                     "counted in their callers too, so this column sums to more than 100 %"),
     ]
     return cols
 
