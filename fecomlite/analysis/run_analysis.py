@@ -31,6 +31,7 @@ from fecomlite.analysis.devices import (
     domain_calls,
 )
 from fecomlite.analysis.distributions import t_quantile
+from fecomlite.analysis.run_mode import idle_sigma_bound, run_mode
 from fecomlite.analysis.units import scaled, with_noise
 from fecomlite.runtime.batch_codec import PROJECT_SITE
 from fecomlite.runtime.calibration_replay import KIND as CALIBRATION_KIND
@@ -73,7 +74,8 @@ class RunAnalysis:
     gpu_mem_end_B, gpu_mem_peak_B (NaN without a sensor). sites, apis: rows from `_aggregate`,
     most costly first; their `share` is of the domain's program_J (NaN when that is within
     noise). per_rep: per repetition totals. share_in_calls: per domain, in_calls_J / program_J.
-    load: `machine_load`, whether other processes used the machine. intensities: per domain, the
+    load: `machine_load`, whether other processes used the machine. mode: `run_mode`, whether
+    the figures are a quick run's rough ones. intensities: per domain, the
     fitted API intensities and the method used (also stored as the run's "intensities" result).
     levels: method-level calls against the project-level total, when both runs exist.
     """
@@ -94,6 +96,7 @@ class RunAnalysis:
     levels: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     load: dict[str, Any] = field(default_factory=dict)
+    mode: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self, include_calls: bool = False) -> dict[str, Any]:
         """Plain dicts, lists, floats and strings (NaN → None); per-call rows only when asked."""
@@ -103,7 +106,7 @@ class RunAnalysis:
             "per_rep": self.per_rep, "share_in_calls": self.share_in_calls,
             "intensities": self.intensities, "method": self.method, "levels": self.levels,
             "notes": self.notes, "site_keys": self.site_keys, "api_names": self.api_names,
-            "load": self.load,
+            "load": self.load, "mode": self.mode,
         }
         if include_calls:
             out["calls"] = self.calls
@@ -111,7 +114,9 @@ class RunAnalysis:
 
     def tables_csv(self) -> dict[str, str]:
         """{"apis": csv, "sites": csv}: one row per API / site, one column group per domain."""
-        return {"apis": _table_csv(self.apis, "api"), "sites": _table_csv(self.sites, "site")}
+        mode = self.mode.get("mode", "")
+        return {"apis": _table_csv(self.apis, "api", mode),
+                "sites": _table_csv(self.sites, "site", mode)}
 
 
 # -- loading ----------------------------------------------------------------------------------
@@ -438,6 +443,7 @@ def analyse_run(
             "provenance": sensor["provenance"], "model": sensor["model"],
             **domain_role(domain),
             "period_s": iv.period_s, "idle_W": idle, "idle_source": idle_source,
+            "ceiling_W": ceiling,  # no call is given more power above idle (attribution)
             "idle_sigma_W": 0.0 if sensor["model"] in ABOVE_IDLE_MODELS else _idle_sigma_W(
                 baseline, sensor["name"]),
             "total_J": res.total_J, "idle_J": res.idle_J, "above_idle_J": res.above_idle_J,
@@ -504,6 +510,7 @@ def analyse_run(
         share_in_calls=share, intensities=intensities,
         method="+".join(sorted(methods_used)) or "none", notes=notes,
         site_keys=[s["key"] for s in sites], api_names=api_names, load=load,
+        mode=run_mode(run.get("settings") or {}),
     )
     if compare_levels:
         analysis.levels = _compare_levels(store, run, analysis, method)
@@ -600,9 +607,15 @@ def _rep_energy(
 
 
 def _idle_sigma_W(baseline: dict[str, Any], name: str) -> float:
-    """The idle baseline's spread (σ of its readings), NaN when no baseline was measured."""
-    value = ((baseline.get("sensors") or {}).get(name) or {}).get("std_w")
-    return float(value) if value is not None else math.nan
+    """The idle baseline's spread (σ of its readings) at the 95 % upper bound its number of
+    readings allows (`run_mode.idle_sigma_bound`: a 1 s baseline's σ is no tighter than its
+    readings say), NaN when no baseline was measured."""
+    entry = (baseline.get("sensors") or {}).get(name) or {}
+    value = entry.get("std_w")
+    if value is None:
+        return math.nan
+    n = entry.get("n")
+    return idle_sigma_bound(float(value), int(n) if isinstance(n, (int, float)) else None)
 
 
 def _program_figures(
@@ -1075,13 +1088,16 @@ _MEMORY_COLUMNS = ("rss_peak_max_B", "rss_delta_mean_B", "rss_peak_above_start_m
                    "gpu_mem_peak_above_start_max_B", "gpu_mem_transient_mean_B")
 
 
-def _table_csv(rows: list[dict[str, Any]], kind: str) -> str:
+def _table_csv(rows: list[dict[str, Any]], kind: str, mode: str) -> str:
+    """One row per API / site; `run_mode` (quick or careful, `run_mode`) on every row, so that
+    rough figures stay marked wherever the file goes."""
     domains = sorted({d for r in rows for d in r["energy"]})
     header = [*_ID_COLUMNS[kind], "calls", "raised", "total_time_s", "mean_time_s"]
     for d in domains:
         header += [f"{d} {c}" for c in _ENERGY_COLUMNS]
         header += [f"{d} per_call_{c}_J" for c in _PER_CALL_COLUMNS]
-    header += ["all_domains_above_idle_J", "all_domains_provenance", *_MEMORY_COLUMNS]
+    header += ["all_domains_above_idle_J", "all_domains_provenance", *_MEMORY_COLUMNS,
+               "run_mode"]
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(header)
@@ -1093,7 +1109,7 @@ def _table_csv(rows: list[dict[str, Any]], kind: str) -> str:
             line += [e.get(c, "") for c in _ENERGY_COLUMNS]
             line += [e.get("per_call", {}).get(c, "") for c in _PER_CALL_COLUMNS]
         line += [r["all_domains"]["above_idle_J"], r["all_domains"]["provenance"],
-                 *(r["memory"][c] for c in _MEMORY_COLUMNS)]
+                 *(r["memory"][c] for c in _MEMORY_COLUMNS), mode]
         writer.writerow(["" if isinstance(x, float) and not math.isfinite(x) else x
                          for x in line])
     return buf.getvalue()

@@ -165,6 +165,7 @@ def _header(a: RunAnalysis) -> dict[str, Any]:
         "sites": len(a.sites),
         "sync": settings.get("sync_used", settings.get("sync")),
         "parent_id": run.get("parent_id"),
+        "mode": a.mode,
     }
 
 

@@ -22,7 +22,7 @@ def summary_table(analysis: RunAnalysis, top: int = 10) -> Table:
     run = analysis.run
     table = Table(
         title=f"run {run['id']}: {plain(run['program'])} ({plain(run['level'])} level, "
-        f"{len(analysis.repetitions)} repetitions, {_status(run)})",
+        f"{len(analysis.repetitions)} repetitions, {_status(run)}{_quick(analysis)})",
         title_justify="left",
     )
     table.add_column("API", overflow="fold")
@@ -40,6 +40,8 @@ def summary_table(analysis: RunAnalysis, top: int = 10) -> Table:
             cells.append(_energy_cell(energy))
         table.add_row(*cells)
     caption = []
+    if _quick(analysis):
+        caption.append(analysis.mode["text"])
     if (analysis.load or {}).get("busy"):
         caption.append(analysis.load["text"])
     said = set(((analysis.load or {}).get("busy_domains") or {}).values())  # in the load text
@@ -53,6 +55,11 @@ def summary_table(analysis: RunAnalysis, top: int = 10) -> Table:
     if caption:
         table.caption = "\n".join(caption)
     return table
+
+
+def _quick(analysis: RunAnalysis) -> str:
+    """", quick run" for a quick run's rough figures (`analysis.run_mode`), else ""."""
+    return ", quick run" if (analysis.mode or {}).get("mode") == "quick" else ""
 
 
 def _status(run: dict[str, Any]) -> str:
@@ -128,6 +135,7 @@ def summary_rows(analysis: RunAnalysis) -> list[dict[str, Any]]:
             "api": row["api"],
             "calls": row["calls"],
             "time_s": row["total_time_s"],
+            "run_mode": (analysis.mode or {}).get("mode", ""),
         }
         for domain in analysis.domains:
             energy = row["energy"].get(domain["domain"], {})
@@ -162,6 +170,7 @@ def summary_json(analysis: RunAnalysis) -> str:
             "level": run["level"],
             "status": run["status"],
             "repetitions": len(analysis.repetitions),
+            "mode": analysis.mode,
             "apis": summary_rows(analysis),
         },
         indent=1,
