@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from fecomlite.analysis import attribution as at
-from fecomlite.analysis import noise_floor, pieces
+from fecomlite.analysis import contention, noise_floor, pieces
 from fecomlite.analysis.calibration import fit_groups
 from fecomlite.analysis.devices import (
     attribute_calls,
@@ -476,6 +476,9 @@ def analyse_run(
         busy = d["domain"] in load["busy_domains"] and d["role"] != "share"
         d["unreliable"] = [load["busy_domains"][d["domain"]]] if busy else []
         d["reliable"] = not busy
+        # what load did to it, with the size (`contention`): marked, not hidden
+        d["load_effect"] = contention.effects(load["contention"], d["domain"])
+        d["load_distortion"] = load["contention"]["distortion"] if d["load_effect"] else None
     above_by_domain = {d["domain"]: d["program_J"] if d["program_J"] > finite_or_zero(d["noise_J"])
                        else math.nan for d in domains}
     site_rows = _aggregate(calls, site_of, len(sites), dom_info, above_by_domain, reps,
@@ -708,6 +711,12 @@ def machine_load(
             texts.append(f"{gpu} was quiet: other processes used "
                          f"{g['parts'] or 'nothing measurable'} of its compute time.")
     out["busy"] = bool(out["busy_domains"])
+    rep_windows = [(r["rep"], r["t_start_ns"], r["t_end_ns"]) for r in reps
+                   if r.get("t_start_ns") is not None and r.get("t_end_ns") is not None]
+    out["contention"] = contention.measure(
+        {name: _samples(store, by_name[name]["id"]) for name in contention.SENSORS
+         if name in by_name}, rep_windows)
+    texts.append(out["contention"]["text"])
     out["text"] = " ".join(texts)
     return out
 
@@ -803,7 +812,8 @@ def _aggregate(
     intensity sets the group's uncertainty).
 
     Row: calls (continuations are pieces of a call, not calls: `pieces`), raised (calls of which a
-    piece raised), total_time_s (inclusive), mean_time_s (per call, its pieces summed); energy:
+    piece raised), total_time_s (inclusive), mean_time_s (per call, its pieces summed),
+    per_rep_calls (calls in each repetition); energy:
     {domain: {sensor, provenance, model, method, above_idle_J (Σ inclusive), total_J (with idle
     share), self_J, uncertainty_J (1σ of the sum, `attribution.group_uncertainty`), per_call: {sum,
     mean, median, stdev, ci95_low, ci95_high}, share (self_J of the repetitions' above-idle
@@ -828,6 +838,9 @@ def _aggregate(
             "raised": pieces.calls_raised(heads, idx, calls["status"]),
             "total_time_s": total_s,
             "mean_time_s": total_s / n_calls if n_calls else math.nan,
+            # calls in each repetition: with per_rep_J, each repetition's energy per call
+            "per_rep_calls": [pieces.call_count(calls["status"][idx][rep[idx] == r])
+                              for r in rep_ids],
             "energy": {},
             "memory": _memory_row(calls, idx),
         }

@@ -208,6 +208,7 @@ def _domain_card(a: RunAnalysis, d: dict[str, Any]) -> dict[str, Any]:
         "model_text": MODELS.get(d.get("model") or "", ""),
         "role": d.get("role"), "meaning": d.get("meaning", ""), "of": d.get("of"),
         "reliable": d.get("reliable", True), "unreliable": d.get("unreliable") or [],
+        "load_effect": d.get("load_effect"),
         "total": units.scaled(d["total_J"], "J"), "total_wh": units.watt_hours(d["total_J"]),
         "above": units.with_noise(d["above_idle_J"], d.get("above_noise_J")),
         "program": program,

@@ -95,7 +95,12 @@ def report_command(
             else:
                 a, b, notes = analyse_pair(db, runs[0], runs[1], method)
                 folder = out or Path("reports") / f"compare-{runs[0]}-{runs[1]}"
-                written = write_comparison(compare_runs(a, b, notes), folder, chosen)
+                comparison = compare_runs(a, b, notes)
+                written = write_comparison(comparison, folder, chosen)
+                for d in comparison.json["domains"]:  # the verdicts, and why there is none
+                    why = "" if d["comparable"] else f" ({d['why']})"
+                    console.print(f"{plain(d['domain'])}: {plain(d['verdict'])}{plain(why)}",
+                                  highlight=False)
     except (StoreError, ValueError) as exc:  # carbon.CarbonError is a ValueError
         console.print(f"[red]error:[/] {plain(exc)}")
         raise typer.Exit(1) from exc

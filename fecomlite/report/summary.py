@@ -31,6 +31,8 @@ def summary_table(analysis: RunAnalysis, top: int = 10) -> Table:
     for domain in analysis.domains:
         what = f"share of {domain['of']}" if domain.get("role") == "share" else "above idle"
         flag = ", unreliable" if not domain.get("reliable", True) else ""
+        if domain.get("load_distortion"):
+            flag += f", load: up to +{domain['load_distortion']:.0%}"
         table.add_column(f"{plain(domain['domain'])} {what}\nself / inclusive\n"
                          f"({plain(_provenance(domain))}{flag})", justify="right")
     for row in analysis.apis[:top]:
@@ -47,6 +49,8 @@ def summary_table(analysis: RunAnalysis, top: int = 10) -> Table:
     said = set(((analysis.load or {}).get("busy_domains") or {}).values())  # in the load text
     caption += [f"{plain(d['domain'])} unreliable: {plain(why)}" for d in analysis.domains
                 for why in d.get("unreliable") or [] if why not in said]
+    caption += [f"{plain(d['domain'])} distorted by {plain(d['load_effect'])}"
+                for d in analysis.domains if d.get("load_effect")]
     # where each was read ("sources") is in the report; the terminal gets the values
     hyperparams = {k: v for k, v in (run.get("hyperparams") or {}).items() if k != "sources"}
     if hyperparams:

@@ -72,8 +72,11 @@ def lookup(row: dict[str, Any], path: Sequence[str]) -> Any:
 
 
 def domain_group(domain: dict[str, Any]) -> Group:
-    return Group(domain_name(domain["domain"]), domain["provenance"], domain.get("model"),
-                 domain["sensor"])
+    """A domain's header; one that load distorted says by how much (`analysis.contention`)."""
+    label = domain_name(domain["domain"])
+    if domain.get("load_distortion"):
+        label += f" (load: up to +{domain['load_distortion']:.0%})"
+    return Group(label, domain["provenance"], domain.get("model"), domain["sensor"])
 
 
 def _energy_columns(domain: dict[str, Any], *, with_total: bool) -> list[Column]:
