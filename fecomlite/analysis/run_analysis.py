@@ -210,7 +210,8 @@ def idle_baseline(run: dict[str, Any], sensor: dict[str, Any]) -> tuple[float | 
 
 
 CPU_BUSY_MEANS = ("machine-level above-idle figures (CPU package, DRAM) are unreliable; the "
-                  "program's own share (cpu-process) is not affected")
+                  "program's own share (cpu-process) holds none of their work, but contention "
+                  "inflates the CPU time it is made from (see the load below)")
 
 
 def busy_at(other_pct: float) -> bool:
