@@ -71,7 +71,8 @@ class RunAnalysis:
     `pieces.call_heads`); per-domain dicts {domain: array} of energy_J
     (inclusive, above idle), energy_total_J (with the idle share), self_energy_J, uncertainty_J
     (1σ), below_resolution; memory: rss_start_B, rss_end_B, rss_peak_B, gpu_mem_start_B,
-    gpu_mem_end_B, gpu_mem_peak_B (NaN without a sensor). sites, apis: rows from `_aggregate`,
+    gpu_mem_end_B, gpu_mem_peak_B (NaN without a sensor), rss_below_resolution,
+    gpu_mem_below_resolution (`below_gauge_resolution`). sites, apis: rows from `_aggregate`,
     most costly first; their `share` is of the domain's program_J (NaN when that is within
     noise). per_rep: per repetition totals. share_in_calls: per domain, in_calls_J / program_J.
     load: `machine_load`, whether other processes used the machine. mode: `run_mode`, whether
@@ -302,19 +303,53 @@ def _memory(
     if rss is None:
         rss = next((s for s in sensors if s["domain"] == "process-memory"
                     and s["kind"] == "gauge" and "peak" not in s["name"]), None)
+    unresolved = np.ones(t0.size, bool)
     if rss is not None:
-        start, end, peak = gauge_during(*_samples(store, rss["id"]), t0, t1)
+        t, v = _samples(store, rss["id"])
+        start, end, peak = gauge_during(t, v, t0, t1)
+        unresolved = below_gauge_resolution(t, t0, t1)
         used["rss"] = rss["name"]
     else:
         start, end, peak = nan, nan.copy(), nan.copy()
-    cols.update(rss_start_B=start, rss_end_B=end, rss_peak_B=peak)
+    cols.update(rss_start_B=start, rss_end_B=end, rss_peak_B=peak,
+                rss_below_resolution=unresolved)
     gpu = _gpu_memory_sensors(sensors)
-    parts = [gauge_during(*_samples(store, s["id"]), t0, t1) for s in gpu]
+    series = [_samples(store, s["id"]) for s in gpu]
+    parts = [gauge_during(t, v, t0, t1) for t, v in series]
     if parts:
         used["gpu_memory"] = ", ".join(s["name"] for s in gpu)
     for i, name in enumerate(("gpu_mem_start_B", "gpu_mem_end_B", "gpu_mem_peak_B")):
         cols[name] = np.sum([p[i] for p in parts], axis=0) if parts else nan.copy()
+    cols["gpu_mem_below_resolution"] = np.any(
+        [below_gauge_resolution(t, t0, t1) for t, _ in series], axis=0) if series else (
+        np.ones(t0.size, bool))
     return cols, used
+
+
+def first_of_site(
+    rep: np.ndarray, pid: np.ndarray, site: np.ndarray, status: np.ndarray
+) -> np.ndarray:
+    """Each site's first call in each process of each repetition (events in start order): where
+    first-use work lands (imports, caches, lazy initialisation), which later calls do not do."""
+    out = np.zeros(rep.size, bool)
+    heads = np.flatnonzero(pieces.is_call(status))
+    if heads.size:
+        keys = np.stack((rep[heads], pid[heads], site[heads]), axis=1)
+        _, first = np.unique(keys, axis=0, return_index=True)
+        out[heads[first]] = True
+    return out
+
+
+def below_gauge_resolution(t: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+    """Calls a memory gauge cannot resolve: shorter than its sampling period (the median gap
+    between its samples), or with no sample inside. Such a call's start and end levels are its
+    neighbours' too (two short calls in one gap would both be given the gap's drop), so it
+    gets no memory figure of its own."""
+    if t.size < 2:
+        return np.ones(t0.size, bool)
+    period_ns = float(np.median(np.diff(t)))
+    inside = np.searchsorted(t, t1, "left") - np.searchsorted(t, t0, "right")
+    return (inside <= 0) | ((t1 - t0) < period_ns)
 
 
 def _gpu_memory_sensors(sensors: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -459,6 +494,7 @@ def analyse_run(
 
     memory, memory_sensors = _memory(store, sensors, t0, t1)
     calls.update(memory)
+    calls["first_use"] = first_of_site(ev["rep"], ev["pid"], site_of, ev["status"])
     dom_info = {d["domain"]: d for d in domains}
     for d in domains:
         # the idle baseline's spread over the program's time; and the sensor's resolution: the
@@ -964,7 +1000,11 @@ def cross_domain(energy: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def _memory_row(calls: dict[str, Any], idx: np.ndarray) -> dict[str, float]:
     """Per group, for RSS (rss_*) and GPU memory (gpu_mem_*): the peak the process reached,
     the mean memory a call retains (delta), the peak above the level the call started at (max
-    and mean over calls) and the transient part (peak above both its start and end level)."""
+    and mean over calls) and the transient part (peak above both its start and end level), over
+    the calls the gauge resolves; below_resolution_share: the calls it does not
+    (`below_gauge_resolution`), which have no figure of their own. delta_mean_B leaves out each
+    site's first call in each process (`first_of_site`) when later calls exist: first-use work
+    (imports, caches) is first_call_delta_mean_B's."""
     def nanmax(a: np.ndarray) -> float:
         a = a[np.isfinite(a)]
         return float(a.max()) if a.size else math.nan
@@ -976,15 +1016,27 @@ def _memory_row(calls: dict[str, Any], idx: np.ndarray) -> dict[str, float]:
     out = {}
     for key in ("rss", "gpu_mem"):
         start, end, peak = (calls[f"{key}_{c}_B"][idx] for c in ("start", "end", "peak"))
+        unresolved = calls[f"{key}_below_resolution"][idx]
+        out[f"{key}_below_resolution_share"] = float(unresolved.mean()) if idx.size else math.nan
+        # a call the gauge cannot resolve has no memory figure of its own (its neighbours'
+        # samples); the process's peak still counts it
+        start, end = np.where(unresolved, np.nan, start), np.where(unresolved, np.nan, end)
+        own_peak = np.where(unresolved, np.nan, peak)
+        first = calls["first_use"][idx]
+        kept = end - start
+        # first-use work (imports, caches) lands on a site's first call: a call that others
+        # follow is the API's typical call, the first calls' own figure stands beside it
+        later = kept[~first] if np.isfinite(kept[~first]).any() else kept
         out.update({
+            f"{key}_first_call_delta_mean_B": nanmean(kept[first]),
             # the process's highest level during the calls (every API shares the same process)
             f"{key}_peak_max_B": nanmax(peak),
             # what a call leaves behind (retained), and how far above its starting level it
             # went while it ran (its own working memory, transient part included)
-            f"{key}_delta_mean_B": nanmean(end - start),
-            f"{key}_peak_above_start_max_B": nanmax(peak - start),
-            f"{key}_peak_above_start_mean_B": nanmean(peak - start),
-            f"{key}_transient_mean_B": nanmean(peak - np.maximum(start, end)),
+            f"{key}_delta_mean_B": nanmean(later),
+            f"{key}_peak_above_start_max_B": nanmax(own_peak - start),
+            f"{key}_peak_above_start_mean_B": nanmean(own_peak - start),
+            f"{key}_transient_mean_B": nanmean(own_peak - np.maximum(start, end)),
         })
     return out
 
@@ -1098,8 +1150,11 @@ _ENERGY_COLUMNS = ("above_idle_J", "below_zero", "total_J", "self_J", "uncertain
                    "rep_ci95_high", "provenance", "model", "method")
 _PER_CALL_COLUMNS = ("mean", "median", "stdev", "ci95_low", "ci95_high")
 _MEMORY_COLUMNS = ("rss_peak_max_B", "rss_delta_mean_B", "rss_peak_above_start_max_B",
-                   "rss_transient_mean_B", "gpu_mem_peak_max_B", "gpu_mem_delta_mean_B",
-                   "gpu_mem_peak_above_start_max_B", "gpu_mem_transient_mean_B")
+                   "rss_transient_mean_B", "rss_below_resolution_share",
+                   "rss_first_call_delta_mean_B", "gpu_mem_peak_max_B",
+                   "gpu_mem_delta_mean_B", "gpu_mem_peak_above_start_max_B",
+                   "gpu_mem_transient_mean_B", "gpu_mem_below_resolution_share",
+                   "gpu_mem_first_call_delta_mean_B")
 
 
 def _table_csv(rows: list[dict[str, Any]], kind: str, mode: str) -> str:

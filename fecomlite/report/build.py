@@ -343,9 +343,31 @@ def _items(mapping: dict[str, Any]) -> list[tuple[str, str]]:
 # -- tables -----------------------------------------------------------------------------------
 
 
+FIRST_USE_B = 10e6  # a first call that keeps this much more than the later ones is marked
+
+
 def _api_extra(row: dict[str, Any]) -> dict[str, Any]:
     written = row.get("written") or []
-    return {"written": written, "search": " ".join([row["api"], *written]).lower()}
+    return {"written": written, "search": " ".join([row["api"], *written]).lower(),
+            "first_use": _first_use(row.get("memory") or {})}
+
+
+def _first_use(memory: dict[str, Any]) -> str:
+    """The mark of an API whose first call kept much more memory than its typical call:
+    first-use work (modules imported on first use, caches, lazy initialisation), not the
+    call's own state; "" otherwise."""
+    first = _finite(memory.get("rss_first_call_delta_mean_B"))
+    typical = _finite(memory.get("rss_delta_mean_B")) or 0.0
+    if first is None or first < FIRST_USE_B:
+        return ""
+    if first == typical:  # one call per process: its only figure is its first use
+        return (f"its only call kept {units.scaled(first, 'B')}: first-use work (modules "
+                "imported on first use, caches) lands there, not only the call's own state")
+    if first < 2 * max(typical, 0.0) + FIRST_USE_B:
+        return ""
+    return (f"the first call kept {units.scaled(first, 'B')}, later ones "
+            f"{units.scaled(typical, 'B', signed=True)}: first-use work (modules imported on "
+            "first use, caches, lazy initialisation)")
 
 
 def _site_extra(row: dict[str, Any]) -> dict[str, Any]:

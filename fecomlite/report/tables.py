@@ -42,6 +42,8 @@ class Column:
     shown: bool = True  # shown at first; the table's column chooser shows the others
     noise: tuple[str, ...] | None = None  # path of the figure's 1σ: negative within it is ≈ 0
     below: tuple[str, ...] | None = None  # path of the row's `below_zero` (analysis.noise_floor)
+    # path of the share of the row's calls a memory gauge cannot resolve: missing reads "below res."
+    unresolved: tuple[str, ...] | None = None
 
     @property
     def numeric(self) -> bool:
@@ -132,18 +134,32 @@ def _common_tail(domains: list[dict[str, Any]], gpu_memory: bool) -> list[Column
     for key, name in (("rss", "RSS"), ("gpu_mem", "GPU mem")):
         if key == "gpu_mem" and not gpu_memory:
             continue
+        res = ("memory", f"{key}_below_resolution_share")
         cols += [
             Column(f"{key}_delta", f"{name} retained / call", "B",
                    ("memory", f"{key}_delta_mean_B"), f"{key}_delta_mean_B", mem, signed=True,
-                   title="mean memory a call leaves behind (its level at the end less at start)"),
+                   unresolved=res,
+                   title="mean memory a call leaves behind (its level at the end less at start), "
+                         "over the calls longer than the memory sampler's period, each site's "
+                         "first call left out when later ones exist (first use is beside); "
+                         "\"below res.\": every call was shorter"),
+            Column(f"{key}_first", f"{name} retained, first call", "B",
+                   ("memory", f"{key}_first_call_delta_mean_B"),
+                   f"{key}_first_call_delta_mean_B", mem, signed=True, unresolved=res,
+                   shown=False,
+                   title="what each site's first call in a process left behind (mean): "
+                         "first-use work lands here (modules imported on first use, caches, "
+                         "lazy initialisation), not in the later calls' figure"),
             Column(f"{key}_above", f"{name} peak above start", "B",
                    ("memory", f"{key}_peak_above_start_max_B"), f"{key}_peak_above_start_max_B",
-                   mem, title="the most any call rose above the level it started at, while it ran "
-                              "(not the whole process's peak)"),
+                   mem, unresolved=res,
+                   title="the most any call rose above the level it started at, while it ran "
+                         "(not the whole process's peak)"),
             Column(f"{key}_transient", f"{name} transient / call", "B",
                    ("memory", f"{key}_transient_mean_B"), f"{key}_transient_mean_B", mem,
-                   shown=False, title="mean peak above both the start and the end level: memory "
-                                      "a call used and released"),
+                   shown=False, unresolved=res,
+                   title="mean peak above both the start and the end level: memory a call used "
+                         "and released"),
             Column(f"{key}_peak", f"{name} process peak", "B", ("memory", f"{key}_peak_max_B"),
                    f"{key}_peak_max_B", mem, shown=False,
                    title="the whole process's highest level during any of the calls"),
@@ -181,7 +197,10 @@ def cell(column: Column, row: dict[str, Any]) -> Cell:
     below = lookup(row, column.below) if column.below else None
     if value is None:
         # an estimate below the idle baseline beyond its noise is not shown (its domain says why)
-        return Cell(None, "below idle" if below == noise_floor.BEYOND_NOISE else "–")
+        if below == noise_floor.BEYOND_NOISE:
+            return Cell(None, "below idle")
+        unresolved = lookup(row, column.unresolved) if column.unresolved else None
+        return Cell(None, "below res." if unresolved else "–")
     if not column.numeric:
         return Cell(value, str(value), data=str(value))
     data = repr(float(value)) if isinstance(value, float) else str(value)
