@@ -86,3 +86,21 @@ def test_the_resolution_rule() -> None:
     t0 = np.array([1 * PERIOD + 1, 2 * PERIOD - 5, 3 * PERIOD])
     t1 = np.array([1 * PERIOD + 5, 4 * PERIOD, 3 * PERIOD + PERIOD // 2])
     assert below_gauge_resolution(t, t0, t1).tolist() == [True, False, True]
+
+
+def test_the_memory_line_breaks_where_no_process_existed(tmp_path) -> None:
+    """Between repetitions (gate waits, pauses) there is no process: the timeline's memory
+    series has a gap after each repetition's end, not a line across it."""
+    from report_helpers import build_run
+
+    with Store(tmp_path / "s.sqlite") as store:
+        run = build_run(store, reps=3)
+        a = analyse_run(store, run)
+        chart = build_report(store, run, analysis=a).charts["timeline"]
+    rss = next(m for m in chart["memory"] if "RSS" in m["label"])
+    gaps = [i for i, v in enumerate(rss["v"]) if v is None]
+    # one gap right after the last sample before each repetition's end (build_run samples RSS
+    # through the tails too, so there is one after the third as well)
+    assert len(gaps) == len(a.repetitions) == 3
+    for i in gaps:
+        assert rss["t"][i] - rss["t"][i - 1] < 1e-6 and rss["v"][i - 1] is not None

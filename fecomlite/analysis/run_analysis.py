@@ -979,7 +979,8 @@ def _below_zero_reasons(
 def cross_domain(energy: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The sum over additive domains (package, DRAM, GPUs), `estimated` if any part is; of the
     parts' raw estimates (a part never floored, such as the live view's, as it is), never shown
-    below zero (`noise_floor`)."""
+    below zero (`noise_floor`), and never "below idle" when no part is (parts each zero within
+    their noise add to zero: the 3σ of a sum is less than the sum of the parts' 3σ)."""
     parts = {d: e for d, e in energy.items() if _addable(d.partition("@")[0])}
     if not parts:
         return {"above_idle_J": math.nan, "uncertainty_J": math.nan, "total_J": math.nan,
@@ -987,9 +988,16 @@ def cross_domain(energy: dict[str, dict[str, Any]]) -> dict[str, Any]:
     estimated = any(e["provenance"] != "measured" for e in parts.values())
     raw = float(sum(e.get("raw_above_idle_J", e["above_idle_J"]) for e in parts.values()))
     sigma = math.sqrt(sum(finite_or_zero(e["uncertainty_J"]) ** 2 for e in parts.values()))
+    state = noise_floor.below_zero(raw, sigma)
+    if state == noise_floor.BEYOND_NOISE and not any(
+            noise_floor.below_zero(e.get("raw_above_idle_J", e["above_idle_J"]),
+                                   finite_or_zero(e["uncertainty_J"])) == noise_floor.BEYOND_NOISE
+            for e in parts.values()):
+        state = noise_floor.WITHIN_NOISE  # parts each zero within noise add to zero, not less
     return {
-        "above_idle_J": noise_floor.shown(raw, sigma), "raw_above_idle_J": raw,
-        "below_zero": noise_floor.below_zero(raw, sigma),
+        "above_idle_J": {None: raw, noise_floor.WITHIN_NOISE: 0.0}.get(state, math.nan),
+        "raw_above_idle_J": raw,
+        "below_zero": state,
         "uncertainty_J": sigma,
         "total_J": float(sum(e["total_J"] for e in parts.values())),
         "provenance": "estimated" if estimated else "measured",

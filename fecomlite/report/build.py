@@ -193,6 +193,14 @@ def _machine(m: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def _no_share(d: dict[str, Any]) -> str:
+    """Why a domain's card gives no share of the program's energy, as it is."""
+    if noise_floor.below_zero(d["program_J"], d.get("noise_J") or 0.0) == (
+            noise_floor.BEYOND_NOISE):
+        return "no share: the program's energy is below the idle baseline"
+    return "no share: the program's energy is within noise"
+
+
 def _domain_card(a: RunAnalysis, d: dict[str, Any]) -> dict[str, Any]:
     """One domain's figures as `analysis` defines them: the program's above-idle energy leads,
     split into calls and outside calls; tail and baseline/gate/pauses stand apart."""
@@ -216,7 +224,7 @@ def _domain_card(a: RunAnalysis, d: dict[str, Any]) -> dict[str, Any]:
         "share_in_calls": (f"{units.percent(share)} of the program's "
                            f"{units.scaled(d['program_J'], 'J')}"
                            if share is not None and math.isfinite(share)
-                           else "no share: the program's energy is within noise"),
+                           else _no_share(d)),
         "outside": units.with_noise(d["outside_calls_J"], d.get("outside_calls_noise_J")),
         "tail": units.with_noise(d["tail_J"], d.get("tail_noise_J")),
         "other": units.with_noise(d.get("other_J"), d.get("other_noise_J")),
