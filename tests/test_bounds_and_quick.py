@@ -81,3 +81,25 @@ def test_the_idle_sigma_is_no_tighter_than_its_readings_allow(tmp_path) -> None:
     package = next(d for d in a.domains if d["domain"] == "cpu-package")
     assert package["idle_sigma_W"] == pytest.approx(idle_sigma_bound(0.4, 30))  # build_run's
     assert math.isfinite(package["noise_J"]) and package["noise_J"] > 0.4 * package["program_s"]
+
+
+def test_parts_each_zero_within_noise_add_to_zero_not_below_idle() -> None:
+    from fecomlite.analysis.noise_floor import BEYOND_NOISE, WITHIN_NOISE
+    from fecomlite.analysis.run_analysis import cross_domain
+
+    def part(raw: float) -> dict:
+        return {"raw_above_idle_J": raw, "above_idle_J": 0.0, "uncertainty_J": 1.0,
+                "provenance": "estimated", "total_J": 10.0}
+
+    # each 2.5σ below zero (≈ 0), the sum 3.5σ of the sum's noise below: still zero
+    both = cross_domain({"cpu-package": part(-2.5), "dram": part(-2.5)})
+    assert both["below_zero"] == WITHIN_NOISE and both["above_idle_J"] == 0.0
+    one_beyond = cross_domain({"cpu-package": part(-4.0), "dram": part(-2.5)})
+    assert one_beyond["below_zero"] == BEYOND_NOISE and math.isnan(one_beyond["above_idle_J"])
+
+
+def test_a_card_below_the_baseline_says_so_not_within_noise() -> None:
+    from fecomlite.report.build import _no_share
+
+    assert "below the idle baseline" in _no_share({"program_J": -3.72, "noise_J": 0.2})
+    assert "within noise" in _no_share({"program_J": -0.1, "noise_J": 0.2})
