@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 DISTORTION_LIMIT = 0.10  # figures distorted beyond this (relative) are marked
-LOAD_DIFFERS = 0.10  # runs whose distortion bounds differ by more are not compared
+LOAD_DIFFERS = 1.10  # runs whose CPU-time inflation bounds (1 + distortion) differ by more than
+# this factor are not compared: at 7 s of wait per CPU second both runs are loaded alike
 OTHER_DIFFERS_PCT = 10.0  # nor runs whose other processes' CPU use differs by more points
 CPU_TIME_DOMAINS = ("cpu-process",)
 SENSORS = ("sched:wait", "util:process", "util:steal", "load:runnable")
@@ -98,7 +99,8 @@ def load_differs(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     a, b: each run's `machine_load` (with its `contention`)."""
     ca, cb = a.get("contention") or {}, b.get("contention") or {}
     da, db = ca.get("distortion", math.nan), cb.get("distortion", math.nan)
-    if math.isfinite(da) and math.isfinite(db) and abs(da - db) > LOAD_DIFFERS:
+    if math.isfinite(da) and math.isfinite(db) and max(1 + da, 1 + db) > LOAD_DIFFERS * min(
+            1 + da, 1 + db):
         return (f"load: the program waited {ca['wait_per_cpu_s']:.2f} s for a CPU per CPU "
                 f"second in run A, {cb['wait_per_cpu_s']:.2f} s in run B (CPU-time figures "
                 f"inflated by up to {da:.0%} and {db:.0%})")

@@ -19,7 +19,8 @@ SHORT_BASELINE_S = 2.0  # an idle baseline shorter than this rests on a few read
 
 
 def run_mode(settings: dict[str, Any]) -> dict[str, Any]:
-    """{"mode": "quick" | "careful", "reasons": [...], "text": one line for every surface}."""
+    """{"mode": "quick" | "careful", "reasons": [...], "text": one line for every surface}:
+    quick is one repetition with no gate or a short baseline (what `--quick` sets)."""
     reasons = []
     repeat = settings.get("repeat")
     if isinstance(repeat, int) and repeat < 2:
@@ -29,8 +30,10 @@ def run_mode(settings: dict[str, Any]) -> dict[str, Any]:
     idle = settings.get("idle_s")
     if isinstance(idle, (int, float)) and idle < SHORT_BASELINE_S:
         reasons.append(f"a {idle:g} s idle baseline")
-    if not reasons:
-        return {"mode": CAREFUL, "reasons": [], "text": ""}
+    if not (isinstance(repeat, int) and repeat < 2) or len(reasons) < 2:
+        # what `--quick` sets is one repetition and a short or ungated start: a careful run
+        # with one rough setting is not called quick
+        return {"mode": CAREFUL, "reasons": reasons, "text": ""}
     return {"mode": QUICK, "reasons": reasons,
             "text": "quick run, rough figures: " + "; ".join(reasons) + "."}
 

@@ -31,6 +31,7 @@ import io
 import math
 import time
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -182,7 +183,9 @@ def across_repetitions(
     mdc = noise * (crit + t_quantile(0.8, dof)) / crit
     out["min_detectable"] = mdc
     out["min_detectable_rel"] = mdc / abs(a) if math.isfinite(a) and a else math.nan
-    need = (crit + t_quantile(0.8, dof)) * pooled / (TARGET_CHANGE * abs(a)) if a else math.nan
+    # with many repetitions t tends to the normal: the thresholds those repetitions would use
+    z = NormalDist().inv_cdf(1 - FAMILY_ALPHA / (2 * max(tests, 1))) + NormalDist().inv_cdf(0.8)
+    need = z * pooled / (TARGET_CHANGE * abs(a)) if a else math.nan
     out["reps_for_10pct"] = max(2, math.ceil(2 * need**2)) if math.isfinite(need) else None
     return out
 
