@@ -114,3 +114,26 @@ def test_the_run_queue_wait_is_read_from_proc() -> None:
     time.sleep(0.15)
     assert wait.read() is not None and wait.read() >= 0 and wait.last_error is None
     assert runnable.read() is not None and runnable.read() > 0
+
+
+def test_over_repetitions_identical_code_gives_no_verdict_and_15x_is_seen() -> None:
+    """The statistics alone, on a quiet machine's spread (5 % between repetitions) and the
+    default 3 repetitions: 60 APIs of identical code, no verdict; each 1.5× slower, all seen
+    (each API's own spread moderated by the domain's typical one, `typical_spread`)."""
+    from fecomlite.report.compare import across_repetitions
+
+    rng = np.random.default_rng(7)
+    none: dict = {"uncertainty_J": 0.0}
+    same, slower = [], []
+    for _ in range(60):
+        a = 1.0 + 0.05 * rng.standard_normal(3)
+        b = 1.0 + 0.05 * rng.standard_normal(3)
+        same.append(across_repetitions(a.mean(), b.mean(), a, b, (none, 1), (none, 1), 60,
+                                       0.05**2))
+        c = 1.5 * (1.0 + 0.05 * rng.standard_normal(3))
+        slower.append(across_repetitions(a.mean(), c.mean(), a, c, (none, 1), (none, 1), 60,
+                                         0.05**2))
+    assert sum(p["verdict"] in VERDICTS for p in same) == 0
+    assert all(p["verdict"] == "higher" for p in slower)
+    assert all(p["min_detectable_rel"] < 0.5 for p in slower)
+    assert all(p["reps_for_10pct"] > 3 for p in slower)  # a 10 % change needs more than 3

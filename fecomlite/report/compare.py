@@ -11,8 +11,9 @@ different methods (`analyse_pair` attributes both runs again by overlap when `au
 differently), nor a machine-level domain on a machine other processes kept busy.
 
 Energy per call, with two repetitions or more in both runs: compared over the repetitions'
-energy per call (`across_repetitions`: Student's t, family-wise 5 % over the page's APIs and
-domains, the minimum detectable change and the repetitions a 10 % change needs beside it).
+energy per call (`across_repetitions`: Student's t, each API's spread moderated by the domain's
+typical one (`typical_spread`), family-wise 5 % over the page's APIs and domains, the minimum
+detectable change and the repetitions a 10 % change needs beside it).
 Host domains of runs whose load differed (`analysis.contention.load_differs`) are "not
 comparable: load", with the reason. Otherwise (and for the energy per repetition):
 
@@ -50,6 +51,7 @@ NOT_COMPARABLE_LOAD = "not comparable: load"
 POWER_Z = 0.8416  # 80 % power: a change this many σ beyond the 5 % threshold is detected
 TARGET_CHANGE = 0.10  # the change a user would want to see: repetitions needed for it
 FAMILY_ALPHA = 0.05  # the chance of any false verdict over all of a comparison's APIs
+PRIOR_DOF = 4  # how many repetitions' worth the domain's typical spread counts for
 
 
 @dataclass
@@ -160,15 +162,23 @@ def per_rep_per_call(row: dict[str, Any], energy: dict[str, Any]) -> np.ndarray:
 def across_repetitions(
     a: float, b: float, reps_a: np.ndarray, reps_b: np.ndarray,
     extra_a: tuple[dict[str, Any], int], extra_b: tuple[dict[str, Any], int], tests: int,
+    prior: float = math.nan,
 ) -> dict[str, Any]:
     """The energy per call of both runs compared over their repetitions (Student's two-sample
     t on the repetitions' per-call means, pooled variance), family-wise at 5 % over the
     comparison's `tests` (API, domain) pairs (Bonferroni), so that identical code gives no
     verdict; the attribution's own uncertainty per call joins in quadrature. With it, the
-    smallest change detected 80 % of the time and the repetitions a 10 % change needs."""
+    smallest change detected 80 % of the time and the repetitions a 10 % change needs. prior:
+    the domain's typical relative variance between repetitions (`typical_spread`), which
+    moderates this API's own (a moderated t: three repetitions alone say little about a
+    spread)."""
     dof = reps_a.size + reps_b.size - 2
-    pooled = math.sqrt(((reps_a.size - 1) * reps_a.var(ddof=1)
-                        + (reps_b.size - 1) * reps_b.var(ddof=1)) / dof)
+    variance = ((reps_a.size - 1) * reps_a.var(ddof=1)
+                + (reps_b.size - 1) * reps_b.var(ddof=1)) / dof
+    if math.isfinite(prior) and a:  # moderated: the domain's typical spread as PRIOR_DOF more
+        variance = (PRIOR_DOF * prior * a * a + dof * variance) / (PRIOR_DOF + dof)
+        dof += PRIOR_DOF
+    pooled = math.sqrt(variance)
     crit = t_quantile(1 - FAMILY_ALPHA / (2 * max(tests, 1)), dof)
     attribution = [1.96 * _num(e.get("uncertainty_J")) / max(n, 1) for e, n in (extra_a, extra_b)]
     spread = crit * pooled * math.sqrt(1 / reps_a.size + 1 / reps_b.size)
@@ -188,6 +198,19 @@ def across_repetitions(
     need = z * pooled / (TARGET_CHANGE * abs(a)) if a else math.nan
     out["reps_for_10pct"] = max(2, math.ceil(2 * need**2)) if math.isfinite(need) else None
     return out
+
+
+def typical_spread(apis_a: dict[str, Any], apis_b: dict[str, Any], domain: str) -> float:
+    """The median over the APIs of both runs of their relative variance between repetitions'
+    energy per call (NaN with fewer than three APIs of two repetitions or more)."""
+    values = []
+    for name in apis_a.keys() & apis_b.keys():
+        for row in (apis_a[name], apis_b[name]):
+            reps = per_rep_per_call(row, (row.get("energy") or {}).get(domain) or {})
+            mean = float(reps.mean()) if reps.size > 1 else 0.0
+            if mean > 0:
+                values.append(float(reps.var(ddof=1)) / mean**2)
+    return float(np.median(values)) if len(values) >= 3 else math.nan
 
 
 def _api_row(api: str, ra: dict[str, Any] | None, rb: dict[str, Any] | None,
@@ -217,7 +240,7 @@ def _api_row(api: str, ra: dict[str, Any] | None, rb: dict[str, Any] | None,
             if reps_a.size > 1 and reps_b.size > 1:
                 out["per_call"] = across_repetitions(
                     _num(ea["per_call"].get("mean")), _num(eb["per_call"].get("mean")),
-                    reps_a, reps_b, (ea, ca), (eb, cb), tests)
+                    reps_a, reps_b, (ea, ca), (eb, cb), tests, d.get("prior", math.nan))
             else:  # one repetition: calls alone cannot say how much another run would differ
                 out["per_call"] = _measure_pair(ea["per_call"], eb["per_call"],
                                                 "mean", "ci95_low", "ci95_high",
@@ -411,6 +434,8 @@ def compare_runs(a: RunAnalysis, b: RunAnalysis, notes: list[str] | None = None)
     names = sorted(apis_a.keys() | apis_b.keys(),
                    key=lambda n: -max(_api_energy(apis_a.get(n)), _api_energy(apis_b.get(n))))
     tests = len(names) * sum(1 for d in domains if d["comparable"])
+    for d in domains:
+        d["prior"] = typical_spread(apis_a, apis_b, d["domain"]) if d["comparable"] else math.nan
     rows = [_api_row(n, apis_a.get(n), apis_b.get(n), domains, tests) for n in names]
     cols = columns(domains)
     groups = tables.groups(cols)
