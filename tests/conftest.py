@@ -34,6 +34,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=f"browser test: {reason}"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_user_home(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The suite never writes into the user's fecomlite home: a probe called in the test process
+    itself (no server: it spools, at exit too) or a program started without a home of its own
+    would write spool files to $FECOMLITE_HOME (else ./.fecomlite, the repository). They go to a
+    session folder instead, kept set to the process's end (the probe's last flush is at exit);
+    tests that need a home of their own still set one."""
+    os.environ["FECOMLITE_HOME"] = str(tmp_path_factory.mktemp("session-home"))
+
+
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory):
     """A fresh FECOMLITE_HOME; `fecomlite run` starts its server there, and it is stopped after."""

@@ -208,7 +208,7 @@ class TableParser(HTMLParser):
             self.tables[a["id"] or ""] = self._table
         elif self._table is None:
             return
-        elif tag in ("thead", "tbody"):
+        elif tag in ("thead", "tbody", "tfoot"):  # the footer row is no row of the data
             self._section = tag
         elif tag == "th" and self._section == "thead" and a.get("data-col"):
             self._table["columns"].append(a["data-col"])

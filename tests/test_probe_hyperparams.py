@@ -442,3 +442,46 @@ def test_a_training_step_is_read_at_its_first_call_and_then_takes_the_fast_path(
     assert site in probe._fast  # no longer slowed down by the reader
     values = {"optimizer": "SGD", "learning_rate": 0.5, "parameters": 3, "batch_size": 4}
     assert [{k: v for k, v in sent.items() if k != "sources"} for sent in sink.sent] == [values]
+
+
+def test_the_configured_rate_and_its_schedule_not_the_rate_at_the_first_step() -> None:
+    """Recorded case: AdamW(lr=3e-3) driven by OneCycleLR(max_lr=3e-3), whose first step runs
+    at 1.2e-4 (printed 0.00011999999999999988 before)."""
+    import torch
+
+    import fecomlite.runtime.probe as probe
+
+    sink, site = FakeSink(), "t.py:12:0"
+    reader = TrainingStepReader({"written": "opt.step", "loop": []}, Hyperparams(sink), site)
+    net = torch.nn.Linear(2, 1)
+    opt = torch.optim.AdamW(net.parameters(), lr=3e-3)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=4)
+    probe._special[site] = reader
+    try:
+        for _ in range(2):
+            net(torch.ones(1, 2)).sum().backward()
+            probe.call(site, opt.step)
+            schedule.step()
+    finally:
+        probe._special.pop(site, None)
+    sent = {k: v for k, v in sink.sent[0].items() if k != "sources"}
+    assert sent["learning_rate"] == 0.003 and repr(sent["learning_rate"]) == "0.003"
+    assert sent["lr_schedule"] == "OneCycleLR" and sent["max_lr"] == 0.003
+
+
+def test_keras_fit_batch_size_of_a_pipeline_and_samples_after_the_validation_split() -> None:
+    """Recorded cases: fit(dataset.batch(128)) and fit(x, y, validation_split=0.1) of 1,600."""
+    import numpy as np
+
+    from fecomlite.runtime.hyperparams import _keras_fit, as_written
+
+    tf = pytest.importorskip("tensorflow")
+    data = tf.data.Dataset.from_tensor_slices(np.zeros((512, 4), "float32")).shuffle(64)
+    pipeline = data.batch(128).prefetch(tf.data.AUTOTUNE)
+    assert _keras_fit(None, (pipeline,), {"epochs": 2}, None)["batch_size"] == 128
+    x = np.zeros((1600, 4), "float32")
+    split = _keras_fit(None, (x, None), {"validation_split": 0.1, "batch_size": 64}, None)
+    assert split["training_samples"] == 1440 and split["batch_size"] == 64
+    given = _keras_fit(None, (x, None), {"validation_split": 0.1, "validation_data": (x, x)}, None)
+    assert given["training_samples"] == 1600  # validation_data given: nothing held out
+    assert as_written(0.0029999999999999996) == 0.003 and as_written(1e-8) == 1e-8

@@ -215,9 +215,11 @@ def test_datasize_cutting_a_dataloader_scales_every_api_it_drives(home, tmp_path
         time_fit = row["fits"]["seconds"]["power"]
         low, high = time_fit["exponent_ci95"]
         assert low < time_fit["exponent"] < high
-        # about 1: near it, or (a loaded machine's pauses dwarf 16 calls of ~50 µs) its interval
-        # holds 1
-        assert 0.3 < time_fit["exponent"] < 3.0 or low < 1.0 < high, time_fit
+        # more data, more time: on a quiet machine about 1; on a loaded one the scheduler's
+        # pauses (tens of ms) dwarf 16 calls of ~0.1 ms and can pull the exponent anywhere
+        # above 0 (0.2 at load 10 on 2 CPUs), so only the direction is asserted, or an
+        # interval that holds 1
+        assert time_fit["exponent"] > 0 or low < 1.0 < high, time_fit
         assert "energy_J" in row["fits"] and "mem_added_B" in row["fits"]
     assert not apis["torch.manual_seed"]["changes"]
     assert datasize["domain"] and datasize["provenance"] in ("measured", "estimated")

@@ -267,3 +267,15 @@ def test_a_traceback_names_the_users_file_not_the_copy(home, tmp_path):
     assert "-instrumented" not in result.stderr
     log = next((home / "logs").glob("fails-*/rep-1.log")).read_text()
     assert f'File "{script}", line 3' in log
+
+
+def test_piped_output_says_it_is_waiting_at_the_gate(home, tmp_path):
+    """A pipe or a log shows no progress bar: the first run on a busy machine waited minutes at
+    the gate with nothing said. It is said, once per repetition."""
+    script = write(tmp_path, "wait.py", "print('ran')\n")
+    result = run_cli(tmp_path, "run", "--home", str(home), "--repeat", "1", "--idle", "0",
+                     "--tail", "0.2", "--gate-max-wait", "0.5", "--level", "project",
+                     str(script), timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "rep 1: waiting at the stability gate for a quiet machine (at most 0.5 s)" in (
+        result.stdout)

@@ -79,8 +79,8 @@ def test_discover_process_gives_only_what_follows_the_tree():
     nvml = ReplayNvmlForTests(energy_read_s=0, processes=((os.getpid(), 5 << 20),))
     sensors, notes = discover_process(os.getpid(), {"nvml": nvml})
     assert [s.name for s in sensors] == [
-        "proc:rss", "proc:peak_rss", "util:process", "nvml:0:process_sm",
+        "proc:rss", "proc:peak_rss", "util:process", "sched:wait", "nvml:0:process_sm",
         "nvml:0:process_memory"]
     assert sensors[-1].read() == 5 << 20 and notes == []
     sensors, notes = discover_process(os.getpid(), {"nvml": NO_GPU})
-    assert len(sensors) == 3 and notes == []  # "no GPU" was said once, by discover()
+    assert len(sensors) == 4 and notes == []  # "no GPU" was said once, by discover()

@@ -110,6 +110,28 @@ def test_an_idle_server_exits_by_itself_but_not_while_a_run_records(tmp_path: Pa
         proc.kill()
 
 
+def test_status_asked_from_any_home_does_not_keep_an_idle_server(
+    tmp_path: Path, registry: Path
+):
+    """`fecomlite server status` asks every server of the user, whatever its home: that is not
+    the server's own home's work, and its idle timer goes on (it once lived 28 min, not 10)."""
+    proc = start_server(tmp_path / "home", "--idle-exit", "2")
+    try:
+        client = live_client(tmp_path / "home")
+        assert client is not None
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:  # what status does, from another home, every 0.3 s: never 2 s without one
+                client.status()
+            except Exception:  # noqa: BLE001 - the server shut down between two asks
+                break
+            time.sleep(0.3)
+        assert proc.wait(timeout=30) == 0
+        assert b"idle for 2 s, exiting" in (proc.stderr.read() if proc.stderr else b"")
+    finally:
+        proc.kill()
+
+
 def test_the_registry_drops_links_of_servers_that_are_gone(tmp_path: Path, registry: Path):
     folder = registry_dir()
     folder.mkdir(parents=True)

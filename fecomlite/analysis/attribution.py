@@ -24,6 +24,7 @@ depth, none per call.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -701,7 +702,8 @@ def attribute(
     data support it, else overlap, flagged in `fell_back`). rel_spread: how far the power of the
     activities sharing an interval may differ from what the method assumes (relative, 1σ), for
     the uncertainty. nest: (parent, depth) from `nesting`, when already known. ceiling_W: the
-    most any activity can draw above idle (the model's or the sensor's maximum), for the fit.
+    most any activity can draw above idle (the model's or the sensor's maximum): the fit's cap,
+    and no call is given more power than it (`capped_rates`).
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, not {method!r}")
@@ -730,7 +732,13 @@ def attribute(
 
     d = leaf @ weights
     h = np.divide(above, d, out=np.zeros_like(above), where=d > 0)
-    self_e = weights[grp] * _self_integral(edges, h, t0, t1, parent)
+    rates = capped_rates(above, leaf, weights, ceiling_W)
+    if rates is None:
+        self_e = weights[grp] * _self_integral(edges, h, t0, t1, parent)
+        in_calls = float(above[d > 0].sum())
+    else:  # energy no call could draw at the ceiling stays outside the calls
+        self_e = _self_by_group(edges, rates, t0, t1, parent, grp)
+        in_calls = float(self_e.sum())
     inclusive = _inclusive(self_e, parent, depth)
 
     w = leaf.sum(axis=1)
@@ -740,7 +748,6 @@ def attribute(
 
     sharing, measurement = _uncertainty(intervals, above, h, weights[grp], t0, t1)
     top = parent < 0
-    in_calls = float(above[d > 0].sum())
     after_last = edges[:-1] >= (t1.max() if n else edges[0])
     covered = (t0 >= edges[0]) & (t1 <= edges[-1]) & (intervals.count > 0)
     return Attribution(
@@ -771,6 +778,49 @@ def attribute(
         rel_spread=float(rel_spread),
         fit=fit,
     )
+
+
+def capped_rates(
+    above: np.ndarray, leaf: np.ndarray, weights: np.ndarray, ceiling_W: float
+) -> np.ndarray | None:
+    """(K, ngroups) power of each group's calls in each interval, none above ceiling_W: the
+    interval's energy shared by weight as `attribute` does, a group whose share would exceed
+    the ceiling held at it and the rest shared among the others (water-filling); what no group
+    can take at the ceiling is left to no call. None when no group reaches the ceiling (the
+    weights alone then decide, at a fraction of the cost)."""
+    if not math.isfinite(ceiling_W) or leaf.size == 0:
+        return None
+    present = leaf > 0
+    d = leaf @ weights
+    h = np.divide(above, d, out=np.zeros_like(above), where=d > 0)
+    rate = h[:, None] * weights[None, :]
+    if not (present & (rate > ceiling_W)).any():
+        return None
+    capped = np.zeros(leaf.shape, bool)
+    for _ in range(leaf.shape[1]):  # each round caps at least one more group, or stops
+        capped |= present & (rate > ceiling_W)
+        free = (leaf * ~capped) @ weights
+        rest = above - ceiling_W * (leaf * capped).sum(axis=1)
+        lam = np.divide(rest, free, out=np.zeros_like(rest), where=free > 0)
+        rate = np.where(capped, ceiling_W, lam[:, None] * weights[None, :])
+        if not (present & ~capped & (rate > ceiling_W)).any():
+            break
+    return rate
+
+
+def _self_by_group(
+    edges: np.ndarray, rates: np.ndarray, t0: np.ndarray, t1: np.ndarray, parent: np.ndarray,
+    grp: np.ndarray,
+) -> np.ndarray:
+    """`_self_integral` with a rate per interval and group: each call at its own group's."""
+    out = np.zeros(t0.size)
+    child = parent >= 0
+    for g in np.unique(grp):
+        span = cumulative(edges, rates[:, g], t1) - cumulative(edges, rates[:, g], t0)
+        own = span - np.bincount(parent[child], span[child], minlength=span.size)
+        mine = grp == g
+        out[mine] = own[mine]
+    return out
 
 
 def cumulative(edges: np.ndarray, rate: np.ndarray, t: np.ndarray) -> np.ndarray:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from fecomlite.analysis import attribution as at
-from fecomlite.analysis import noise_floor, pieces
+from fecomlite.analysis import contention, noise_floor, pieces
 from fecomlite.analysis.calibration import fit_groups
 from fecomlite.analysis.devices import (
     attribute_calls,
@@ -31,6 +31,7 @@ from fecomlite.analysis.devices import (
     domain_calls,
 )
 from fecomlite.analysis.distributions import t_quantile
+from fecomlite.analysis.run_mode import idle_sigma_bound, run_mode
 from fecomlite.analysis.units import scaled, with_noise
 from fecomlite.runtime.batch_codec import PROJECT_SITE
 from fecomlite.runtime.calibration_replay import KIND as CALIBRATION_KIND
@@ -70,10 +71,12 @@ class RunAnalysis:
     `pieces.call_heads`); per-domain dicts {domain: array} of energy_J
     (inclusive, above idle), energy_total_J (with the idle share), self_energy_J, uncertainty_J
     (1σ), below_resolution; memory: rss_start_B, rss_end_B, rss_peak_B, gpu_mem_start_B,
-    gpu_mem_end_B, gpu_mem_peak_B (NaN without a sensor). sites, apis: rows from `_aggregate`,
+    gpu_mem_end_B, gpu_mem_peak_B (NaN without a sensor), rss_below_resolution,
+    gpu_mem_below_resolution (`below_gauge_resolution`). sites, apis: rows from `_aggregate`,
     most costly first; their `share` is of the domain's program_J (NaN when that is within
     noise). per_rep: per repetition totals. share_in_calls: per domain, in_calls_J / program_J.
-    load: `machine_load`, whether other processes used the machine. intensities: per domain, the
+    load: `machine_load`, whether other processes used the machine. mode: `run_mode`, whether
+    the figures are a quick run's rough ones. intensities: per domain, the
     fitted API intensities and the method used (also stored as the run's "intensities" result).
     levels: method-level calls against the project-level total, when both runs exist.
     """
@@ -94,6 +97,7 @@ class RunAnalysis:
     levels: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     load: dict[str, Any] = field(default_factory=dict)
+    mode: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self, include_calls: bool = False) -> dict[str, Any]:
         """Plain dicts, lists, floats and strings (NaN → None); per-call rows only when asked."""
@@ -103,7 +107,7 @@ class RunAnalysis:
             "per_rep": self.per_rep, "share_in_calls": self.share_in_calls,
             "intensities": self.intensities, "method": self.method, "levels": self.levels,
             "notes": self.notes, "site_keys": self.site_keys, "api_names": self.api_names,
-            "load": self.load,
+            "load": self.load, "mode": self.mode,
         }
         if include_calls:
             out["calls"] = self.calls
@@ -111,7 +115,9 @@ class RunAnalysis:
 
     def tables_csv(self) -> dict[str, str]:
         """{"apis": csv, "sites": csv}: one row per API / site, one column group per domain."""
-        return {"apis": _table_csv(self.apis, "api"), "sites": _table_csv(self.sites, "site")}
+        mode = self.mode.get("mode", "")
+        return {"apis": _table_csv(self.apis, "api", mode),
+                "sites": _table_csv(self.sites, "site", mode)}
 
 
 # -- loading ----------------------------------------------------------------------------------
@@ -205,7 +211,8 @@ def idle_baseline(run: dict[str, Any], sensor: dict[str, Any]) -> tuple[float | 
 
 
 CPU_BUSY_MEANS = ("machine-level above-idle figures (CPU package, DRAM) are unreliable; the "
-                  "program's own share (cpu-process) is not affected")
+                  "program's own share (cpu-process) holds none of their work, but contention "
+                  "inflates the CPU time it is made from (see the load below)")
 
 
 def busy_at(other_pct: float) -> bool:
@@ -296,19 +303,53 @@ def _memory(
     if rss is None:
         rss = next((s for s in sensors if s["domain"] == "process-memory"
                     and s["kind"] == "gauge" and "peak" not in s["name"]), None)
+    unresolved = np.ones(t0.size, bool)
     if rss is not None:
-        start, end, peak = gauge_during(*_samples(store, rss["id"]), t0, t1)
+        t, v = _samples(store, rss["id"])
+        start, end, peak = gauge_during(t, v, t0, t1)
+        unresolved = below_gauge_resolution(t, t0, t1)
         used["rss"] = rss["name"]
     else:
         start, end, peak = nan, nan.copy(), nan.copy()
-    cols.update(rss_start_B=start, rss_end_B=end, rss_peak_B=peak)
+    cols.update(rss_start_B=start, rss_end_B=end, rss_peak_B=peak,
+                rss_below_resolution=unresolved)
     gpu = _gpu_memory_sensors(sensors)
-    parts = [gauge_during(*_samples(store, s["id"]), t0, t1) for s in gpu]
+    series = [_samples(store, s["id"]) for s in gpu]
+    parts = [gauge_during(t, v, t0, t1) for t, v in series]
     if parts:
         used["gpu_memory"] = ", ".join(s["name"] for s in gpu)
     for i, name in enumerate(("gpu_mem_start_B", "gpu_mem_end_B", "gpu_mem_peak_B")):
         cols[name] = np.sum([p[i] for p in parts], axis=0) if parts else nan.copy()
+    cols["gpu_mem_below_resolution"] = np.any(
+        [below_gauge_resolution(t, t0, t1) for t, _ in series], axis=0) if series else (
+        np.ones(t0.size, bool))
     return cols, used
+
+
+def first_of_site(
+    rep: np.ndarray, pid: np.ndarray, site: np.ndarray, status: np.ndarray
+) -> np.ndarray:
+    """Each site's first call in each process of each repetition (events in start order): where
+    first-use work lands (imports, caches, lazy initialisation), which later calls do not do."""
+    out = np.zeros(rep.size, bool)
+    heads = np.flatnonzero(pieces.is_call(status))
+    if heads.size:
+        keys = np.stack((rep[heads], pid[heads], site[heads]), axis=1)
+        _, first = np.unique(keys, axis=0, return_index=True)
+        out[heads[first]] = True
+    return out
+
+
+def below_gauge_resolution(t: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+    """Calls a memory gauge cannot resolve: shorter than its sampling period (the median gap
+    between its samples), or with no sample inside. Such a call's start and end levels are its
+    neighbours' too (two short calls in one gap would both be given the gap's drop), so it
+    gets no memory figure of its own."""
+    if t.size < 2:
+        return np.ones(t0.size, bool)
+    period_ns = float(np.median(np.diff(t)))
+    inside = np.searchsorted(t, t1, "left") - np.searchsorted(t, t0, "right")
+    return (inside <= 0) | ((t1 - t0) < period_ns)
 
 
 def _gpu_memory_sensors(sensors: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -438,6 +479,7 @@ def analyse_run(
             "provenance": sensor["provenance"], "model": sensor["model"],
             **domain_role(domain),
             "period_s": iv.period_s, "idle_W": idle, "idle_source": idle_source,
+            "ceiling_W": ceiling,  # no call is given more power above idle (attribution)
             "idle_sigma_W": 0.0 if sensor["model"] in ABOVE_IDLE_MODELS else _idle_sigma_W(
                 baseline, sensor["name"]),
             "total_J": res.total_J, "idle_J": res.idle_J, "above_idle_J": res.above_idle_J,
@@ -452,6 +494,7 @@ def analyse_run(
 
     memory, memory_sensors = _memory(store, sensors, t0, t1)
     calls.update(memory)
+    calls["first_use"] = first_of_site(ev["rep"], ev["pid"], site_of, ev["status"])
     dom_info = {d["domain"]: d for d in domains}
     for d in domains:
         # the idle baseline's spread over the program's time; and the sensor's resolution: the
@@ -470,6 +513,9 @@ def analyse_run(
         busy = d["domain"] in load["busy_domains"] and d["role"] != "share"
         d["unreliable"] = [load["busy_domains"][d["domain"]]] if busy else []
         d["reliable"] = not busy
+        # what load did to it, with the size (`contention`): marked, not hidden
+        d["load_effect"] = contention.effects(load["contention"], d["domain"])
+        d["load_distortion"] = load["contention"]["distortion"] if d["load_effect"] else None
     above_by_domain = {d["domain"]: d["program_J"] if d["program_J"] > finite_or_zero(d["noise_J"])
                        else math.nan for d in domains}
     site_rows = _aggregate(calls, site_of, len(sites), dom_info, above_by_domain, reps,
@@ -493,6 +539,8 @@ def analyse_run(
     api_rows.sort(key=order_key, reverse=True)
 
     share = {d["domain"]: d["in_calls_J"] / above_by_domain[d["domain"]] for d in domains}
+    for d in domains:  # the last row of the self shares: with the APIs' they make 100 %
+        d["outside_calls_share"] = d["outside_calls_J"] / above_by_domain[d["domain"]]
     if memory_sensors:
         notes.append("memory from " + "; ".join(f"{k}: {v}" for k, v in memory_sensors.items()))
     analysis = RunAnalysis(
@@ -502,6 +550,7 @@ def analyse_run(
         share_in_calls=share, intensities=intensities,
         method="+".join(sorted(methods_used)) or "none", notes=notes,
         site_keys=[s["key"] for s in sites], api_names=api_names, load=load,
+        mode=run_mode(run.get("settings") or {}),
     )
     if compare_levels:
         analysis.levels = _compare_levels(store, run, analysis, method)
@@ -598,9 +647,15 @@ def _rep_energy(
 
 
 def _idle_sigma_W(baseline: dict[str, Any], name: str) -> float:
-    """The idle baseline's spread (σ of its readings), NaN when no baseline was measured."""
-    value = ((baseline.get("sensors") or {}).get(name) or {}).get("std_w")
-    return float(value) if value is not None else math.nan
+    """The idle baseline's spread (σ of its readings) at the 95 % upper bound its number of
+    readings allows (`run_mode.idle_sigma_bound`: a 1 s baseline's σ is no tighter than its
+    readings say), NaN when no baseline was measured."""
+    entry = (baseline.get("sensors") or {}).get(name) or {}
+    value = entry.get("std_w")
+    if value is None:
+        return math.nan
+    n = entry.get("n")
+    return idle_sigma_bound(float(value), int(n) if isinstance(n, (int, float)) else None)
 
 
 def _program_figures(
@@ -693,6 +748,12 @@ def machine_load(
             texts.append(f"{gpu} was quiet: other processes used "
                          f"{g['parts'] or 'nothing measurable'} of its compute time.")
     out["busy"] = bool(out["busy_domains"])
+    rep_windows = [(r["rep"], r["t_start_ns"], r["t_end_ns"]) for r in reps
+                   if r.get("t_start_ns") is not None and r.get("t_end_ns") is not None]
+    out["contention"] = contention.measure(
+        {name: _samples(store, by_name[name]["id"]) for name in contention.SENSORS
+         if name in by_name}, rep_windows)
+    texts.append(out["contention"]["text"])
     out["text"] = " ".join(texts)
     return out
 
@@ -788,15 +849,17 @@ def _aggregate(
     intensity sets the group's uncertainty).
 
     Row: calls (continuations are pieces of a call, not calls: `pieces`), raised (calls of which a
-    piece raised), total_time_s (inclusive), mean_time_s (per call, its pieces summed); energy:
+    piece raised), total_time_s (inclusive), mean_time_s (per call, its pieces summed),
+    per_rep_calls (calls in each repetition); energy:
     {domain: {sensor, provenance, model, method, above_idle_J (Σ inclusive), total_J (with idle
     share), self_J, uncertainty_J (1σ of the sum, `attribution.group_uncertainty`), per_call: {sum,
-    mean, median, stdev, ci95_low, ci95_high}, share (of the repetitions' above-idle energy; nested
-    rows overlap, as in a profiler), below_resolution_share, per_rep_J, rep_mean_J, rep_ci95_low,
-    rep_ci95_high, and never below zero (`_floor_at_zero`): below_zero, raw_above_idle_J,
-    raw_self_J, raw_per_rep_J}}; all_domains: the sum over additive domains with its provenance
-    (raw_above_idle_J, below_zero likewise); memory: rss_peak_max_B, rss_delta_mean_B,
-    gpu_mem_peak_max_B, gpu_mem_delta_mean_B."""
+    mean, median, stdev, ci95_low, ci95_high}, share (self_J of the repetitions' above-idle
+    energy: over all rows, with the domain's outside_calls_share, 100 %), inclusive_share
+    (above_idle_J's: nested rows overlap, as in a profiler), below_resolution_share, per_rep_J,
+    rep_mean_J, rep_ci95_low, rep_ci95_high, and never below zero (`_floor_at_zero`):
+    below_zero, raw_above_idle_J, raw_self_J, raw_per_rep_J}}; all_domains: the sum over
+    additive domains with its provenance (raw_above_idle_J, below_zero likewise); memory:
+    rss_peak_max_B, rss_delta_mean_B, gpu_mem_peak_max_B, gpu_mem_delta_mean_B."""
     order = np.argsort(group, kind="stable")
     bounds = np.searchsorted(group[order], np.arange(ngroups + 1))
     rep = calls["rep"]
@@ -812,12 +875,16 @@ def _aggregate(
             "raised": pieces.calls_raised(heads, idx, calls["status"]),
             "total_time_s": total_s,
             "mean_time_s": total_s / n_calls if n_calls else math.nan,
+            # calls in each repetition: with per_rep_J, each repetition's energy per call
+            "per_rep_calls": [pieces.call_count(calls["status"][idx][rep[idx] == r])
+                              for r in rep_ids],
             "energy": {},
             "memory": _memory_row(calls, idx),
         }
         busy_s = row["total_time_s"]
         for domain, info in domains.items():
             e = calls["energy_J"][domain][idx]
+            raw_self = float(calls["self_energy_J"][domain][idx].sum())
             per_rep = [float(e[rep[idx] == r].sum()) for r in rep_ids]
             rep_mean, rep_lo, rep_hi = mean_ci95(np.array(per_rep))
             # the sharing inside sensor intervals, and the idle baseline's own spread over the
@@ -830,11 +897,14 @@ def _aggregate(
                 "model": info["model"], "method": info["method"],
                 "above_idle_J": float(e.sum()),
                 "total_J": float(calls["energy_total_J"][domain][idx].sum()),
-                "self_J": float(calls["self_energy_J"][domain][idx].sum()),
+                "self_J": raw_self,
                 "uncertainty_J": sigma,
                 "per_call": {**_summary(pieces.per_call(heads, idx, calls["energy_J"][domain])),
                              "noise_J": sigma / n_calls if n_calls else math.nan},
-                "share": float(e.sum() / above[domain]),
+                # self: over the APIs, with the program outside calls, it sums to 100 %;
+                # inclusive counts nested calls in their callers too and sums to more
+                "share": raw_self / above[domain],
+                "inclusive_share": float(e.sum() / above[domain]),
                 "share_sigma": sigma / above[domain],
                 "below_resolution_share": float(calls["below_resolution"][domain][idx].mean())
                 if idx.size else math.nan,
@@ -859,8 +929,11 @@ def _floor_at_zero(e: dict[str, Any], sigma: float, calls: int, reps: int) -> No
                             if s in states), None)
     e["above_idle_J"] = noise_floor.shown(raw_above, sigma)
     e["self_J"] = noise_floor.shown(raw_self, sigma)
-    if e["above_idle_J"] != raw_above:  # below zero: the share is 0 within noise, else unknown
-        e["share"] = 0.0 if e["above_idle_J"] == 0 else math.nan
+    # below zero: a share is 0 within noise, else unknown
+    if e["self_J"] != raw_self:
+        e["share"] = 0.0 if e["self_J"] == 0 else math.nan
+    if e["above_idle_J"] != raw_above:
+        e["inclusive_share"] = 0.0 if e["above_idle_J"] == 0 else math.nan
     per_call = e["per_call"]
     per_call["sum"] = e["above_idle_J"]
     for key in ("mean", "median"):
@@ -906,7 +979,8 @@ def _below_zero_reasons(
 def cross_domain(energy: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The sum over additive domains (package, DRAM, GPUs), `estimated` if any part is; of the
     parts' raw estimates (a part never floored, such as the live view's, as it is), never shown
-    below zero (`noise_floor`)."""
+    below zero (`noise_floor`), and never "below idle" when no part is (parts each zero within
+    their noise add to zero: the 3σ of a sum is less than the sum of the parts' 3σ)."""
     parts = {d: e for d, e in energy.items() if _addable(d.partition("@")[0])}
     if not parts:
         return {"above_idle_J": math.nan, "uncertainty_J": math.nan, "total_J": math.nan,
@@ -914,9 +988,16 @@ def cross_domain(energy: dict[str, dict[str, Any]]) -> dict[str, Any]:
     estimated = any(e["provenance"] != "measured" for e in parts.values())
     raw = float(sum(e.get("raw_above_idle_J", e["above_idle_J"]) for e in parts.values()))
     sigma = math.sqrt(sum(finite_or_zero(e["uncertainty_J"]) ** 2 for e in parts.values()))
+    state = noise_floor.below_zero(raw, sigma)
+    if state == noise_floor.BEYOND_NOISE and not any(
+            noise_floor.below_zero(e.get("raw_above_idle_J", e["above_idle_J"]),
+                                   finite_or_zero(e["uncertainty_J"])) == noise_floor.BEYOND_NOISE
+            for e in parts.values()):
+        state = noise_floor.WITHIN_NOISE  # parts each zero within noise add to zero, not less
     return {
-        "above_idle_J": noise_floor.shown(raw, sigma), "raw_above_idle_J": raw,
-        "below_zero": noise_floor.below_zero(raw, sigma),
+        "above_idle_J": {None: raw, noise_floor.WITHIN_NOISE: 0.0}.get(state, math.nan),
+        "raw_above_idle_J": raw,
+        "below_zero": state,
         "uncertainty_J": sigma,
         "total_J": float(sum(e["total_J"] for e in parts.values())),
         "provenance": "estimated" if estimated else "measured",
@@ -927,7 +1008,11 @@ def cross_domain(energy: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def _memory_row(calls: dict[str, Any], idx: np.ndarray) -> dict[str, float]:
     """Per group, for RSS (rss_*) and GPU memory (gpu_mem_*): the peak the process reached,
     the mean memory a call retains (delta), the peak above the level the call started at (max
-    and mean over calls) and the transient part (peak above both its start and end level)."""
+    and mean over calls) and the transient part (peak above both its start and end level), over
+    the calls the gauge resolves; below_resolution_share: the calls it does not
+    (`below_gauge_resolution`), which have no figure of their own. delta_mean_B leaves out each
+    site's first call in each process (`first_of_site`) when later calls exist: first-use work
+    (imports, caches) is first_call_delta_mean_B's."""
     def nanmax(a: np.ndarray) -> float:
         a = a[np.isfinite(a)]
         return float(a.max()) if a.size else math.nan
@@ -939,15 +1024,27 @@ def _memory_row(calls: dict[str, Any], idx: np.ndarray) -> dict[str, float]:
     out = {}
     for key in ("rss", "gpu_mem"):
         start, end, peak = (calls[f"{key}_{c}_B"][idx] for c in ("start", "end", "peak"))
+        unresolved = calls[f"{key}_below_resolution"][idx]
+        out[f"{key}_below_resolution_share"] = float(unresolved.mean()) if idx.size else math.nan
+        # a call the gauge cannot resolve has no memory figure of its own (its neighbours'
+        # samples); the process's peak still counts it
+        start, end = np.where(unresolved, np.nan, start), np.where(unresolved, np.nan, end)
+        own_peak = np.where(unresolved, np.nan, peak)
+        first = calls["first_use"][idx]
+        kept = end - start
+        # first-use work (imports, caches) lands on a site's first call: a call that others
+        # follow is the API's typical call, the first calls' own figure stands beside it
+        later = kept[~first] if np.isfinite(kept[~first]).any() else kept
         out.update({
+            f"{key}_first_call_delta_mean_B": nanmean(kept[first]),
             # the process's highest level during the calls (every API shares the same process)
             f"{key}_peak_max_B": nanmax(peak),
             # what a call leaves behind (retained), and how far above its starting level it
             # went while it ran (its own working memory, transient part included)
-            f"{key}_delta_mean_B": nanmean(end - start),
-            f"{key}_peak_above_start_max_B": nanmax(peak - start),
-            f"{key}_peak_above_start_mean_B": nanmean(peak - start),
-            f"{key}_transient_mean_B": nanmean(peak - np.maximum(start, end)),
+            f"{key}_delta_mean_B": nanmean(later),
+            f"{key}_peak_above_start_max_B": nanmax(own_peak - start),
+            f"{key}_peak_above_start_mean_B": nanmean(own_peak - start),
+            f"{key}_transient_mean_B": nanmean(own_peak - np.maximum(start, end)),
         })
     return out
 
@@ -1057,21 +1154,27 @@ _ID_COLUMNS = {
     "site": ("key", "api", "written", "file", "line", "col", "kind", "function", "source"),
 }
 _ENERGY_COLUMNS = ("above_idle_J", "below_zero", "total_J", "self_J", "uncertainty_J", "share",
-                   "below_resolution_share", "rep_mean_J", "rep_ci95_low", "rep_ci95_high",
-                   "provenance", "model", "method")
+                   "inclusive_share", "below_resolution_share", "rep_mean_J", "rep_ci95_low",
+                   "rep_ci95_high", "provenance", "model", "method")
 _PER_CALL_COLUMNS = ("mean", "median", "stdev", "ci95_low", "ci95_high")
 _MEMORY_COLUMNS = ("rss_peak_max_B", "rss_delta_mean_B", "rss_peak_above_start_max_B",
-                   "rss_transient_mean_B", "gpu_mem_peak_max_B", "gpu_mem_delta_mean_B",
-                   "gpu_mem_peak_above_start_max_B", "gpu_mem_transient_mean_B")
+                   "rss_transient_mean_B", "rss_below_resolution_share",
+                   "rss_first_call_delta_mean_B", "gpu_mem_peak_max_B",
+                   "gpu_mem_delta_mean_B", "gpu_mem_peak_above_start_max_B",
+                   "gpu_mem_transient_mean_B", "gpu_mem_below_resolution_share",
+                   "gpu_mem_first_call_delta_mean_B")
 
 
-def _table_csv(rows: list[dict[str, Any]], kind: str) -> str:
+def _table_csv(rows: list[dict[str, Any]], kind: str, mode: str) -> str:
+    """One row per API / site; `run_mode` (quick or careful, `run_mode`) on every row, so that
+    rough figures stay marked wherever the file goes."""
     domains = sorted({d for r in rows for d in r["energy"]})
     header = [*_ID_COLUMNS[kind], "calls", "raised", "total_time_s", "mean_time_s"]
     for d in domains:
         header += [f"{d} {c}" for c in _ENERGY_COLUMNS]
         header += [f"{d} per_call_{c}_J" for c in _PER_CALL_COLUMNS]
-    header += ["all_domains_above_idle_J", "all_domains_provenance", *_MEMORY_COLUMNS]
+    header += ["all_domains_above_idle_J", "all_domains_provenance", *_MEMORY_COLUMNS,
+               "run_mode"]
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(header)
@@ -1083,7 +1186,7 @@ def _table_csv(rows: list[dict[str, Any]], kind: str) -> str:
             line += [e.get(c, "") for c in _ENERGY_COLUMNS]
             line += [e.get("per_call", {}).get(c, "") for c in _PER_CALL_COLUMNS]
         line += [r["all_domains"]["above_idle_J"], r["all_domains"]["provenance"],
-                 *(r["memory"][c] for c in _MEMORY_COLUMNS)]
+                 *(r["memory"][c] for c in _MEMORY_COLUMNS), mode]
         writer.writerow(["" if isinstance(x, float) and not math.isfinite(x) else x
                          for x in line])
     return buf.getvalue()

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from fecomlite.analysis import collectives, units
+from fecomlite.analysis import collectives, noise_floor, units
 from fecomlite.analysis.baseline_text import described
 from fecomlite.analysis.carbon import Intensity
 from fecomlite.analysis.pieces import call_count
@@ -176,6 +176,7 @@ def _header(a: RunAnalysis) -> dict[str, Any]:
         "sites": len(a.sites),
         "sync": settings.get("sync_used", settings.get("sync")),
         "parent_id": run.get("parent_id"),
+        "mode": a.mode,
     }
 
 
@@ -203,6 +204,14 @@ def _machine(m: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def _no_share(d: dict[str, Any]) -> str:
+    """Why a domain's card gives no share of the program's energy, as it is."""
+    if noise_floor.below_zero(d["program_J"], d.get("noise_J") or 0.0) == (
+            noise_floor.BEYOND_NOISE):
+        return "no share: the program's energy is below the idle baseline"
+    return "no share: the program's energy is within noise"
+
+
 def _domain_card(a: RunAnalysis, d: dict[str, Any]) -> dict[str, Any]:
     """One domain's figures as `analysis` defines them: the program's above-idle energy leads,
     split into calls and outside calls; tail and baseline/gate/pauses stand apart."""
@@ -218,6 +227,7 @@ def _domain_card(a: RunAnalysis, d: dict[str, Any]) -> dict[str, Any]:
         "model_text": MODELS.get(d.get("model") or "", ""),
         "role": d.get("role"), "meaning": d.get("meaning", ""), "of": d.get("of"),
         "reliable": d.get("reliable", True), "unreliable": d.get("unreliable") or [],
+        "load_effect": d.get("load_effect"),
         "total": units.scaled(d["total_J"], "J"), "total_wh": units.watt_hours(d["total_J"]),
         "above": units.with_noise(d["above_idle_J"], d.get("above_noise_J")),
         "program": program,
@@ -225,7 +235,7 @@ def _domain_card(a: RunAnalysis, d: dict[str, Any]) -> dict[str, Any]:
         "share_in_calls": (f"{units.percent(share)} of the program's "
                            f"{units.scaled(d['program_J'], 'J')}"
                            if share is not None and math.isfinite(share)
-                           else "no share: the program's energy is within noise"),
+                           else _no_share(d)),
         "outside": units.with_noise(d["outside_calls_J"], d.get("outside_calls_noise_J")),
         "tail": units.with_noise(d["tail_J"], d.get("tail_noise_J")),
         "other": units.with_noise(d.get("other_J"), d.get("other_noise_J")),
@@ -352,9 +362,31 @@ def _items(mapping: dict[str, Any]) -> list[tuple[str, str]]:
 # -- tables -----------------------------------------------------------------------------------
 
 
+FIRST_USE_B = 10e6  # a first call that keeps this much more than the later ones is marked
+
+
 def _api_extra(row: dict[str, Any]) -> dict[str, Any]:
     written = row.get("written") or []
-    return {"written": written, "search": " ".join([row["api"], *written]).lower()}
+    return {"written": written, "search": " ".join([row["api"], *written]).lower(),
+            "first_use": _first_use(row.get("memory") or {})}
+
+
+def _first_use(memory: dict[str, Any]) -> str:
+    """The mark of an API whose first call kept much more memory than its typical call:
+    first-use work (modules imported on first use, caches, lazy initialisation), not the
+    call's own state; "" otherwise."""
+    first = _finite(memory.get("rss_first_call_delta_mean_B"))
+    typical = _finite(memory.get("rss_delta_mean_B")) or 0.0
+    if first is None or first < FIRST_USE_B:
+        return ""
+    if first == typical:  # one call per process: its only figure is its first use
+        return (f"its only call kept {units.scaled(first, 'B')}: first-use work (modules "
+                "imported on first use, caches) lands there, not only the call's own state")
+    if first < 2 * max(typical, 0.0) + FIRST_USE_B:
+        return ""
+    return (f"the first call kept {units.scaled(first, 'B')}, later ones "
+            f"{units.scaled(typical, 'B', signed=True)}: first-use work (modules imported on "
+            "first use, caches, lazy initialisation)")
 
 
 def _site_extra(row: dict[str, Any]) -> dict[str, Any]:
@@ -373,9 +405,27 @@ def _table(name: str, columns: list[tables.Column], rows: list[dict[str, Any]],
                          "below_res": _below_resolution(r, domains),
                          "raised": r.get("raised", 0), **extra(r)})
     groups = tables.groups(columns)
+    outside = _outside_calls_row(domains, "key" if name == "sites" else "api")
     return {"id": f"{name}-table", "name": name, "columns": columns, "groups": groups,
             "starts": {first for _, _, first in groups if first > 0},
-            "rows": out_rows, "total": len(rows), "truncated": len(rows) > len(shown)}
+            "rows": out_rows, "total": len(rows), "truncated": len(rows) > len(shown),
+            "footer": [tables.cell(c, outside) for c in columns]}
+
+
+def _outside_calls_row(domains: list[dict[str, Any]], label: str) -> dict[str, Any]:
+    """The program's time between wrapped calls as a row of self figures: the last term of the
+    self columns, whose shares with the rows' make 100 % (never shown below zero)."""
+    energy = {}
+    for d in domains:
+        raw, sigma = d["outside_calls_J"], d.get("outside_calls_noise_J") or 0.0
+        state = noise_floor.below_zero(raw, sigma)
+        share = d.get("outside_calls_share")
+        energy[d["domain"]] = {
+            "self_J": noise_floor.shown(raw, sigma), "uncertainty_J": sigma,
+            "below_zero": state,
+            "share": share if state is None else (0.0 if state == noise_floor.WITHIN_NOISE
+                                                  else None)}
+    return {label: "(program outside calls)", "energy": energy}
 
 
 def _below_resolution(row: dict[str, Any], domains: list[dict[str, Any]]) -> str:

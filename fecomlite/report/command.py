@@ -101,7 +101,12 @@ def report_command(
             else:
                 a, b, notes = analyse_pair(db, runs[0], runs[1], method)
                 folder = out or Path("reports") / f"compare-{runs[0]}-{runs[1]}"
-                written = write_comparison(compare_runs(a, b, notes), folder, chosen)
+                comparison = compare_runs(a, b, notes)
+                written = write_comparison(comparison, folder, chosen)
+                for d in comparison.json["domains"]:  # the verdicts, and why there is none
+                    why = "" if d["comparable"] else f" ({d['why']})"
+                    console.print(f"{plain(d['domain'])}: {plain(d['verdict'])}{plain(why)}",
+                                  highlight=False)
     except (StoreError, ValueError, OSError) as exc:  # carbon.CarbonError is a ValueError
         said = write_error(exc) if isinstance(exc, OSError) else str(exc)
         console.print(f"[red]error:[/] {plain(said)}", highlight=False)

@@ -10,6 +10,13 @@ compared: the difference would be the sensors', not the program's. Nor is a doma
 different methods (`analyse_pair` attributes both runs again by overlap when `auto` chose
 differently), nor a machine-level domain on a machine other processes kept busy.
 
+Energy per call, with two repetitions or more in both runs: compared over the repetitions'
+energy per call (`across_repetitions`: Student's t, each API's spread moderated by the domain's
+typical one (`typical_spread`), family-wise 5 % over the page's APIs and domains, the minimum
+detectable change and the repetitions a 10 % change needs beside it).
+Host domains of runs whose load differed (`analysis.contention.load_differs`) are "not
+comparable: load", with the reason. Otherwise (and for the energy per repetition):
+
 The noise of an API's figure adds, to its CI across calls or repetitions, the attribution's own
 uncertainty (how its energy was shared inside sensor intervals) and the run-to-run spread of the
 domain (the CI of the program's energy per repetition, relative): calls within one run do not
@@ -25,17 +32,26 @@ import io
 import math
 import time
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 
 from fecomlite.analysis import units
+from fecomlite.analysis.contention import load_differs
+from fecomlite.analysis.distributions import t_quantile
 from fecomlite.analysis.pieces import call_count
-from fecomlite.analysis.run_analysis import RunAnalysis, analyse_run, mean_ci95
+from fecomlite.analysis.run_analysis import HOST_DOMAINS, RunAnalysis, analyse_run, mean_ci95
 from fecomlite.report import tables
 from fecomlite.report.palette import domain_color, domain_name, shade
 
 TOP_BARS = 15
+NOT_COMPARABLE = "not comparable"
+NOT_COMPARABLE_LOAD = "not comparable: load"
+POWER_Z = 0.8416  # 80 % power: a change this many σ beyond the 5 % threshold is detected
+TARGET_CHANGE = 0.10  # the change a user would want to see: repetitions needed for it
+FAMILY_ALPHA = 0.05  # the chance of any false verdict over all of a comparison's APIs
+PRIOR_DOF = 4  # how many repetitions' worth the domain's typical spread counts for
 
 
 @dataclass
@@ -133,8 +149,72 @@ def run_differences(a: RunAnalysis, b: RunAnalysis) -> list[str]:
     return out
 
 
+def per_rep_per_call(row: dict[str, Any], energy: dict[str, Any]) -> np.ndarray:
+    """Each repetition's energy per call of the API (the raw estimates: noise keeps its sign):
+    a deterministic program makes the same calls in every repetition, so these differ only by
+    what differs between repetitions, not by how the API's calls differ from one another."""
+    values = energy.get("raw_per_rep_J") or energy.get("per_rep_J") or []
+    counts = row.get("per_rep_calls") or []
+    return np.array([v / c for v, c in zip(values, counts, strict=False)
+                     if c and v is not None and math.isfinite(v)], float)
+
+
+def across_repetitions(
+    a: float, b: float, reps_a: np.ndarray, reps_b: np.ndarray,
+    extra_a: tuple[dict[str, Any], int], extra_b: tuple[dict[str, Any], int], tests: int,
+    prior: float = math.nan,
+) -> dict[str, Any]:
+    """The energy per call of both runs compared over their repetitions (Student's two-sample
+    t on the repetitions' per-call means, pooled variance), family-wise at 5 % over the
+    comparison's `tests` (API, domain) pairs (Bonferroni), so that identical code gives no
+    verdict; the attribution's own uncertainty per call joins in quadrature. With it, the
+    smallest change detected 80 % of the time and the repetitions a 10 % change needs. prior:
+    the domain's typical relative variance between repetitions (`typical_spread`), which
+    moderates this API's own (a moderated t: three repetitions alone say little about a
+    spread)."""
+    dof = reps_a.size + reps_b.size - 2
+    variance = ((reps_a.size - 1) * reps_a.var(ddof=1)
+                + (reps_b.size - 1) * reps_b.var(ddof=1)) / dof
+    if math.isfinite(prior) and a:  # moderated: the domain's typical spread as PRIOR_DOF more
+        variance = (PRIOR_DOF * prior * a * a + dof * variance) / (PRIOR_DOF + dof)
+        dof += PRIOR_DOF
+    pooled = math.sqrt(variance)
+    crit = t_quantile(1 - FAMILY_ALPHA / (2 * max(tests, 1)), dof)
+    attribution = [1.96 * _num(e.get("uncertainty_J")) / max(n, 1) for e, n in (extra_a, extra_b)]
+    spread = crit * pooled * math.sqrt(1 / reps_a.size + 1 / reps_b.size)
+    noise = math.sqrt(spread**2 + sum(x * x for x in attribution if math.isfinite(x)))
+    out = {"a": a, "b": b, "a_ci95": math.nan, "b_ci95": math.nan, "repetitions_compared":
+           [int(reps_a.size), int(reps_b.size)], "threshold_t": crit}
+    out.update(difference(a, 0.0, b, 0.0))
+    out["noise"] = noise
+    if math.isfinite(out["diff"]):
+        out["verdict"] = ("higher" if out["diff"] > 0 else "lower") if abs(
+            out["diff"]) > noise else "within noise"
+    mdc = noise * (crit + t_quantile(0.8, dof)) / crit
+    out["min_detectable"] = mdc
+    out["min_detectable_rel"] = mdc / abs(a) if math.isfinite(a) and a else math.nan
+    # with many repetitions t tends to the normal: the thresholds those repetitions would use
+    z = NormalDist().inv_cdf(1 - FAMILY_ALPHA / (2 * max(tests, 1))) + NormalDist().inv_cdf(0.8)
+    need = z * pooled / (TARGET_CHANGE * abs(a)) if a else math.nan
+    out["reps_for_10pct"] = max(2, math.ceil(2 * need**2)) if math.isfinite(need) else None
+    return out
+
+
+def typical_spread(apis_a: dict[str, Any], apis_b: dict[str, Any], domain: str) -> float:
+    """The median over the APIs of both runs of their relative variance between repetitions'
+    energy per call (NaN with fewer than three APIs of two repetitions or more)."""
+    values = []
+    for name in apis_a.keys() & apis_b.keys():
+        for row in (apis_a[name], apis_b[name]):
+            reps = per_rep_per_call(row, (row.get("energy") or {}).get(domain) or {})
+            mean = float(reps.mean()) if reps.size > 1 else 0.0
+            if mean > 0:
+                values.append(float(reps.var(ddof=1)) / mean**2)
+    return float(np.median(values)) if len(values) >= 3 else math.nan
+
+
 def _api_row(api: str, ra: dict[str, Any] | None, rb: dict[str, Any] | None,
-             domains: list[dict[str, Any]]) -> dict[str, Any]:
+             domains: list[dict[str, Any]], tests: int) -> dict[str, Any]:
     row: dict[str, Any] = {
         "api": api,
         "written": sorted(set((ra or {}).get("written", [])) | set((rb or {}).get("written", []))),
@@ -150,17 +230,25 @@ def _api_row(api: str, ra: dict[str, Any] | None, rb: dict[str, Any] | None,
         if not d["comparable"] or ea is None or eb is None:
             out["verdict"] = ("only in A" if eb is None and ea is not None else
                               "only in B" if ea is None and eb is not None else
-                              "not comparable" if not d["comparable"] else "missing")
+                              d["not_comparable"] if not d["comparable"] else "missing")
             out["per_call"] = {"verdict": out["verdict"]}
             out["per_rep"] = {"verdict": out["verdict"]}
         else:
             ca, cb = (ra or {}).get("calls") or 1, (rb or {}).get("calls") or 1
             na, nb = len(ea.get("per_rep_J") or []) or 1, len(eb.get("per_rep_J") or []) or 1
-            out["per_call"] = _measure_pair(ea["per_call"], eb["per_call"],
-                                            "mean", "ci95_low", "ci95_high",
-                                            (ea, ca, d["spread"]), (eb, cb, d["spread"]))
+            reps_a, reps_b = per_rep_per_call(ra or {}, ea), per_rep_per_call(rb or {}, eb)
+            if reps_a.size > 1 and reps_b.size > 1:
+                out["per_call"] = across_repetitions(
+                    _num(ea["per_call"].get("mean")), _num(eb["per_call"].get("mean")),
+                    reps_a, reps_b, (ea, ca), (eb, cb), tests, d.get("prior", math.nan))
+            else:  # one repetition: calls alone cannot say how much another run would differ
+                out["per_call"] = _measure_pair(ea["per_call"], eb["per_call"],
+                                                "mean", "ci95_low", "ci95_high",
+                                                (ea, ca, d["spread"]), (eb, cb, d["spread"]),
+                                                min(na, nb))
             out["per_rep"] = _measure_pair(ea, eb, "rep_mean_J", "rep_ci95_low", "rep_ci95_high",
-                                           (ea, na, d["spread"]), (eb, nb, d["spread"]))
+                                           (ea, na, d["spread"]), (eb, nb, d["spread"]),
+                                           min(na, nb))
             out["verdict"] = out["per_call"]["verdict"]
         row["energy"][key] = out
     return row
@@ -169,12 +257,13 @@ def _api_row(api: str, ra: dict[str, Any] | None, rb: dict[str, Any] | None,
 def _measure_pair(
     a: dict[str, Any], b: dict[str, Any], mean: str, low: str, high: str,
     extra_a: tuple[dict[str, Any], int, float], extra_b: tuple[dict[str, Any], int, float],
+    reps: int,
 ) -> dict[str, Any]:
     """One figure of both runs, its noise (95 % half-widths), and whether they differ beyond it.
 
     extra_*: (the API's energy row, how many calls or repetitions the figure divides by, the
     domain's relative run-to-run spread): the attribution's 1σ per unit and the spread × the
-    figure join the CI in quadrature."""
+    figure join the CI in quadrature. reps: the fewer repetitions of the two runs (`power`)."""
     va, vb = _num(a.get(mean)), _num(b.get(mean))
     pair = {
         "a": va, "b": vb,
@@ -182,7 +271,21 @@ def _measure_pair(
         "b_ci95": _noise(half_width(b.get(low), b.get(high)), vb, *extra_b),
     }
     pair.update(difference(pair["a"], pair["a_ci95"], pair["b"], pair["b_ci95"]))
+    pair.update(power(pair["noise"], va, reps))
     return pair
+
+
+def power(noise: float, base: float, reps: int) -> dict[str, Any]:
+    """The smallest change the comparison detects 80 % of the time (`min_detectable`, J, and
+    relative to A), and the repetitions each run would need to detect a TARGET_CHANGE one: the
+    noise shrinks as 1/√repetitions (its CI across repetitions, and the run-to-run spread)."""
+    if not (math.isfinite(noise) and math.isfinite(base) and base):
+        return {"min_detectable": math.nan, "min_detectable_rel": math.nan,
+                "reps_for_10pct": None}
+    mdc = noise * (1.96 + POWER_Z) / 1.96
+    rel = mdc / abs(base)
+    need = math.ceil(max(reps, 2) * (rel / TARGET_CHANGE) ** 2)
+    return {"min_detectable": mdc, "min_detectable_rel": rel, "reps_for_10pct": max(need, 2)}
 
 
 def _noise(ci: float, value: float, energy: dict[str, Any], count: int, spread: float) -> float:
@@ -208,6 +311,9 @@ def _domains(a: RunAnalysis, b: RunAnalysis) -> list[dict[str, Any]]:
     for key in sorted(da.keys() | db.keys()):
         x, y = da.get(key), db.get(key)
         ok, why = _comparable(x, y)
+        loaded = load_differs(a.load or {}, b.load or {}) if key in HOST_DOMAINS else None
+        if loaded:  # the difference would be the loads' (`analysis.contention`)
+            ok, why = False, loaded + ("" if ok else f"; and {why}")
         ta, tb = (_rep_total(a, key), _rep_total(b, key))
         rel = [t[1] / abs(t[0]) for t in (ta, tb)
                if math.isfinite(t[1]) and math.isfinite(t[0]) and t[0]]
@@ -218,10 +324,11 @@ def _domains(a: RunAnalysis, b: RunAnalysis) -> list[dict[str, Any]]:
             "model": (x or y).get("model") if ok else None,
             "sensor_a": (x or {}).get("sensor"), "sensor_b": (y or {}).get("sensor"),
             "a": ta[0], "a_ci95": ta[1], "b": tb[0], "b_ci95": tb[1],
+            "not_comparable": NOT_COMPARABLE_LOAD if loaded else NOT_COMPARABLE,
         }
         entry.update(difference(ta[0], ta[1], tb[0], tb[1]) if ok else
                      {"diff": math.nan, "rel": math.nan, "noise": math.nan,
-                      "verdict": "not comparable"})
+                      "verdict": entry["not_comparable"]})
         out.append(entry)
     return out
 
@@ -273,6 +380,15 @@ def columns(domains: list[dict[str, Any]]) -> list[tables.Column]:
             tables.Column(f"{k}:verdict", "per call", "text", ("energy", k, "per_call", "verdict"),
                           f"{k} per_call_verdict", g,
                           title="whether the change exceeds the noise of both runs' CIs"),
+            tables.Column(f"{k}:mdc", "min. detectable", "%",
+                          ("energy", k, "per_call", "min_detectable_rel"),
+                          f"{k} per_call_min_detectable_rel", g,
+                          title="the smallest change of the energy per call these two runs "
+                                "detect 80 % of the time (relative to A)"),
+            tables.Column(f"{k}:reps10", "reps for 10 %", "",
+                          ("energy", k, "per_call", "reps_for_10pct"),
+                          f"{k} per_call_reps_for_10pct", g, shown=False,
+                          title="repetitions each run would need to detect a 10 % change"),
             tables.Column(f"{k}:rep_diff", "per rep. change", "J",
                           ("energy", k, "per_rep", "diff"), f"{k} per_rep_diff_J", g,
                           signed=True, title="B − A of the API's energy per repetition"),
@@ -317,7 +433,10 @@ def compare_runs(a: RunAnalysis, b: RunAnalysis, notes: list[str] | None = None)
     apis_b = {r["api"]: r for r in b.apis}
     names = sorted(apis_a.keys() | apis_b.keys(),
                    key=lambda n: -max(_api_energy(apis_a.get(n)), _api_energy(apis_b.get(n))))
-    rows = [_api_row(n, apis_a.get(n), apis_b.get(n), domains) for n in names]
+    tests = len(names) * sum(1 for d in domains if d["comparable"])
+    for d in domains:
+        d["prior"] = typical_spread(apis_a, apis_b, d["domain"]) if d["comparable"] else math.nan
+    rows = [_api_row(n, apis_a.get(n), apis_b.get(n), domains, tests) for n in names]
     cols = columns(domains)
     groups = tables.groups(cols)
     table = {

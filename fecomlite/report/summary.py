@@ -22,7 +22,7 @@ def summary_table(analysis: RunAnalysis, top: int = 10) -> Table:
     run = analysis.run
     table = Table(
         title=f"run {run['id']}: {plain(run['program'])} ({plain(run['level'])} level, "
-        f"{len(analysis.repetitions)} repetitions, {_status(run)})",
+        f"{len(analysis.repetitions)} repetitions, {_status(run)}{_quick(analysis)})",
         title_justify="left",
     )
     reps = len(analysis.repetitions)
@@ -33,8 +33,10 @@ def summary_table(analysis: RunAnalysis, top: int = 10) -> Table:
     for domain in analysis.domains:
         what = f"share of {domain['of']}" if domain.get("role") == "share" else "above idle"
         flag = ", unreliable" if not domain.get("reliable", True) else ""
-        table.add_column(f"{plain(domain['domain'])} {what}\n({plain(_provenance(domain))}{flag})",
-                         justify="right")
+        if domain.get("load_distortion"):
+            flag += f", load: up to +{domain['load_distortion']:.0%}"
+        table.add_column(f"{plain(domain['domain'])} {what}\nself / inclusive\n"
+                         f"({plain(_provenance(domain))}{flag})", justify="right")
     for row in analysis.apis[:top]:
         cells = [plain(row["api"]), str(row["calls"]), scaled(row["total_time_s"], "s")]
         for domain in analysis.domains:
@@ -42,11 +44,15 @@ def summary_table(analysis: RunAnalysis, top: int = 10) -> Table:
             cells.append(_energy_cell(energy))
         table.add_row(*cells)
     caption = []
+    if _quick(analysis):
+        caption.append(analysis.mode["text"])
     if (analysis.load or {}).get("busy"):
         caption.append(analysis.load["text"])
     said = set(((analysis.load or {}).get("busy_domains") or {}).values())  # in the load text
     caption += [f"{plain(d['domain'])} unreliable: {plain(why)}" for d in analysis.domains
                 for why in d.get("unreliable") or [] if why not in said]
+    caption += [f"{plain(d['domain'])} distorted by {plain(d['load_effect'])}"
+                for d in analysis.domains if d.get("load_effect")]
     # where each was read ("sources") is in the report; the terminal gets the values
     hyperparams = {k: v for k, v in (run.get("hyperparams") or {}).items() if k != "sources"}
     if hyperparams:
@@ -55,6 +61,11 @@ def summary_table(analysis: RunAnalysis, top: int = 10) -> Table:
     if caption:
         table.caption = "\n".join(caption)
     return table
+
+
+def _quick(analysis: RunAnalysis) -> str:
+    """", quick run" for a quick run's rough figures (`analysis.run_mode`), else ""."""
+    return ", quick run" if (analysis.mode or {}).get("mode") == "quick" else ""
 
 
 def _status(run: dict[str, Any]) -> str:
@@ -70,20 +81,23 @@ def _provenance(domain: dict[str, Any]) -> str:
 
 
 def _energy_cell(energy: dict[str, Any]) -> str:
-    value = _number(energy.get("above_idle_J"))
-    below = energy.get("below_zero")
-    if value is None:  # not shown below the idle baseline (the caption says why)
-        return "below idle" if below == noise_floor.BEYOND_NOISE else "-"
+    """Self / inclusive energy, the inclusive figure with its ± (one σ of the calls' sum)."""
     spread = energy.get("uncertainty_J")
-    has_spread = bool(spread) and math.isfinite(spread)
-    if below and value == 0:  # zero within noise, as in the report's tables
-        return "≈ 0" + (f" (noise ± {scaled(spread, 'J')})" if has_spread else "")
-    text = scaled(value, "J")
-    if has_spread:
-        text += f" ± {scaled(spread, 'J')}"
+    spread = spread if spread and math.isfinite(spread) else None
+    below = energy.get("below_zero")
+    own = _figure(_number(energy.get("self_J")), below, None)
+    text = own + " / " + _figure(_number(energy.get("above_idle_J")), below, spread)
     if _below_resolution(energy):
         text += " *"
     return text
+
+
+def _figure(value: float | None, below: str | None, spread: float | None) -> str:
+    if value is None:  # not shown below the idle baseline (the caption says why)
+        return "below idle" if below == noise_floor.BEYOND_NOISE else "-"
+    if below and value == 0:  # zero within noise, as in the report's tables
+        return "≈ 0" + (f" (noise ± {scaled(spread, 'J')})" if spread else "")
+    return scaled(value, "J") + (f" ± {scaled(spread, 'J')}" if spread else "")
 
 
 def _below_resolution(energy: dict[str, Any]) -> bool:
@@ -104,6 +118,8 @@ def summary_notes(analysis: RunAnalysis, top: int = 10) -> list[str]:
             "± : one standard deviation of the energy attributed to the API's calls "
             "(the attribution's uncertainty)."
         )
+    notes.append("self / inclusive: a call's own energy, and with the wrapped calls nested in it "
+                 "(counted in their callers too: add self figures, never inclusive ones).")
     if any(_below_resolution(c) for c in cells):
         notes.append(
             "* : most of this energy comes from calls shorter than the sensor's update "
@@ -125,11 +141,14 @@ def summary_rows(analysis: RunAnalysis) -> list[dict[str, Any]]:
             "api": row["api"],
             "calls": row["calls"],
             "time_s": row["total_time_s"],
+            "run_mode": (analysis.mode or {}).get("mode", ""),
         }
         for domain in analysis.domains:
             energy = row["energy"].get(domain["domain"], {})
             name = domain["domain"]
-            record[f"{name}_above_idle_J"] = _number(energy.get("above_idle_J"))
+            record[f"{name}_self_J"] = _number(energy.get("self_J"))
+            record[f"{name}_inclusive_J"] = _number(energy.get("above_idle_J"))
+            record[f"{name}_self_share"] = _number(energy.get("share"))
             record[f"{name}_uncertainty_J"] = _number(energy.get("uncertainty_J"))
             record[f"{name}_provenance"] = _provenance(domain)
             record[f"{name}_below_resolution"] = _below_resolution(energy)
@@ -157,6 +176,7 @@ def summary_json(analysis: RunAnalysis) -> str:
             "level": run["level"],
             "status": run["status"],
             "repetitions": len(analysis.repetitions),
+            "mode": analysis.mode,
             "apis": summary_rows(analysis),
         },
         indent=1,

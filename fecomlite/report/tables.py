@@ -42,6 +42,8 @@ class Column:
     shown: bool = True  # shown at first; the table's column chooser shows the others
     noise: tuple[str, ...] | None = None  # path of the figure's 1σ: negative within it is ≈ 0
     below: tuple[str, ...] | None = None  # path of the row's `below_zero` (analysis.noise_floor)
+    # path of the share of the row's calls a memory gauge cannot resolve: missing reads "below res."
+    unresolved: tuple[str, ...] | None = None
 
     @property
     def numeric(self) -> bool:
@@ -72,8 +74,11 @@ def lookup(row: dict[str, Any], path: Sequence[str]) -> Any:
 
 
 def domain_group(domain: dict[str, Any]) -> Group:
-    return Group(domain_name(domain["domain"]), domain["provenance"], domain.get("model"),
-                 domain["sensor"])
+    """A domain's header; one that load distorted says by how much (`analysis.contention`)."""
+    label = domain_name(domain["domain"])
+    if domain.get("load_distortion"):
+        label += f" (load: up to +{domain['load_distortion']:.0%})"
+    return Group(label, domain["provenance"], domain.get("model"), domain["sensor"])
 
 
 def _energy_columns(domain: dict[str, Any], *, with_total: bool) -> list[Column]:
@@ -86,18 +91,29 @@ def _energy_columns(domain: dict[str, Any], *, with_total: bool) -> list[Column]
                            g, title="energy in these calls including their share of idle power",
                            shown=False))
     cols += [
-        Column(f"{d}:above", "above idle", "J", ("energy", d, "above_idle_J"),
+        Column(f"{d}:self", "self", "J", ("energy", d, "self_J"), f"{d} self_J", g,
+               noise=("energy", d, "uncertainty_J"), below=below,
+               title="self energy above idle: the calls' own work, the wrapped calls nested in "
+                     "them not counted (what the % of program and the bars add)"),
+        Column(f"{d}:above", "inclusive", "J", ("energy", d, "above_idle_J"),
                f"{d} above_idle_J", g, noise=("energy", d, "uncertainty_J"), below=below,
-               title="energy above the idle baseline: what the calls cost"),
-        Column(f"{d}:per_call", "per call ± 95 % CI", "J", ("energy", d, "per_call", "mean"),
-               f"{d} per_call_mean_J", g,
+               title="inclusive energy above idle: the calls with the wrapped calls nested in "
+                     "them (those are counted in their callers too: never add this column)"),
+        Column(f"{d}:per_call", "inclusive per call ± 95 % CI", "J",
+               ("energy", d, "per_call", "mean"), f"{d} per_call_mean_J", g,
                ci=(("energy", d, "per_call", "ci95_low"), ("energy", d, "per_call", "ci95_high")),
                noise=("energy", d, "per_call", "noise_J"), below=below,
-               title="mean above-idle energy per call, with the 95 % t-interval of the mean"),
-        Column(f"{d}:share", "% of program", "%", ("energy", d, "share"), f"{d} share", g,
+               title="mean inclusive above-idle energy per call, with the 95 % t-interval of "
+                     "the mean"),
+        Column(f"{d}:share", "self % of program", "%", ("energy", d, "share"), f"{d} share", g,
                noise=("energy", d, "share_sigma"), below=below,
-               title="of the program's above-idle energy in this domain (the repetitions, start "
-                     "to end); nested calls are counted in their callers too"),
+               title="self energy of the program's above-idle energy in this domain (the "
+                     "repetitions, start to end): with the program outside calls, 100 %"),
+        Column(f"{d}:inclusive_share", "inclusive % of program", "%",
+               ("energy", d, "inclusive_share"), f"{d} inclusive_share", g,
+               noise=("energy", d, "share_sigma"), below=below, shown=False,
+               title="inclusive energy of the program's above-idle energy: nested calls are "
+                     "counted in their callers too, so this column sums to more than 100 %"),
     ]
     return cols
 
@@ -118,18 +134,32 @@ def _common_tail(domains: list[dict[str, Any]], gpu_memory: bool) -> list[Column
     for key, name in (("rss", "RSS"), ("gpu_mem", "GPU mem")):
         if key == "gpu_mem" and not gpu_memory:
             continue
+        res = ("memory", f"{key}_below_resolution_share")
         cols += [
             Column(f"{key}_delta", f"{name} retained / call", "B",
                    ("memory", f"{key}_delta_mean_B"), f"{key}_delta_mean_B", mem, signed=True,
-                   title="mean memory a call leaves behind (its level at the end less at start)"),
+                   unresolved=res,
+                   title="mean memory a call leaves behind (its level at the end less at start), "
+                         "over the calls longer than the memory sampler's period, each site's "
+                         "first call left out when later ones exist (first use is beside); "
+                         "\"below res.\": every call was shorter"),
+            Column(f"{key}_first", f"{name} retained, first call", "B",
+                   ("memory", f"{key}_first_call_delta_mean_B"),
+                   f"{key}_first_call_delta_mean_B", mem, signed=True, unresolved=res,
+                   shown=False,
+                   title="what each site's first call in a process left behind (mean): "
+                         "first-use work lands here (modules imported on first use, caches, "
+                         "lazy initialisation), not in the later calls' figure"),
             Column(f"{key}_above", f"{name} peak above start", "B",
                    ("memory", f"{key}_peak_above_start_max_B"), f"{key}_peak_above_start_max_B",
-                   mem, title="the most any call rose above the level it started at, while it ran "
-                              "(not the whole process's peak)"),
+                   mem, unresolved=res,
+                   title="the most any call rose above the level it started at, while it ran "
+                         "(not the whole process's peak)"),
             Column(f"{key}_transient", f"{name} transient / call", "B",
                    ("memory", f"{key}_transient_mean_B"), f"{key}_transient_mean_B", mem,
-                   shown=False, title="mean peak above both the start and the end level: memory "
-                                      "a call used and released"),
+                   shown=False, unresolved=res,
+                   title="mean peak above both the start and the end level: memory a call used "
+                         "and released"),
             Column(f"{key}_peak", f"{name} process peak", "B", ("memory", f"{key}_peak_max_B"),
                    f"{key}_peak_max_B", mem, shown=False,
                    title="the whole process's highest level during any of the calls"),
@@ -167,7 +197,10 @@ def cell(column: Column, row: dict[str, Any]) -> Cell:
     below = lookup(row, column.below) if column.below else None
     if value is None:
         # an estimate below the idle baseline beyond its noise is not shown (its domain says why)
-        return Cell(None, "below idle" if below == noise_floor.BEYOND_NOISE else "–")
+        if below == noise_floor.BEYOND_NOISE:
+            return Cell(None, "below idle")
+        unresolved = lookup(row, column.unresolved) if column.unresolved else None
+        return Cell(None, "below res." if unresolved else "–")
     if not column.numeric:
         return Cell(value, str(value), data=str(value))
     data = repr(float(value)) if isinstance(value, float) else str(value)

@@ -86,6 +86,18 @@ def busy_per_bin(t0: np.ndarray, t1: np.ndarray, bins_ns: np.ndarray) -> np.ndar
     return np.clip(np.diff(cov) / np.diff(x), 0.0, 1.0)
 
 
+def broken_at(t: np.ndarray, v: np.ndarray, ends: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """A gauge's samples with a gap (NaN, drawn as a break) after the last sample before each
+    of `ends` (a repetition's program ended): no line across gate waits and pauses, when no
+    process existed to have memory."""
+    if t.size < 2 or not ends:
+        return t, v
+    after = np.searchsorted(t, np.asarray(ends, np.int64), "left")
+    cut = np.unique(after[(after > 0) & (after < t.size)])
+    return (np.insert(t, cut, t[cut - 1] + 1).astype(np.int64),
+            np.insert(v.astype(float), cut, np.nan))
+
+
 def _round(values: np.ndarray, decimals: int) -> list[float | None]:
     out = np.round(np.asarray(values, float), decimals)
     return [None if not math.isfinite(v) else v for v in out.tolist()]
@@ -167,6 +179,11 @@ class TimelineBuilder:
     def _rel(self, t_ns: np.ndarray | int) -> np.ndarray:
         return (np.asarray(t_ns, np.int64) - self.origin) / at.NS
 
+    def _process_ends(self) -> list[int]:
+        """When each repetition's program ended (its memory with it)."""
+        return [int(r["t_end_ns"]) for r in self.analysis.repetitions
+                if r.get("t_end_ns") is not None]
+
     def timeline(self) -> dict[str, Any]:
         """FecomCharts.timeline's data: series (W), memory (B), lanes, marks, range (s)."""
         bins = np.linspace(self.t_lo, self.t_hi, MAX_POINTS + 1).astype(np.int64)
@@ -191,6 +208,7 @@ class TimelineBuilder:
             t, v = m["t"], m["v"]
             if t.size > MAX_POINTS:
                 t, v = peak_per_bin(t, v, bins)
+            t, v = broken_at(t, v, self._process_ends())
             memory.append({
                 "label": _memory_label(m["key"], m["sensor"]),
                 "color": MEMORY_COLORS[m["key"]], "unit": "B",

@@ -286,6 +286,10 @@ def _measure(
             progress.update(
                 task, completed=max(rep - 1, 0), description=f"rep {rep}: {stages[stage]}"
             )
+            if stage == "gate" and settings.gate and not console.is_terminal:
+                # a pipe or a log sees no progress bar: say why nothing happens for minutes
+                console.print(f"rep {rep}: waiting at the stability gate for a quiet machine "
+                              f"(at most {settings.gate_max_wait_s:g} s)", highlight=False)
 
         log_dir = unique_dir(home / "logs" / f"{program.original.stem}-{_stamp()}")
         try:

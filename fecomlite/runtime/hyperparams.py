@@ -5,16 +5,21 @@ or an optimizer kept for a later loop would each pass for the training's. So eac
 where training uses it, and where it was read goes with it (the "sources" hyperparameter):
 
 * Keras `compile` and `fit` (rank 2): the optimizer and learning rate compile was given (one
-  named by a string is read off the model after compile), the loss, fit's batch size and epochs;
+  named by a string is read off the model after compile), the loss, fit's batch size (a
+  `tf.data` pipeline's or DataLoader's own when fit is given one), epochs and the samples it
+  trains on (less the `validation_split` it holds out);
 * the training loop (rank 1): the optimizer whose `step()`/`apply_gradients()`/`minimize()` runs,
-  with its learning rate at its first step (a scheduler's `step()` is not an optimizer's), and the
+  with the learning rate it was configured with (a scheduler changes the running rate: OneCycleLR
+  starts at max_lr / 25) and the schedule driving it (`lr_schedule`, its peak `max_lr`), found
+  in the step's frame (a scheduler's `step()` is not an optimizer's), and the
   batch size of the DataLoader (or batched `tf.data.Dataset`) the `for` loop around that call or
   `loss.backward()` iterates
   (the instrumenter writes the names that loop iterates into the site's manifest entry, "loop";
   they are read in the caller's frame, never evaluated).
 
 A higher rank wins over a lower one; two different values at one rank (two optimizers stepped)
-leave the key out: unsure, nothing rather than a guess.
+leave the key out: unsure, nothing rather than a guess. Floats are kept as people write them
+(`as_written`: 3e-3, not 0.0029999…).
 
 Epochs of a hand-written loop (PyTorch, or Keras with `GradientTape`) are the passes of a
 `for epoch in range(EPOCHS)` loop (`range(1, args.epochs + 1)` alike) around the data loop of a
@@ -30,6 +35,7 @@ Keras optimizer.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -113,9 +119,9 @@ class TrainingStepReader(Handler):
                 owner = _read(frame, receiver)  # a wrapper a scheduler set on the instance
             if not _is_optimizer(owner):
                 return  # a scheduler's step, or something else: not the training's optimizer
-            facts.update(_optimizer_facts(owner))
+            facts.update(_optimizer_facts(owner, frame))
         elif self.optimizer and _is_optimizer(_read(frame, self.optimizer)):
-            facts.update(_optimizer_facts(_read(frame, self.optimizer)))
+            facts.update(_optimizer_facts(_read(frame, self.optimizer), frame))
         sources: dict[str, str] = dict.fromkeys(facts, self.where)
         loader = _loop_batch_size(frame, self.loop)
         if loader is not None:
@@ -233,12 +239,34 @@ def _batch_size(data: Any) -> int | None:
     return size if isinstance(size, int) and size > 0 else None
 
 
-def _optimizer_facts(optimizer: Any) -> dict[str, Any]:
+def _optimizer_facts(optimizer: Any, frame: types.FrameType | None = None) -> dict[str, Any]:
     facts = {"optimizer": type(optimizer).__name__, "learning_rate": _learning_rate(optimizer)}
     groups = getattr(optimizer, "param_groups", None)
     if groups:  # torch: the parameters being optimised
         facts["parameters"] = sum(p.numel() for g in groups for p in g["params"])
+        facts.update(_torch_schedule(optimizer, frame))
     return facts
+
+
+def _torch_schedule(optimizer: Any, frame: types.FrameType | None) -> dict[str, Any]:
+    """The learning-rate schedule driving a torch optimizer: the one LRScheduler of the step's
+    frame (its locals, then its module's globals) that holds this optimizer, by its class, with
+    its peak rate where it has one (OneCycleLR's and CyclicLR's `max_lr`, kept in the param
+    group); {} when none or several (unsure)."""
+    schedulers = getattr(sys.modules.get("torch.optim"), "lr_scheduler", None)
+    base = getattr(schedulers, "LRScheduler", None)
+    if frame is None or not isinstance(base, type):
+        return {}
+    found = {id(v): v for scope in (frame.f_locals, frame.f_globals) for v in scope.values()
+             if isinstance(v, base) and getattr(v, "optimizer", None) is optimizer}
+    if len(found) != 1:
+        return {}
+    schedule = next(iter(found.values()))
+    out: dict[str, Any] = {"lr_schedule": type(schedule).__name__}
+    peak = optimizer.param_groups[0].get("max_lr")
+    if isinstance(peak, (int, float)):
+        out["max_lr"] = float(peak)
+    return out
 
 
 def _is_optimizer(owner: Any) -> bool:
@@ -258,8 +286,13 @@ def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -
 
 
 def _learning_rate(optimizer: Any) -> float | None:
+    """The rate the optimizer was configured with: a scheduler changes the param groups' rate
+    from its first step on (OneCycleLR starts at max_lr / 25), not what the user set."""
+    defaults = getattr(optimizer, "defaults", None)
+    if isinstance(defaults, dict) and "lr" in defaults:  # torch: what the constructor was given
+        return safely(float, defaults["lr"])
     groups = getattr(optimizer, "param_groups", None)
-    if groups:  # torch: the learning rate now (a scheduler changes it later)
+    if groups:
         return float(groups[0]["lr"])
     value = getattr(optimizer, "learning_rate", None)
     if value is None:  # often a float32: 7 significant digits are all it holds
@@ -293,17 +326,35 @@ def _keras_fit(fn: Any, args: tuple, kwargs: dict, result: Any) -> dict[str, Any
     x = _arg(args, kwargs, 0, "x")
     batch_size = _arg(args, kwargs, 2, "batch_size")
     if batch_size is None and hasattr(x, "shape"):
-        batch_size = 32  # Keras' default for array inputs; a dataset batches itself: unknown
+        batch_size = 32  # Keras' default for array inputs
+    elif batch_size is None:  # a tf.data pipeline or a DataLoader batches itself
+        batch_size = _batch_size(x)
     return {
         "epochs": _arg(args, kwargs, 3, "epochs") or 1,
         "batch_size": batch_size,
-        "training_samples": safely(lambda: int(x.shape[0])) if hasattr(x, "shape") else None,
+        "training_samples": _trained_on(x, kwargs) if hasattr(x, "shape") else None,
         **_keras_model_facts(fn),
     }
 
 
+def _trained_on(x: Any, kwargs: dict[str, Any]) -> int | None:
+    """The samples fit trains on: all of x, less the validation_split Keras holds out (its own
+    rule, floor(n × (1 − split)); validation_data given instead takes nothing from x)."""
+    n = safely(lambda: int(x.shape[0]))
+    split = kwargs.get("validation_split") or 0.0
+    if n is None or kwargs.get("validation_data") is not None or not 0 < split < 1:
+        return n
+    return math.floor(n * (1.0 - float(split)))
+
+
 def _count_params(fn: Any, args: tuple, kwargs: dict, result: Any) -> dict[str, Any]:
     return {"parameters": result if isinstance(result, int) else None}
+
+
+def as_written(value: float) -> float:
+    """A rate as people write it (3e-3, not 0.0029999…): 6 significant digits, enough for any
+    value set by hand, too few for float32 or arithmetic noise."""
+    return float(f"{value:.6g}") if math.isfinite(value) else value
 
 
 def _jsonable(params: dict[str, Any]) -> dict[str, Any]:
@@ -311,7 +362,9 @@ def _jsonable(params: dict[str, Any]) -> dict[str, Any]:
     for key, value in params.items():
         if value is None:
             continue
-        if isinstance(value, (bool, int, float, str)):
+        if isinstance(value, float):
+            out[key] = as_written(value)
+        elif isinstance(value, (bool, int, str)):
             out[key] = value
         else:
             out[key] = safely(int, value) if hasattr(value, "__index__") else str(value)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fecomlite.sensors import estimate, nvml, procmem, rapl, temperature, utilisation
+from fecomlite.sensors import contention, estimate, nvml, procmem, rapl, temperature, utilisation
 from fecomlite.sensors.base import BaseSensor
 
 
@@ -52,6 +52,8 @@ def discover(
             sensors.append(estimate.EstimatedDramPower(gib, share=share))
             notes.append(f"DRAM power estimated (model {estimate.DRAM_MODEL}, {gib:.1f} GiB)")
         sensors.append(utilisation.MachineCpuUtilisation(share=share))
+        stat = contention.MachineStat()  # steal time and runnable tasks: the load, measured
+        sensors += [contention.StealTime(stat), contention.RunnableTasks(stat)]
     except (OSError, ValueError) as exc:
         notes.append(f"no CPU utilisation, hence no CPU/DRAM estimate: {exc}")
     if pid is not None:
@@ -86,6 +88,7 @@ def discover_process(
         sensors.append(process_cpu)
         if cpu_envelope is not None:
             sensors.append(estimate.EstimatedProcessCpuPower(cpu_envelope, process_cpu))
+        sensors.append(contention.ProcessRunQueueWait(pid, include_children=children))
     except OSError as exc:
         notes.append(f"process {pid} not readable: {exc}; no process memory or CPU use")
     if with_gpu:

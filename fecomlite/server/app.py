@@ -515,6 +515,9 @@ class _Handler(BaseHTTPRequestHandler):
         if not found:
             raise _Refused(404, f"no such endpoint: {method} {path}")
         route, match = found[0]
+        clock = getattr(self.server, "clock", None)
+        if route.handler is _status and clock is not None:
+            clock.not_work()  # asked by any home's `server status`: not this home's work
         self._authorise(route, match)
         if method != "POST":
             return route.handler(self.server.service, match, self._view_extras(route))

@@ -2,7 +2,8 @@
 has used it for a while, so forgotten servers do not pile up (README, "The measurement server").
 
 Busy means a request in flight (a live view's stream included) or a run still recording; the
-idle time counts from the end of the last of these.
+idle time counts from the end of the last of these. A status request (`fecomlite server status`
+asks every server of the user, from any home) is not work: it never keeps a server alive.
 """
 
 from __future__ import annotations
@@ -18,23 +19,31 @@ IDLE_EXIT_S = 600.0  # what an automatically started server waits, idle, before 
 
 
 class ActivityClock:
-    """Requests in flight, and when the last one ended."""
+    """Requests in flight, and when the last one that did this home's work ended."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._in_flight = 0
         self._last = time.monotonic()
+        self._mine = threading.local()  # whether the request on this thread is work
 
     @contextlib.contextmanager
     def request(self) -> Iterator[None]:
         with self._lock:
             self._in_flight += 1
+        self._mine.work = True
         try:
             yield
         finally:
             with self._lock:
                 self._in_flight -= 1
-                self._last = time.monotonic()
+                if self._mine.work:
+                    self._last = time.monotonic()
+
+    def not_work(self) -> None:
+        """The request on this thread only asks who answers (`fecomlite server status`, which
+        asks every server of the user, whatever its home): it does not keep the server."""
+        self._mine.work = False
 
     def touch(self) -> None:
         """Count now as used (a run is still recording)."""

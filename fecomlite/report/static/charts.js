@@ -431,16 +431,18 @@
         }
         const lo = Math.max(0, upperBound(s.t, view[0]) - 2);
         const hi = Math.min(s.v.length, upperBound(s.t, view[1]) + 1);
-        let d = "";
+        let d = "", move = true;  // a null value is a gap: the line starts again after it
         for (let i = lo; i < hi; i++) {
+          if (s.v[i] === null || s.v[i] === undefined) { move = true; continue; }
           const x0 = xs(s.t[i]), y = ys(s.v[i]);
           if (step) {
             const x1 = xs(s.t[i + 1]);
-            d += (i === lo ? "M" : "L") + x0.toFixed(1) + "," + y.toFixed(1) +
+            d += (move ? "M" : "L") + x0.toFixed(1) + "," + y.toFixed(1) +
                  "L" + x1.toFixed(1) + "," + y.toFixed(1);
           } else {
-            d += (i === lo ? "M" : "L") + x0.toFixed(1) + "," + y.toFixed(1);
+            d += (move ? "M" : "L") + x0.toFixed(1) + "," + y.toFixed(1);
           }
+          move = false;
         }
         if (d) svgEl("path", { d: d, stroke: s.color, class: "fc-line" }, g);
       }
