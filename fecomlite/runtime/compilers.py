@@ -7,9 +7,13 @@
   body is `fn(*args, **kwargs)`: the graph is the original's, and the compiled code never calls
   the probe. Registration waits for the program to import `torch._dynamo` (the probe never
   imports torch), by a one-shot import hook.
-* The JIT tracer (`torch.jit.trace`, and `make_fx`/export tracing) runs calls eagerly and names
-  each value after the Python frame that made it; the sized path's frames and size reads would
-  differ between the invocations `trace` compares. While one traces, calls stay on the fast path.
+  dynamo also never traces into fecomlite's own code: the package's folder is one of dynamo's
+  skipped directories (`trace_rules.add`), so the sized path's helpers, which run eagerly next to
+  a compiled function after a graph break, are neither compiled nor a reason for a break.
+* The JIT tracer (`torch.jit.trace`, and `make_fx`/export tracing) and FX's symbolic tracer run
+  calls with values that record what is done to them (proxies, fake tensors): a size read would
+  become part of the graph. While one traces, or when a call's arguments are such values
+  (`traced_values`), calls stay on the fast path and nothing is read from them.
 * TorchScript compiles source text: `source.py` serves the user's original text.
 """
 
@@ -36,10 +40,44 @@ def tracing() -> bool:
     torch = sys.modules.get("torch")
     if torch is None:
         return False
+    fx = sys.modules.get("torch.fx._symbolic_trace")
     try:
-        return torch._C._get_tracing_state() is not None or bool(torch.compiler.is_compiling())
+        return (
+            torch._C._get_tracing_state() is not None
+            or bool(torch.compiler.is_compiling())
+            or (fx is not None and bool(getattr(fx, "_is_fx_tracing_flag", False)))
+        )
     except Exception:  # a torch still importing, or one without these: not tracing
         return False
+
+
+def _tracer_types() -> tuple[type, ...]:
+    """The classes of values that record what is done to them, among those already imported."""
+    found = []
+    for module, name in _TRACER_CLASSES:
+        cls = getattr(sys.modules.get(module), name, None)
+        if isinstance(cls, type):
+            found.append(cls)
+    return tuple(found)
+
+
+_TRACER_CLASSES = (("torch.fx.proxy", "Proxy"), ("torch._subclasses.fake_tensor", "FakeTensor"),
+                   ("jax.core", "Tracer"))
+
+
+def traced_values(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether the callee, its receiver or an argument (one level into lists and tuples) is a
+    tracer's value: reading its size would record the read."""
+    kinds = _tracer_types()
+    if not kinds:
+        return False
+    values = [fn, getattr(fn, "__self__", None), *args, *kwargs.values()]
+    for value in values:
+        if isinstance(value, kinds):
+            return True
+        if isinstance(value, (list, tuple)) and any(isinstance(v, kinds) for v in value[:64]):
+            return True
+    return False
 
 
 def register_with_dynamo(entry_points: Iterable[Callable[..., Any]]) -> None:
@@ -47,6 +85,10 @@ def register_with_dynamo(entry_points: Iterable[Callable[..., Any]]) -> None:
     entry_points = tuple(dict.fromkeys(entry_points))
 
     def register() -> None:
+        with suppress(Exception):  # the probe's own frames: never traced, never a break
+            from torch._dynamo import trace_rules
+
+            trace_rules.add(__name__.split(".", 1)[0])
         try:
             from torch.compiler import substitute_in_graph
         except Exception:  # an older torch: dynamo then breaks the graph, as before
