@@ -628,7 +628,8 @@ class Resolver:
 
         libcst's scope analysis already drops assignments that come later in the same scope;
         of the rest (branches, ``try: import x / except ImportError: x = None``, globals set
-        anywhere) the latest with a known value wins.
+        anywhere) the latest with a known framework or project value wins; a plain value
+        (``PLAIN``) only where all of them are plain.
         """
         referents = self.referents.get(node)
         if referents is None:
@@ -638,11 +639,12 @@ class Resolver:
         ordered = sorted(
             referents, key=lambda a: self.col.order.get(getattr(a, "node", None), 0), reverse=True
         )
-        for assignment in ordered:
-            found = self._binding(assignment, name)
-            if found is not None:
-                return found
-        return None
+        found = [self._binding(assignment, name) for assignment in ordered]
+        known = [value for value in found if value is not None and value is not PLAIN]
+        if known:
+            return known[0]
+        # the program's own value only where every assignment it may see gives one
+        return PLAIN if found and all(value is PLAIN for value in found) else None
 
     def _binding(self, assignment: Any, name: str) -> Value:
         if isinstance(assignment, ImportAssignment):
@@ -676,7 +678,7 @@ class Resolver:
     def _in_project(self, qualified: str) -> bool:
         """Whether an imported name may come from the project itself (a relative import, or a
         module of the project): its functions may return framework objects."""
-        if qualified.startswith(".") or self.project is None:
+        if qualified.startswith("."):
             return True
         return qualified.split(".", 1)[0] in self._project_packages
 

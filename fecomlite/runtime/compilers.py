@@ -7,9 +7,12 @@
   body is `fn(*args, **kwargs)`: the graph is the original's, and the compiled code never calls
   the probe. Registration waits for the program to import `torch._dynamo` (the probe never
   imports torch), by a one-shot import hook.
-  dynamo also never traces into fecomlite's own code: the package's folder is one of dynamo's
-  skipped directories (`trace_rules.add`), so the sized path's helpers, which run eagerly next to
-  a compiled function after a graph break, are neither compiled nor a reason for a break.
+  dynamo also never traces into the probe's own code: after a graph break, the rest of a
+  compiled function runs eagerly with dynamo still looking at each new frame, and the probe's
+  helpers (`before`/`after` of the sized path, the run-time decision) would be compiled as frames
+  of their own, with breaks and warnings of their own. Their code objects are marked skipped,
+  with every frame they call (`set_code_exec_strategy`); the pure-Python entry points, skipped
+  alone (the user's callee they call is compiled as without the probe).
 * The JIT tracer (`torch.jit.trace`, and `make_fx`/export tracing) and FX's symbolic tracer run
   calls with values that record what is done to them (proxies, fake tensors): a size read would
   become part of the graph. While one traces, or when a call's arguments are such values
@@ -80,15 +83,18 @@ def traced_values(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> boo
     return False
 
 
-def register_with_dynamo(entry_points: Iterable[Callable[..., Any]]) -> None:
-    """Make dynamo trace each entry point as `plain_call`, now or once it is imported."""
+def register_with_dynamo(
+    entry_points: Iterable[Callable[..., Any]], helpers: Iterable[Callable[..., Any]] = ()
+) -> None:
+    """Make dynamo trace each entry point as `plain_call`, and never compile a frame of the
+    entry points or of the helpers (nor any frame a helper calls), now or once it is imported."""
     entry_points = tuple(dict.fromkeys(entry_points))
+    helpers = tuple(helpers)
 
     def register() -> None:
-        with suppress(Exception):  # the probe's own frames: never traced, never a break
-            from torch._dynamo import trace_rules
-
-            trace_rules.add(__name__.split(".", 1)[0])
+        with suppress(Exception):
+            _skip_frames(entry_points, recursive=False)
+            _skip_frames(helpers, recursive=True)
         try:
             from torch.compiler import substitute_in_graph
         except Exception:  # an older torch: dynamo then breaks the graph, as before
@@ -101,6 +107,17 @@ def register_with_dynamo(entry_points: Iterable[Callable[..., Any]]) -> None:
         register()
     else:
         sys.meta_path.insert(0, _AfterImport(DYNAMO, register))
+
+
+def _skip_frames(functions: Iterable[Callable[..., Any]], *, recursive: bool) -> None:
+    from torch._dynamo.eval_frame import set_code_exec_strategy
+    from torch._dynamo.types import FrameAction, FrameExecStrategy
+
+    nested = FrameAction.SKIP if recursive else FrameAction.DEFAULT
+    for fn in functions:
+        code = getattr(fn, "__code__", None)  # the C entry points have none: no frame at all
+        if code is not None:
+            set_code_exec_strategy(code, FrameExecStrategy(FrameAction.SKIP, nested))
 
 
 class _AfterImport(MetaPathFinder):

@@ -464,7 +464,10 @@ else:
     call = _call_with_gpu_sync if _config.sync else _python_call
     dcall = _python_dcall
 
-_compilers.register_with_dynamo((call, dcall, _python_call, _python_dcall, _call_with_gpu_sync))
+_compilers.register_with_dynamo(
+    (call, dcall, _python_call, _python_dcall, _call_with_gpu_sync),
+    (_before, _after, _names.is_framework, _capture.gpu_sync),
+)
 _source.serve_original_sources()
 _positions.serve_original_positions()
 
