@@ -157,27 +157,43 @@ def _hide_own_frame(error: BaseException) -> None:
 
 
 def _python_call(site: str, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-    """Call `fn(*args, **kwargs)` exactly as the original code did, and record when. (Without the
-    C extension this frame stands between the user's and the callee's: see docs/internals.md.)"""
+    """Call `fn(*args, **kwargs)` exactly as the original code did, and record when. Without the
+    C extension this frame stands between the user's and the callee's (docs/internals.md §1);
+    it is taken out of tracebacks."""
     entry = _opened(site)
     try:
-        if site not in _fast:
-            try:
-                return _sized_call(site, fn, args, kwargs)
-            except BaseException as error:
-                _hide_own_frame(error)
-                raise
+        prepared = None if site in _fast else _capture.safely(_before, site, fn, args, kwargs)
+        if prepared is not None:
+            args, kwargs, state = prepared
+        elif _config.sync:
+            _capture.safely(_capture.gpu_sync)
         t0 = _now()
         try:
             result = fn(*args, **kwargs)
         except BaseException as error:
-            _record(site, t0, _now(), 1)
+            _python_after(site, fn, prepared, None, True, t0)
             _hide_own_frame(error)
             raise
-        _record(site, t0, _now())
+        _python_after(site, fn, prepared, result, False, t0)
         return result
     finally:
         _closed(entry)
+
+
+def _python_after(
+    site: str, fn: Any, prepared: Any, result: Any, raised: bool, t0: int
+) -> None:
+    """The event of a pure-Python call: with sizes (`_after`) when it took the sized path
+    (`prepared`, what `_before` returned), else the fast path's."""
+    t1 = _now()
+    if prepared is not None:
+        args, kwargs, state = prepared
+        _capture.safely(_after, site, fn, args, kwargs, result, raised, t0, t1, state)
+        return
+    if _config.sync:
+        _capture.safely(_capture.gpu_sync)
+        t1 = _now()
+    _record(site, t0, t1, 1 if raised else 0)
 
 
 def _before(
@@ -223,59 +239,6 @@ def _after(
         if handler.finished:  # it read what it reads once: the site may take the fast path
             _special.pop(site, None)
     _count_slow(site)
-
-
-def _sized_call(site: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The slow path of the pure-Python probe: `_before`, the call, `_after`."""
-    prepared = _capture.safely(_before, site, fn, args, kwargs)
-    if prepared is None:
-        t0 = _now()
-        try:
-            result = fn(*args, **kwargs)
-        except BaseException as error:
-            _record(site, t0, _now(), 1)
-            _hide_own_frame(error)
-            raise
-        _record(site, t0, _now())
-        return result
-    args, kwargs, state = prepared
-    t0 = _now()
-    try:
-        result = fn(*args, **kwargs)
-    except BaseException as error:
-        _capture.safely(_after, site, fn, args, kwargs, None, True, t0, _now(), state)
-        _hide_own_frame(error)
-        raise
-    _capture.safely(_after, site, fn, args, kwargs, result, False, t0, _now(), state)
-    return result
-
-
-def _call_with_gpu_sync(site: str, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-    """`call` when the GPU is synchronised at probe boundaries (asynchronous GPU work), without
-    the C extension."""
-    entry = _opened(site)
-    try:
-        if site not in _fast:
-            try:
-                return _sized_call(site, fn, args, kwargs)
-            except BaseException as error:
-                _hide_own_frame(error)
-                raise
-        sync = _capture.gpu_sync
-        _capture.safely(sync)
-        t0 = _now()
-        try:
-            result = fn(*args, **kwargs)
-        except BaseException as error:
-            _capture.safely(sync)
-            _record(site, t0, _now(), 1)
-            _hide_own_frame(error)
-            raise
-        _capture.safely(sync)
-        _record(site, t0, _now())
-        return result
-    finally:
-        _closed(entry)
 
 
 # dcall sites' decisions (pure-Python path; the C one keeps its own): site -> (key, framework?)
@@ -461,11 +424,10 @@ if _native is not None:
                       _names.is_framework)
     call, dcall = _native.call, _native.dcall
 else:
-    call = _call_with_gpu_sync if _config.sync else _python_call
-    dcall = _python_dcall
+    call, dcall = _python_call, _python_dcall
 
 _compilers.register_with_dynamo(
-    (call, dcall, _python_call, _python_dcall, _call_with_gpu_sync),
+    (call, dcall, _python_call, _python_dcall),
     (_before, _after, _names.is_framework, _capture.gpu_sync),
 )
 _source.serve_original_sources()
