@@ -141,11 +141,23 @@ print(repr([item if isinstance(item, list) else str(item) for item in out]))
 def _spool_counts(spool: Path) -> tuple[Counter[str], dict[str, dict[str, str]]]:
     counts: Counter[str] = Counter()
     names: dict[str, dict[str, str]] = {}
-    with open(spool, "rb") as f:
-        for header, columns in map(batch_codec.decode, batch_codec.read_records(f)):
-            counts.update(header["sites"][i] for i in columns["site"])
-            names.update(header.get("names") or {})
+    for header, columns in _batches(spool):
+        counts.update(header["sites"][i] for i in columns["site"])
+        names.update(header.get("names") or {})
     return counts, names
+
+
+def _batches(spool: Path) -> list[tuple[dict, dict]]:
+    with open(spool, "rb") as f:
+        return [batch_codec.decode(record) for record in batch_codec.read_records(f)]
+
+
+def _hyperparameters(folder: Path) -> dict[str, object]:
+    found: dict[str, object] = {}
+    for header, _ in _batches(folder / "spool.bin"):
+        found.update({k: v for k, v in (header.get("hyperparams") or {}).items()
+                      if k != "sources"})
+    return found
 
 
 def run_probed(folder: Path, script: str, roots: list[str]) -> tuple[str, Counter[str], dict]:
@@ -209,6 +221,7 @@ def test_a_torch_project_trained_in_another_module_is_measured_as_one_file(
     assert _run_copy(split.out) == _run_copy(whole.out)
     counts = _api_counts(split.out)
     assert counts == _api_counts(whole.out)
+    assert _hyperparameters(split.out) == _hyperparameters(whole.out)
     for api in ("torch.nn.Sequential.__call__", "torch.Tensor.backward", "torch.optim.SGD.step",
                 "torch.optim.SGD.zero_grad", "torch.Tensor.mean"):
         assert counts[api] == 3, (api, counts)
@@ -247,3 +260,6 @@ def test_a_keras_model_built_in_another_module_is_fitted_and_measured(tmp_path: 
     assert counts == _api_counts(whole.out)
     for api in ("keras.Sequential.compile", "keras.Sequential.fit", "keras.Sequential.evaluate"):
         assert counts[api] == 1, (api, counts)
+    hyperparameters = _hyperparameters(split.out)  # read from `fit` and `compile` as in one file
+    assert hyperparameters == _hyperparameters(whole.out)
+    assert hyperparameters["epochs"] == 2 and hyperparameters["batch_size"] == 16
