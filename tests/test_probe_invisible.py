@@ -106,7 +106,8 @@ MAIN = """
 
 def _run(folder: Path) -> subprocess.CompletedProcess[str]:
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(folder),
-           "FECOMLITE_SPOOL": str(folder / "spool.bin"), "OMP_NUM_THREADS": "1"}
+           "FECOMLITE_SPOOL": str(folder / "spool.bin"), "OMP_NUM_THREADS": "1",
+           "TF_CPP_MIN_LOG_LEVEL": "3"}
     return subprocess.run([sys.executable, "main.py"], cwd=folder, env=env, text=True,
                           capture_output=True, timeout=300)
 
@@ -127,3 +128,53 @@ def test_caller_frames_warnings_tracers_and_dynamo_see_the_users_code(tmp_path: 
     out = original.stdout
     assert "first softmax raised" in out and "resampled softmax raised" in out
     assert "call_function" in out and "warned at [('main.py'," in out
+
+
+TF_UNCAUGHT = """
+    import tensorflow as tf
+
+    x = tf.constant([1.0, 2.0, 3.0])
+    print("before", tf.reduce_sum(x).numpy())
+    tf.reshape(x, [2, 2])  # uncaught: TensorFlow rebuilds the traceback from live frames
+"""
+
+
+@pytest.mark.slow
+def test_an_uncaught_tensorflow_error_prints_the_same_traceback(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "main.py").write_text(dedent(TF_UNCAUGHT).lstrip())
+    result = instrument_path(src, tmp_path / "copy")
+    assert "__fecomlite__.call(" in (result.out / "main.py").read_text()
+    original, instrumented = _run(src), _run(result.out)
+    assert original.returncode == instrumented.returncode == 1
+    assert "InvalidArgumentError" in original.stderr
+    assert instrumented.stdout == original.stdout
+    printed, expected = (_traceback_lines(instrumented.stderr.replace(str(result.out), str(src))),
+                         _traceback_lines(original.stderr))
+    user_line = next(i for i, line in enumerate(expected) if "tf.reshape(x, [2, 2])" in line)
+    assert printed[user_line:user_line + 2] == expected[user_line:user_line + 2]  # with carets
+    # every entry's file, line and source as Python prints them; under the frame TensorFlow
+    # rebuilt from a live frame Python draws the columns of another line: no carets there
+    assert _without_carets(printed) == _without_carets(expected)
+
+
+def _traceback_lines(stderr: str) -> list[str]:
+    start = "Traceback (most recent call last)"  # TensorFlow's own log lines carry times
+    return stderr[stderr.index(start):].splitlines()
+
+
+def _without_carets(lines: list[str]) -> list[str]:
+    return [line for line in lines if line.strip(" ^~")]
+
+
+def test_a_program_run_in_place_keeps_its_exception_hooks(tmp_path: Path) -> None:
+    (tmp_path / "main.py").write_text(
+        "import sys, threading\n"
+        "import fecomlite.runtime.probe\n"
+        "print(sys.excepthook is sys.__excepthook__,"
+        " threading.excepthook is threading.__excepthook__)\n"
+    )
+    done = _run(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "True True\n"
