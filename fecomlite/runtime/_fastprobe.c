@@ -278,10 +278,46 @@ static PyObject *callee_key(PyObject *fn) {
     return (PyObject *)Py_TYPE(fn);
 }
 
+/* A direct-mapped cache in front of `decisions`, by the site object's address (a site key is
+ * a constant of the user's code: one object per site): a hit is two compares. A slot holds
+ * references to its site and key, so neither address can be reused while it is cached. */
+#define DCACHE_SLOTS 4096
+typedef struct {
+    PyObject *site, *key;
+    int yes;
+} DecisionSlot;
+static DecisionSlot dcache[DCACHE_SLOTS];
+
+static inline DecisionSlot *dslot(PyObject *site) {
+    return &dcache[((uintptr_t)site >> 4) & (DCACHE_SLOTS - 1)];
+}
+
+static void dcache_put(PyObject *site, PyObject *key, int yes) {
+    DecisionSlot *slot = dslot(site);
+    Py_INCREF(site);
+    Py_INCREF(key);
+    Py_XSETREF(slot->site, site);
+    Py_XSETREF(slot->key, key);
+    slot->yes = yes;
+}
+
+static void dcache_clear(void) {
+    for (size_t i = 0; i < DCACHE_SLOTS; i++) {
+        Py_CLEAR(dcache[i].site);
+        Py_CLEAR(dcache[i].key);
+    }
+}
+
 /* Whether fn is a framework API (decide(fn)), remembered for the site; a failure is "no". */
 static int decided(PyObject *site, PyObject *fn, PyObject *key) {
+    DecisionSlot *slot = dslot(site);
+    if (slot->site == site && slot->key == key) return slot->yes;
     PyObject *entry = PyDict_GetItemWithError(decisions, site);
-    if (entry && PyTuple_GET_ITEM(entry, 0) == key) return PyTuple_GET_ITEM(entry, 1) == Py_True;
+    if (entry && PyTuple_GET_ITEM(entry, 0) == key) {
+        int yes = PyTuple_GET_ITEM(entry, 1) == Py_True;
+        dcache_put(site, key, yes);
+        return yes;
+    }
     PyErr_Clear();
     PyObject *answer = decide_call ? PyObject_CallOneArg(decide_call, fn) : NULL;
     int yes = answer ? PyObject_IsTrue(answer) == 1 : 0;
@@ -290,6 +326,7 @@ static int decided(PyObject *site, PyObject *fn, PyObject *key) {
     PyObject *fresh = PyTuple_Pack(2, key, yes ? Py_True : Py_False);
     if (!fresh || PyDict_SetItem(decisions, site, fresh) < 0) PyErr_Clear();
     Py_XDECREF(fresh);
+    dcache_put(site, key, yes);
     return yes;
 }
 
@@ -310,6 +347,7 @@ static PyObject *probe_dcall(PyObject *self, PyObject *const *args, Py_ssize_t n
 /* forget_decisions(): look at every dcall site's callee again (tests force the first call). */
 static PyObject *probe_forget_decisions(PyObject *self, PyObject *unused) {
     if (decisions) PyDict_Clear(decisions);
+    dcache_clear();
     Py_RETURN_NONE;
 }
 
@@ -432,6 +470,7 @@ static PyObject *probe_configure(PyObject *self, PyObject *args) {
     Py_XSETREF(sync_call, sync == Py_None ? NULL : Py_NewRef(sync));
     Py_XSETREF(decide_call, decide == Py_None ? NULL : Py_NewRef(decide));
     PyDict_Clear(decisions);
+    dcache_clear();
     Py_RETURN_NONE;
 }
 
