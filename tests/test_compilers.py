@@ -378,7 +378,8 @@ def test_every_probe_entry_point_compiles_to_the_plain_calls_graph() -> None:
         return gm.forward
 
     x = torch.ones(3)
-    for entry in dict.fromkeys((probe.call, probe._python_call, probe._call_with_gpu_sync)):
+    entries = (probe.call, probe._python_call, probe.dcall, probe._python_dcall)
+    for entry in dict.fromkeys(entries):
         dynamo.reset()
         graphs.clear()
 

@@ -49,7 +49,8 @@ KERAS_MODEL = dedent(
 
 
 def sites_of(root: Path, files: dict[str, str], **options: object) -> dict[str, dict[str, str]]:
-    """file → {written callee: canonical api} of the sites found in a project."""
+    """file → {written callee: canonical api} of the sites found in a project and named there
+    (not the calls of unknown callees decided at run time: test_runtime_resolved.py)."""
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(dedent(text), encoding="utf-8")
@@ -57,6 +58,8 @@ def sites_of(root: Path, files: dict[str, str], **options: object) -> dict[str, 
     assert result.ok, result.failures
     found: dict[str, dict[str, str]] = {}
     for site in result.sites.values():
+        if site["kind"] == "call":
+            continue
         found.setdefault(str(site["file"]), {})[str(site["written"])] = str(site["api"])
     return found
 
@@ -320,7 +323,7 @@ def test_sample_scripts_resolve_across_modules() -> None:
     found = {
         str(s["written"]): str(s["api"])
         for s in result.sites.values()
-        if s["file"] == "crossmodule.py"
+        if s["file"] == "crossmodule.py" and s["kind"] != "call"  # named here, not at run time
     }
     assert found == {
         "net": "fakeapi.Layer.__call__",

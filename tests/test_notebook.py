@@ -138,3 +138,63 @@ def test_a_failing_cell_raises_as_usual_and_puts_the_probe_back(ip):
     result = ip.run_cell("%%fecomlite\nraise KeyError('inside')\n")
     assert isinstance(result.error_in_exec, KeyError)
     assert probe._sender is sender
+
+
+OBJECTS_CELL = (
+    "import torch\n"
+    "net = torch.nn.Linear(4, 1)\n"
+    "opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+    "x = torch.ones(8, 4)"
+)
+TRAINING_LOOP = (
+    "for _ in range(4):\n"
+    "    loss = net(x).pow(2).mean()\n"
+    "    opt.zero_grad()\n"
+    "    loss.backward()\n"
+    "    opt.step()\n"
+)
+
+
+def test_a_python_cell_magics_body_is_instrumented_and_other_languages_are_named(tmp_path):
+    from fecomlite.instrument.names import DEFAULT_ROOTS, Roots
+    from fecomlite.instrument.notebook import instrument_notebook
+
+    nb = notebook(tmp_path / "nb.ipynb", OBJECTS_CELL, "%%time\n" + TRAINING_LOOP,
+                  "%%bash\necho hi")
+    rewrite, errors = instrument_notebook(nb.read_text(), "nb.ipynb", Roots(DEFAULT_ROOTS))
+    assert not errors
+    timed = {s["written"] for s in rewrite.sites if s.get("cell") == 2}
+    assert {"net", "opt.zero_grad", "loss.backward", "opt.step"} <= timed
+    cells = json.loads(rewrite.text)["cells"]
+    assert cells[2]["source"].startswith("%%time\n")  # the magic line is kept, first
+    assert cells[3]["source"] == "%%bash\necho hi"
+    assert any("nb.ipynb[3]" in note and "%%bash" in note for note in rewrite.notes)
+
+
+@pytest.mark.slow
+def test_run_records_a_timed_training_cell_on_objects_of_an_earlier_cell(home, tmp_path):
+    nb = notebook(tmp_path / "train.ipynb", OBJECTS_CELL, "%%time\n" + TRAINING_LOOP)
+    result = run_cli(tmp_path, "run", "--home", str(home), str(nb), "--repeat", "1", *FAST)
+    assert result.returncode == 0, result.stdout + result.stderr
+    with Store(home / "store.sqlite", create=False) as store:
+        run_id = max(r["id"] for r in store.runs())
+        rows = store.db.execute(
+            "SELECT s.key, count(*) FROM events e JOIN sites s ON s.id = e.site_id "
+            "WHERE e.run_id=? GROUP BY s.key", (run_id,)).fetchall()
+    per_line: dict[str, int] = {}
+    for key, n in rows:
+        if key.startswith("train.ipynb[2]:"):  # the %%time cell
+            line = key.split(":")[1]
+            per_line[line] = per_line.get(line, 0) + n
+    # net(x), .pow, .mean; zero_grad; backward; step: 4 iterations each
+    assert per_line == {"3": 12, "4": 4, "5": 4, "6": 4}, rows
+
+
+def test_the_magic_measures_training_on_objects_of_earlier_cells(ip):
+    ip.run_cell(OBJECTS_CELL)
+    result = ip.run_cell("%%fecomlite\n" + TRAINING_LOOP)
+    assert result.success, result.error_in_exec
+    rows = {r["api"]: r["calls"] for r in result.result.rows}
+    assert rows["torch.Tensor.backward"] == 4, rows
+    assert rows["torch.optim.SGD.step"] == 4 and rows["torch.optim.SGD.zero_grad"] == 4
+    assert rows["torch.nn.Linear.__call__"] == 4

@@ -204,7 +204,8 @@ def _frames(error: BaseException) -> list[str]:
 ENTRIES = {
     "call": probe.call,
     "python": probe._python_call,
-    "gpu-sync": probe._call_with_gpu_sync,
+    "dcall": probe.dcall,  # decided at run time: passed through or probed
+    "python-dcall": probe._python_dcall,
 }
 
 

@@ -4,7 +4,9 @@ under it.
 
 The cell is instrumented as the last cell of a small notebook whose first cell imports what
 the earlier cells bound (`torch`, `tf`, `nn` ...: modules read from the namespace), so
-names resolve to the canonical APIs (`torch.matmul`, not a site key). It runs inside
+names resolve to the canonical APIs (`torch.matmul`, not a site key). Calls on other objects
+of earlier cells (`model(x)`, `optimizer.step()`) are decided when they run (`probe.dcall`),
+against the magic's API roots. It runs inside
 `fecomlite.measure()` (the in-process sensors, no server); the probe's events stay in this
 process for the cell (its sender is set aside, then put back), and each domain's energy is
 shared among the calls by the attribution the report uses (overlap, idle estimated from the
@@ -28,7 +30,7 @@ from fecomlite.api.measure import Measurement, measure
 from fecomlite.api.sampler import _intervals
 from fecomlite.instrument.names import DEFAULT_ROOTS, Roots
 from fecomlite.instrument.notebook import instrument_notebook
-from fecomlite.runtime.names import adopted
+from fecomlite.runtime.names import adopted, set_roots
 from fecomlite.sensors.estimate import ABOVE_IDLE_MODELS
 
 CELL = "cell"
@@ -223,6 +225,9 @@ def fecomlite_magic(line: str, cell: str, shell: Any) -> CellReport:
     roots = Roots([*DEFAULT_ROOTS, *extra])
     source, sites = instrument_cell(cell, shell.user_ns, roots)
     in_run = bool(probe._config.url)
+    if not in_run:  # the run's manifest set them otherwise
+        set_roots(list(roots.names))
+        probe.forget_decisions()
     sink = _CellSink()
     saved = probe._sender
     if not in_run:

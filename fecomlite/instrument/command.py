@@ -65,11 +65,18 @@ def _print_sites(result: InstrumentResult) -> None:
     width = max((len(key) for key in result.sites), default=0)
     for key, site in result.sites.items():
         console.print(
-            f"{escape(key):<{width}}  [bold]{escape(str(site['api']))}[/]  {site['kind']}  "
+            f"{escape(key):<{width}}  [bold]{escape(str(site['api']))}[/]  {_how(site)}  "
             f"[dim]{escape(str(site['written']))} in {escape(str(site['function']))}[/]",
             highlight=False,
             soft_wrap=True,
         )
+
+
+def _how(site: dict[str, object]) -> str:
+    """The site's kind, and whether its callee is decided when the call runs."""
+    if site.get("resolved") != "runtime":
+        return str(site["kind"])
+    return "run time" if site["kind"] == "call" else f"{site['kind']}, run time"
 
 
 def _print_summary(result: InstrumentResult) -> None:

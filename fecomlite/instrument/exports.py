@@ -48,6 +48,8 @@ class Export:
 
     kind: str  # "class" | "instance" (of such a class) | "object" (a framework call's result)
     # | "api" (a framework name a module's import binds; only for star imports of it)
+    # | "code" (the user's own undecorated function or class of no framework base: calling it
+    # runs the project's code, never a framework API by itself)
     api: str  # canonical framework base (class, instance) or the object's type name
     name: str = ""  # the user's class name (class, instance)
     members: frozenset[str] = frozenset()  # defined by the user's class or its project bases
@@ -123,6 +125,7 @@ class _Module:
     stars: list[str] = field(default_factory=list)  # star-imported modules, absolute
     # (compiler, function) as written in `compiler(function, ...)` and `compiler(...)(function)`
     compiles: list[tuple[str, str]] = field(default_factory=list)
+    code: set[str] = field(default_factory=set)  # undecorated top-level functions and classes
 
     def bind(self, name: str, imported: str | None = None) -> None:
         """A top-level binding: it replaces whatever the name was bound to before; `imported`
@@ -130,6 +133,7 @@ class _Module:
         self.bound.add(name)
         self.classes.pop(name, None)
         self.calls.pop(name, None)
+        self.code.discard(name)
         if imported is None:
             self.imports.pop(name, None)
         else:
@@ -221,6 +225,8 @@ def _read(module: _Module, body: Iterable[ast.stmt]) -> None:
         elif isinstance(stmt, ast.ClassDef):
             module.bind(stmt.name)
             module.classes[stmt.name] = _class_text(stmt)
+            if not stmt.decorator_list:
+                module.code.add(stmt.name)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
             callee = _dotted(stmt.value.func) if isinstance(stmt.value, ast.Call) else None
@@ -235,6 +241,8 @@ def _read(module: _Module, body: Iterable[ast.stmt]) -> None:
             module.declared = None  # extended: what it lists is not known here
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             module.bind(stmt.name)
+            if not stmt.decorator_list:
+                module.code.add(stmt.name)
         elif isinstance(stmt, ast.If):
             _read(module, stmt.body)
             _read(module, stmt.orelse)
@@ -421,6 +429,8 @@ def build_table(sources: Mapping[str, str], roots: Roots) -> ProjectTable:
             found = builder.export(name, local)
             if found is not None:
                 exports[local] = found
+        for local in module.code - exports.keys() - table.traced.get(name, set()):
+            exports[local] = Export("code", f"{name}.{local}", local)
         if exports:
             table.exports[name] = exports
         apis = tuple(sorted((local, qualified) for local, qualified in module.imports.items()
@@ -443,11 +453,6 @@ class Project:
             parts = name.split(".")
             modules.update(".".join(parts[:cut]) for cut in range(1, len(parts) + 1))
         self.modules = frozenset(modules)
-        # A file that mentions none of these cannot import an exported name, nor star-import
-        # a framework name.
-        reach = modules | {name for name, info in self.stars.items()
-                           if info.apis or info.star_imports}
-        self.words = tuple(sorted({part for name in reach for part in name.split(".")}))
 
     def view(self, rel: str) -> ProjectView:
         identities = module_identities(rel)

@@ -41,7 +41,7 @@ names the wrong API.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 DEFAULT_ROOTS: tuple[str, ...] = ("tensorflow", "keras", "tf_keras", "torch")
 
@@ -162,7 +162,6 @@ class Roots:
 
     def __init__(self, roots: Iterable[str]) -> None:
         self.names: tuple[str, ...] = tuple(dict.fromkeys(r.strip() for r in roots if r.strip()))
-        self._firsts = frozenset(r.split(".", 1)[0] for r in self.names)
 
     def covers(self, qualified: str) -> bool:
         """Whether a qualified name lies under a root (its calls are wrapped)."""
@@ -179,7 +178,3 @@ class Roots:
             if (name == r or name.startswith(r + ".")) and len(r) > len(best):
                 best = r
         return best or name.split(".", 1)[0]
-
-    def first_components(self) -> Sequence[str]:
-        """Top-level package names; a file that mentions none of them cannot import a root."""
-        return sorted(self._firsts)

@@ -6,10 +6,13 @@ own site keys (``train.ipynb[3]:2:4`` is cell 3, line 2 of that cell: lines coun
 cell's start) and, when it has sites, its own probe import, since cells run in any order.
 
 IPython syntax is not Python: line magics (``%time``), shell escapes (``!ls``, ``x = !ls``),
-help (``obj?``) and cell magics (``%%bash``) are kept byte-for-byte. Before parsing, each such
-line becomes a ``pass`` placeholder at its indentation (so no line moves) and afterwards the
-original line is put back. A candidate line inside a multi-line string is left alone. A cell
-that does not parse is reported; the other cells are still instrumented.
+help (``obj?``) and the first line of a Python cell magic (``%%time``, ``%%timeit``,
+``%%capture``, ``%%prun``: their body is Python run in the notebook's namespace, and is
+instrumented) are kept byte-for-byte. Before parsing, each such line becomes a ``pass``
+placeholder at its indentation (so no line moves) and afterwards the original line is put back.
+A candidate line inside a multi-line string is left alone. A cell that does not parse is
+reported; a cell of another language (``%%bash``, ``%%writefile``) is named in a note; the other
+cells are still instrumented.
 """
 
 from __future__ import annotations
@@ -38,6 +41,19 @@ _MAGIC = re.compile(
     r"|[^#\n]*\?\??[ \t]*$"  # obj? / obj??
     r"|[\w.,()\[\] \t]+=[ \t]*[%!])"  # files = !ls, t = %timeit -o f()
 )
+
+
+# Cell magics whose body is Python run in the notebook's own namespace.
+PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
+
+
+def other_language(source: str) -> str | None:
+    """The cell magic of a cell whose body is not this notebook's Python (``bash``), else None."""
+    stripped = source.lstrip()
+    if not stripped.startswith("%%"):
+        return None
+    name = stripped[2:].split(None, 1)[0] if stripped[2:].strip() else ""
+    return None if name in PYTHON_CELL_MAGICS else name or "%%"
 
 
 class NotebookError(SourceError):
@@ -69,18 +85,25 @@ def instrument_notebook(
         raise SourceError(1, 1, f"not a Jupyter notebook: {error}") from error
     parts: list[_Cell] = []
     errors: list[NotebookError] = []
+    notes: list[str] = []
     for index, cell in enumerate(cells):
         if cell.get("cell_type") != "code":
             continue
         source = _cell_text(cell)
-        if not source.strip() or source.lstrip().startswith("%%"):
-            continue  # empty, or a cell magic: the whole cell is another language
+        if not source.strip():
+            continue
+        magic = other_language(source)
+        if magic is not None:
+            why = ("the %%fecomlite magic instruments it when it runs" if magic == "fecomlite"
+                   else f"a %%{magic} cell is not Python run in the notebook's namespace")
+            notes.append(f"{relpath}[{index}]: not instrumented here: {why}")
+            continue
         try:
             parts.append(_prepare(index, source, f"{relpath}[{index}]"))
         except SourceError as error:
             errors.append(NotebookError(index, error.line, error.col, error.message))
     if not parts:
-        return Rewrite(None), errors
+        return Rewrite(None, notes=notes), errors
     segments, first_line = [], 1
     for part in parts:
         segments.append(
@@ -92,6 +115,7 @@ def instrument_notebook(
     whole = "".join(part.masked for part in parts)
     tree = parse_check(whole, relpath, top_level_await=True)
     rewrite = instrument_segments(whole, tree, segments, roots, project)
+    rewrite.notes[:0] = notes
     if rewrite.text is not None:
         _put_back(cells, parts, rewrite)
         rewrite.text = json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"

@@ -109,7 +109,8 @@ class InstrumentResult:
 
     @property
     def sites_by_root(self) -> dict[str, int]:
-        return dict(Counter(str(site["root"]) for site in self.sites.values()).most_common())
+        roots = (str(site["root"]) or "decided at run time" for site in self.sites.values())
+        return dict(Counter(roots).most_common())
 
 
 def default_out(path: Path) -> Path:

@@ -507,7 +507,19 @@ class _Super:
     """The builtin ``super``."""
 
 
+class _Plain:
+    """A value the program builds itself (a literal, a comprehension, a builtin's result, a
+    module outside the roots and the project), and whatever is reached from it: never a
+    framework object, so its calls are neither wrapped nor resolved at run time."""
+
+
 SUPER = _Super()
+PLAIN = _Plain()
+_LITERALS = (
+    cst.List, cst.Dict, cst.Set, cst.Tuple, cst.ListComp, cst.DictComp, cst.SetComp,
+    cst.GeneratorExp, cst.SimpleString, cst.ConcatenatedString, cst.FormattedString,
+    cst.Integer, cst.Float, cst.Imaginary,
+)
 Value = (
     Api
     | Obj
@@ -517,6 +529,7 @@ Value = (
     | UserFunc
     | SuperOf
     | _Super
+    | _Plain
     | ProjectModule
     | ImportedClass
     | ImportedInstance
@@ -540,6 +553,9 @@ class Site:
     kind: str
     root: str
     compiled: Compiled | None = None
+    # "runtime": the callee is looked at when the call runs (`probe.dcall`): of unknown origin,
+    # or a member of a framework call's result of unknown type (`f/method`)
+    resolved: str = "static"
     # (N, function) for a call inside a function the module calls in `for _ in range(N)` loops
     # of that one function: the epochs around a training step written in another function
     outer_epochs: tuple[str, str] | None = None
@@ -575,6 +591,8 @@ class Resolver:
         self._compilers: dict[FuncInfo, str | None] = {}
         self._trains: dict[FuncInfo, tuple[bool, str]] = {}
         self._by_callee_name: dict[str, list[CallRecord]] | None = None
+        modules = project.project.stars if project is not None else {}
+        self._project_packages = frozenset(name.split(".", 1)[0] for name in modules)
 
     # -- expressions
 
@@ -601,6 +619,8 @@ class Resolver:
         if isinstance(node, cst.IfExp):
             body = self.value(node.body)
             return body if body == self.value(node.orelse) else None
+        if isinstance(node, _LITERALS):
+            return PLAIN
         return None
 
     def _name(self, node: cst.Name | cst.Attribute, name: str) -> Value:
@@ -608,7 +628,8 @@ class Resolver:
 
         libcst's scope analysis already drops assignments that come later in the same scope;
         of the rest (branches, ``try: import x / except ImportError: x = None``, globals set
-        anywhere) the latest with a known value wins.
+        anywhere) the latest with a known framework or project value wins; a plain value
+        (``PLAIN``) only where all of them are plain.
         """
         referents = self.referents.get(node)
         if referents is None:
@@ -618,14 +639,16 @@ class Resolver:
         ordered = sorted(
             referents, key=lambda a: self.col.order.get(getattr(a, "node", None), 0), reverse=True
         )
-        for assignment in ordered:
-            found = self._binding(assignment, name)
-            if found is not None:
-                return found
-        return None
+        found = [self._binding(assignment, name) for assignment in ordered]
+        known = [value for value in found if value is not None and value is not PLAIN]
+        if known:
+            return known[0]
+        # the program's own value only where every assignment it may see gives one
+        return PLAIN if found and all(value is PLAIN for value in found) else None
 
     def _binding(self, assignment: Any, name: str) -> Value:
         if isinstance(assignment, ImportAssignment):
+            foreign = True
             for qualified in assignment.get_qualified_names_for(name):
                 q = qualified.name
                 if not q.startswith(".") and self.roots.leads_to(q):
@@ -634,9 +657,10 @@ class Resolver:
                     found = self._imported(self.project.lookup(q))
                     if found is not None:
                         return found
-            return None
+                foreign = foreign and not self._in_project(q)
+            return PLAIN if foreign else None
         if isinstance(assignment, BuiltinAssignment):
-            return SUPER if name == "super" else None
+            return SUPER if name == "super" else PLAIN
         node = assignment.node
         if isinstance(node, cst.Name):
             bound = self.col.bindings.get(node)
@@ -651,6 +675,13 @@ class Resolver:
             return self.param(node)
         return None
 
+    def _in_project(self, qualified: str) -> bool:
+        """Whether an imported name may come from the project itself (a relative import, or a
+        module of the project): its functions may return framework objects."""
+        if qualified.startswith("."):
+            return True
+        return qualified.split(".", 1)[0] in self._project_packages
+
     @staticmethod
     def _imported(found: Export | str | None) -> Value:
         if isinstance(found, str):
@@ -663,6 +694,8 @@ class Resolver:
             return ImportedClass(found)
         if found.kind == "instance":
             return ImportedInstance(found)
+        if found.kind == "code":
+            return PLAIN
         return Obj(found.api)
 
     def _star_import(self, name: str) -> Value:
@@ -712,6 +745,8 @@ class Resolver:
         return self._stars
 
     def attribute(self, base: Value, attr: str) -> Value:
+        if base is PLAIN:
+            return PLAIN
         if isinstance(base, Api):
             qualified = f"{base.raw}.{attr}"
             return Api(qualified) if self.roots.leads_to(qualified) else None
@@ -1094,19 +1129,18 @@ def find_sites(
         if record.in_annotation or any(node in compiled for node in record.chain):
             continue
         resolution, _ = resolver.call(record.node)
+        inner = record.chain[-1] if record.chain else None
+        outer = epochs.get(inner) if len(record.loops) == 1 else None
         if resolution is not None:
-            inner = record.chain[-1] if record.chain else None
-            outer = epochs.get(inner) if len(record.loops) == 1 else None
-            sites.append(
-                Site(
-                    record,
-                    resolution.api,
-                    resolution.kind,
-                    roots.root_of(resolution.api),
-                    resolution.compiled,
-                    outer,
-                )
-            )
+            # a member of a result of unknown type may be no framework's (`probs.argmax()` on
+            # a NumPy array): looked at when it runs, named statically only as a fallback
+            resolved = "runtime" if RESULT in resolution.api else "static"
+            root = roots.root_of(resolution.api)
+            sites.append(Site(record, resolution.api, resolution.kind, root,
+                              resolution.compiled, resolved, outer))
+        elif not record.awaited and resolver.value(record.node.func) is None:
+            written = get_full_name_for_node(record.node.func) or "<call>"
+            sites.append(Site(record, written, "call", "", None, "runtime", outer))
     return collected, sites
 
 

@@ -16,7 +16,6 @@ import bisect
 import json
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -113,11 +112,6 @@ def parse_check(text: str, filename: str, *, top_level_await: bool = False) -> a
         raise SourceError(1, 1, str(error)) from error
 
 
-@lru_cache(maxsize=64)
-def _mentions(words: tuple[str, ...]) -> re.Pattern[str]:
-    return re.compile(r"\b(?:" + "|".join(re.escape(w) for w in words) + r")\b")
-
-
 def instrument_source(
     text: str, key_prefix: str, roots: Roots, project: ProjectView | None = None
 ) -> Rewrite:
@@ -137,11 +131,6 @@ def instrument_segments(
     """Instrument ``text`` (parsed as ``tree``), resolved as one module, keyed by segment."""
     if PROBE in text:
         raise SourceError(1, 1, f"already instrumented (it uses {PROBE}); refusing to wrap twice")
-    words = tuple(roots.first_components())
-    if project is not None:
-        words += project.project.words
-    if not _mentions(words).search(text):
-        return Rewrite(None)  # cannot import any root or exported name: nothing can resolve
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as error:
@@ -281,7 +270,7 @@ def _splice(
             continue
         local_line = span.line - segment.first_line + 1
         first_site[index] = min(first_site.get(index, local_line), local_line)
-        wrapper = "acall" if record.awaited else "call"
+        wrapper = "acall" if record.awaited else "dcall" if site.resolved == "runtime" else "call"
         edits.append((span.start, 0, f"{PROBE}.{wrapper}({literal}, "))
         args = record.node.args
         genexp = (
@@ -308,6 +297,8 @@ def _splice(
             "function": record.function,
             "source": first_line[:200],
         }
+        if site.resolved == "runtime":  # the probe decides when it runs (`probe.dcall`)
+            entry["resolved"] = "runtime"
         if segment.cell is not None:
             entry["cell"] = segment.cell
         if site.compiled is not None:  # shown as `train_step (tf.function)` per site

@@ -6,8 +6,17 @@
  * (CLOCK_MONOTONIC, the clock time.monotonic_ns reads), and events land in C arrays that drain()
  * hands over as bytes, ready to send. fecomlite/runtime/probe.py falls back to pure Python without it.
  * All state is touched with the GIL held, so appends and drains never interleave.
- * To compilers the module is invisible: probe_compilers.py registers `call` with dynamo as the
- * plain fn(*args, **kwargs), and a tracer's calls never take the Python slow path (bypass).
+ * To compilers the module is invisible: compilers.py registers `call` and `dcall` with dynamo as
+ * the plain fn(*args, **kwargs).
+ *
+ * No Python frame of the probe stands between the user's frame and the callee on any path: the
+ * sized path calls the Python helpers `before(...)` and `after(...)` around a direct call of fn
+ * (caller-frame APIs such as `torch.fx.wrap`, TorchScript's scope lookup, `warnings` attribution
+ * and `inspect.stack()` see the user's frame).
+ *
+ * dcall(site, fn, ...): a call whose callee the instrumenter could not name. The callee is looked
+ * at once per site (and again when what it is changes: `callee_key`); a framework callee takes
+ * `call`, anything else is called straight through (a dict lookup and a compare).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -25,9 +34,14 @@ typedef struct {
 } Buffer;
 
 static Buffer buf;
-static PyObject *fast_sites = NULL; /* set of sites on the timestamps-only path */
-static PyObject *slow_call = NULL;  /* python: slow(site, fn, args_tuple, kwargs_dict) */
-static PyObject *bypass = NULL;     /* python: bypass() -> True while a compiler traces calls */
+static PyObject *fast_sites = NULL;  /* set of sites on the timestamps-only path */
+/* python: before(site, fn, args, kwargs) -> (args, kwargs, state), or None: call it plainly */
+static PyObject *before_call = NULL;
+/* python: after(site, fn, args, kwargs, result, raised, t0, t1, state); never raises */
+static PyObject *after_call = NULL;
+static PyObject *sync_call = NULL;   /* python: wait for the GPU (FECOMLITE_SYNC), or NULL */
+static PyObject *decide_call = NULL; /* python: decide(fn) -> True for a framework callee */
+static PyObject *decisions = NULL;   /* dcall sites: site -> (callee key, True | False) */
 
 /* The calls in progress, per thread, for the live view (`open_calls`): a fixed table of thread
  * slots, each a short stack of (site, start). A call pushes before it runs and pops when it
@@ -139,45 +153,105 @@ static int append(PyObject *site, int64_t t0, int64_t t1, uint64_t tid, int stat
     return 0;
 }
 
-static PyObject *slow_path(PyObject *site, PyObject *fn, PyObject *const *args,
-                           Py_ssize_t nargs, PyObject *kwnames) {
-    PyObject *tuple = PyTuple_New(nargs);
-    if (!tuple) return NULL;
-    for (Py_ssize_t i = 0; i < nargs; i++) {
-        Py_INCREF(args[i]);
-        PyTuple_SET_ITEM(tuple, i, args[i]);
+/* The GPU wait around a call (FECOMLITE_SYNC); a failing wait is the probe's, never the user's:
+ * an exception in flight is kept as it was. */
+static void gpu_sync(void) {
+    if (!sync_call) return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *done = PyObject_CallNoArgs(sync_call);
+    if (done) Py_DECREF(done); else PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+}
+
+/* fn(*args) timed: the fast path. */
+static PyObject *timed_call(PyObject *site, PyObject *fn, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames, uint64_t tid) {
+    gpu_sync();
+    int64_t t0 = now_ns();
+    open_push(tid, site, t0);
+    PyObject *result = PyObject_Vectorcall(fn, args, nargs, kwnames);
+    gpu_sync();
+    int64_t t1 = now_ns();
+    open_pop(site, t0);
+    if (append(site, t0, t1, tid, result == NULL, -1, -1) < 0) {
+        /* out of memory: the event is lost, the user's result is not */
+        if (result) PyErr_Clear(); else return NULL;
     }
-    PyObject *kwargs = PyDict_New();
-    if (!kwargs) { Py_DECREF(tuple); return NULL; }
-    if (kwnames) {
-        Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
-        for (Py_ssize_t i = 0; i < nk; i++) {
-            if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0) {
-                Py_DECREF(tuple);
-                Py_DECREF(kwargs);
-                return NULL;
-            }
-        }
-    }
-    PyObject *result = PyObject_CallFunctionObjArgs(slow_call, site, fn, tuple, kwargs, NULL);
-    Py_DECREF(tuple);
-    Py_DECREF(kwargs);
     return result;
 }
 
-/* Whether a compiler traces the call now (no sized path then: its Python frames and size reads
- * would enter the traced graph). Asked only where the slow path would run, so the fast path
- * pays nothing; a failing predicate counts as "no". */
-static int bypassing(void) {
-    if (!bypass) return 0;
-    PyObject *answer = PyObject_CallNoArgs(bypass);
-    if (!answer) {
-        PyErr_Clear();
-        return 0;
+static PyObject *as_tuple(PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *tuple = PyTuple_New(nargs);
+    for (Py_ssize_t i = 0; tuple && i < nargs; i++) PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
+    return tuple;
+}
+
+static PyObject *as_kwargs(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *kwargs = PyDict_New();
+    if (!kwargs || !kwnames) return kwargs;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); i++) {
+        if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0) {
+            Py_DECREF(kwargs);
+            return NULL;
+        }
     }
-    int yes = PyObject_IsTrue(answer) == 1;
-    Py_DECREF(answer);
-    return yes;
+    return kwargs;
+}
+
+/* after(...) with the call's outcome; whatever it does, the user's result or exception stands. */
+static void call_after(PyObject *site, PyObject *fn, PyObject *prepared, PyObject *result,
+                       int64_t t0, int64_t t1) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *t0o = PyLong_FromLongLong(t0), *t1o = PyLong_FromLongLong(t1);
+    PyObject *done = NULL;
+    if (t0o && t1o)
+        done = PyObject_CallFunctionObjArgs(
+            after_call, site, fn, PyTuple_GET_ITEM(prepared, 0), PyTuple_GET_ITEM(prepared, 1),
+            result ? result : Py_None, result ? Py_False : Py_True, t0o, t1o,
+            PyTuple_GET_ITEM(prepared, 2), NULL);
+    if (done) Py_DECREF(done); else PyErr_Clear();
+    Py_XDECREF(t0o);
+    Py_XDECREF(t1o);
+    PyErr_Restore(type, value, tb);
+}
+
+/* The sized path: before(), then fn called from here (no Python frame of the probe in between),
+ * then after(). before() answering None (a tracer's call), or failing, leaves the fast path. */
+static PyObject *sized_call(PyObject *site, PyObject *fn, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames, uint64_t tid) {
+    PyObject *tuple = as_tuple(args, nargs);
+    PyObject *kwargs = tuple ? as_kwargs(args, nargs, kwnames) : NULL;
+    PyObject *prepared = NULL;
+    if (kwargs)
+        prepared = PyObject_CallFunctionObjArgs(before_call, site, fn, tuple, kwargs, NULL);
+    Py_XDECREF(tuple);
+    Py_XDECREF(kwargs);
+    if (!prepared) PyErr_Clear();
+    if (!prepared || !PyTuple_CheckExact(prepared) || PyTuple_GET_SIZE(prepared) != 3 ||
+        !PyTuple_CheckExact(PyTuple_GET_ITEM(prepared, 0)) ||
+        !PyDict_CheckExact(PyTuple_GET_ITEM(prepared, 1))) {
+        Py_XDECREF(prepared);
+        return timed_call(site, fn, args, nargs, kwnames, tid);
+    }
+    int64_t t0 = now_ns();
+    open_push(tid, site, t0);
+    PyObject *result = PyObject_Call(fn, PyTuple_GET_ITEM(prepared, 0),
+                                     PyTuple_GET_ITEM(prepared, 1));
+    int64_t t1 = now_ns();
+    open_pop(site, t0);
+    call_after(site, fn, prepared, result, t0, t1);
+    Py_DECREF(prepared);
+    return result;
+}
+
+static PyObject *probe_call_at(PyObject *site, PyObject *fn, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames) {
+    uint64_t tid = PyThread_get_thread_ident();
+    if (before_call && after_call && (!fast_sites || PySet_Contains(fast_sites, site) != 1))
+        return sized_call(site, fn, args, nargs, kwnames, tid);
+    return timed_call(site, fn, args, nargs, kwnames, tid);
 }
 
 /* call(site, fn, /, *args, **kwargs) -> fn(*args, **kwargs), timed. */
@@ -188,25 +262,93 @@ static PyObject *probe_call(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_TypeError, "call(site, fn, /, *args, **kwargs)");
         return NULL;
     }
+    return probe_call_at(args[0], args[1], args + 2, nargs - 2, kwnames);
+}
+
+/* What a dcall site's decision holds for: the function itself (a plain or bound method's
+ * function, a class), the receiver's type for a C method, else the callable object's type. A
+ * borrowed reference. */
+static PyObject *callee_key(PyObject *fn) {
+    if (PyMethod_Check(fn)) return PyMethod_GET_FUNCTION(fn);
+    if (PyCFunction_Check(fn)) {
+        PyObject *owner = PyCFunction_GET_SELF(fn);
+        return owner && !PyModule_Check(owner) ? (PyObject *)Py_TYPE(owner) : fn;
+    }
+    if (PyFunction_Check(fn) || PyType_Check(fn)) return fn;
+    return (PyObject *)Py_TYPE(fn);
+}
+
+/* A direct-mapped cache in front of `decisions`, by the site object's address (a site key is
+ * a constant of the user's code: one object per site): a hit is two compares. A slot holds
+ * references to its site and key, so neither address can be reused while it is cached. */
+#define DCACHE_SLOTS 4096
+typedef struct {
+    PyObject *site, *key;
+    int yes;
+} DecisionSlot;
+static DecisionSlot dcache[DCACHE_SLOTS];
+
+static inline DecisionSlot *dslot(PyObject *site) {
+    return &dcache[((uintptr_t)site >> 4) & (DCACHE_SLOTS - 1)];
+}
+
+static void dcache_put(PyObject *site, PyObject *key, int yes) {
+    DecisionSlot *slot = dslot(site);
+    Py_INCREF(site);
+    Py_INCREF(key);
+    Py_XSETREF(slot->site, site);
+    Py_XSETREF(slot->key, key);
+    slot->yes = yes;
+}
+
+static void dcache_clear(void) {
+    for (size_t i = 0; i < DCACHE_SLOTS; i++) {
+        Py_CLEAR(dcache[i].site);
+        Py_CLEAR(dcache[i].key);
+    }
+}
+
+/* Whether fn is a framework API (decide(fn)), remembered for the site; a failure is "no". */
+static int decided(PyObject *site, PyObject *fn, PyObject *key) {
+    DecisionSlot *slot = dslot(site);
+    if (slot->site == site && slot->key == key) return slot->yes;
+    PyObject *entry = PyDict_GetItemWithError(decisions, site);
+    if (entry && PyTuple_GET_ITEM(entry, 0) == key) {
+        int yes = PyTuple_GET_ITEM(entry, 1) == Py_True;
+        dcache_put(site, key, yes);
+        return yes;
+    }
+    PyErr_Clear();
+    PyObject *answer = decide_call ? PyObject_CallOneArg(decide_call, fn) : NULL;
+    int yes = answer ? PyObject_IsTrue(answer) == 1 : 0;
+    Py_XDECREF(answer);
+    PyErr_Clear();
+    PyObject *fresh = PyTuple_Pack(2, key, yes ? Py_True : Py_False);
+    if (!fresh || PyDict_SetItem(decisions, site, fresh) < 0) PyErr_Clear();
+    Py_XDECREF(fresh);
+    dcache_put(site, key, yes);
+    return yes;
+}
+
+/* dcall(site, fn, /, *args, **kwargs): `call` for a framework callee, else fn(*args) as is. */
+static PyObject *probe_dcall(PyObject *self, PyObject *const *args, Py_ssize_t nargsf,
+                             PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs < 2) {
+        PyErr_SetString(PyExc_TypeError, "dcall(site, fn, /, *args, **kwargs)");
+        return NULL;
+    }
     PyObject *site = args[0], *fn = args[1];
-    uint64_t tid = PyThread_get_thread_ident();
-    if (slow_call && (!fast_sites || PySet_Contains(fast_sites, site) != 1) && !bypassing()) {
-        int64_t opened = now_ns();
-        open_push(tid, site, opened);
-        PyObject *result = slow_path(site, fn, args + 2, nargs - 2, kwnames); /* hides its frame */
-        open_pop(site, opened);
-        return result;
-    }
-    int64_t t0 = now_ns();
-    open_push(tid, site, t0);
-    PyObject *result = PyObject_Vectorcall(fn, args + 2, nargs - 2, kwnames);
-    int64_t t1 = now_ns();
-    open_pop(site, t0);
-    if (append(site, t0, t1, tid, result == NULL, -1, -1) < 0) {
-        /* out of memory: the event is lost, the user's result is not */
-        if (result) PyErr_Clear(); else return NULL;
-    }
-    return result;
+    if (decisions && decided(site, fn, callee_key(fn)))
+        return probe_call_at(site, fn, args + 2, nargs - 2, kwnames);
+    return PyObject_Vectorcall(fn, args + 2, nargs - 2, kwnames);
+}
+
+/* forget_decisions(): look at every dcall site's callee again (tests force the first call). */
+static PyObject *probe_forget_decisions(PyObject *self, PyObject *unused) {
+    if (decisions) PyDict_Clear(decisions);
+    dcache_clear();
+    Py_RETURN_NONE;
 }
 
 /* record(site, t0, t1, status=0, in_bytes=-1, out_bytes=-1, tid=0): tid 0 is this thread; another
@@ -313,18 +455,22 @@ static PyObject *probe_pending(PyObject *self, PyObject *unused) {
     return PyLong_FromSsize_t(buf.len);
 }
 
+/* configure(fast_sites, before, after, sync=None, decide=None) */
 static PyObject *probe_configure(PyObject *self, PyObject *args) {
-    PyObject *fast, *slow, *skip = Py_None;
-    if (!PyArg_ParseTuple(args, "OO|O", &fast, &slow, &skip)) return NULL;
+    PyObject *fast, *before, *after, *sync = Py_None, *decide = Py_None;
+    if (!PyArg_ParseTuple(args, "OOO|OO", &fast, &before, &after, &sync, &decide)) return NULL;
     if (!PyAnySet_Check(fast)) {
         PyErr_SetString(PyExc_TypeError, "fast sites must be a set");
         return NULL;
     }
-    Py_INCREF(fast);
-    Py_INCREF(slow);
-    Py_XSETREF(fast_sites, fast);
-    Py_XSETREF(slow_call, slow);
-    Py_XSETREF(bypass, skip == Py_None ? NULL : Py_NewRef(skip));
+    if (!decisions && !(decisions = PyDict_New())) return NULL;
+    Py_XSETREF(fast_sites, Py_NewRef(fast));
+    Py_XSETREF(before_call, Py_NewRef(before));
+    Py_XSETREF(after_call, Py_NewRef(after));
+    Py_XSETREF(sync_call, sync == Py_None ? NULL : Py_NewRef(sync));
+    Py_XSETREF(decide_call, decide == Py_None ? NULL : Py_NewRef(decide));
+    PyDict_Clear(decisions);
+    dcache_clear();
     Py_RETURN_NONE;
 }
 
@@ -428,6 +574,11 @@ static PyTypeObject RegionType = {
 static PyMethodDef methods[] = {
     {"call", (PyCFunction)(void (*)(void))probe_call, METH_FASTCALL | METH_KEYWORDS,
      "call(site, fn, /, *args, **kwargs): call fn and record when it ran."},
+    {"dcall", (PyCFunction)(void (*)(void))probe_dcall, METH_FASTCALL | METH_KEYWORDS,
+     "dcall(site, fn, /, *args, **kwargs): `call` when fn is a framework API (decided once per "
+     "site and callee), else fn(*args, **kwargs) untouched."},
+    {"forget_decisions", probe_forget_decisions, METH_NOARGS,
+     "Decide every dcall site's callee again on its next call."},
     {"record", (PyCFunction)(void (*)(void))probe_record, METH_VARARGS | METH_KEYWORDS,
      "record(site, t0, t1, status=0, in_bytes=-1, out_bytes=-1, tid=0): append one event "
      "(tid 0: this thread's)."},
@@ -438,8 +589,8 @@ static PyMethodDef methods[] = {
      "The calls in progress: [(tid, depth, [(site, t0_ns), ...] outermost first)]."},
     {"forget_open", probe_forget_open, METH_NOARGS, "Clear the calls in progress (a forked child)."},
     {"configure", probe_configure, METH_VARARGS,
-     "configure(fast_sites, slow_call, bypass=None): where calls of other sites go, and when "
-     "they stay on the fast path all the same (bypass() is true)."},
+     "configure(fast_sites, before, after, sync=None, decide=None): the sized path's helpers "
+     "for sites not in fast_sites, the GPU wait around every call, and dcall's judge."},
     {"now", probe_now, METH_NOARGS, "CLOCK_MONOTONIC in ns (time.monotonic_ns)."},
     {NULL, NULL, 0, NULL},
 };

@@ -7,9 +7,16 @@
   body is `fn(*args, **kwargs)`: the graph is the original's, and the compiled code never calls
   the probe. Registration waits for the program to import `torch._dynamo` (the probe never
   imports torch), by a one-shot import hook.
-* The JIT tracer (`torch.jit.trace`, and `make_fx`/export tracing) runs calls eagerly and names
-  each value after the Python frame that made it; the sized path's frames and size reads would
-  differ between the invocations `trace` compares. While one traces, calls stay on the fast path.
+  dynamo also never traces into the probe's own code: after a graph break, the rest of a
+  compiled function runs eagerly with dynamo still looking at each new frame, and the probe's
+  helpers (`before`/`after` of the sized path, the run-time decision) would be compiled as frames
+  of their own, with breaks and warnings of their own. Their code objects are marked skipped,
+  with every frame they call (`set_code_exec_strategy`); the pure-Python entry points, skipped
+  alone (the user's callee they call is compiled as without the probe).
+* The JIT tracer (`torch.jit.trace`, and `make_fx`/export tracing) and FX's symbolic tracer run
+  calls with values that record what is done to them (proxies, fake tensors): a size read would
+  become part of the graph. While one traces, or when a call's arguments are such values
+  (`traced_values`), calls stay on the fast path and nothing is read from them.
 * TorchScript compiles source text: `source.py` serves the user's original text.
 """
 
@@ -36,17 +43,58 @@ def tracing() -> bool:
     torch = sys.modules.get("torch")
     if torch is None:
         return False
+    fx = sys.modules.get("torch.fx._symbolic_trace")
     try:
-        return torch._C._get_tracing_state() is not None or bool(torch.compiler.is_compiling())
+        return (
+            torch._C._get_tracing_state() is not None
+            or bool(torch.compiler.is_compiling())
+            or (fx is not None and bool(getattr(fx, "_is_fx_tracing_flag", False)))
+        )
     except Exception:  # a torch still importing, or one without these: not tracing
         return False
 
 
-def register_with_dynamo(entry_points: Iterable[Callable[..., Any]]) -> None:
-    """Make dynamo trace each entry point as `plain_call`, now or once it is imported."""
+def _tracer_types() -> tuple[type, ...]:
+    """The classes of values that record what is done to them, among those already imported."""
+    found = []
+    for module, name in _TRACER_CLASSES:
+        cls = getattr(sys.modules.get(module), name, None)
+        if isinstance(cls, type):
+            found.append(cls)
+    return tuple(found)
+
+
+_TRACER_CLASSES = (("torch.fx.proxy", "Proxy"), ("torch._subclasses.fake_tensor", "FakeTensor"),
+                   ("jax.core", "Tracer"))
+
+
+def traced_values(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether the callee, its receiver or an argument (one level into lists and tuples) is a
+    tracer's value: reading its size would record the read."""
+    kinds = _tracer_types()
+    if not kinds:
+        return False
+    values = [fn, getattr(fn, "__self__", None), *args, *kwargs.values()]
+    for value in values:
+        if isinstance(value, kinds):
+            return True
+        if isinstance(value, (list, tuple)) and any(isinstance(v, kinds) for v in value[:64]):
+            return True
+    return False
+
+
+def register_with_dynamo(
+    entry_points: Iterable[Callable[..., Any]], helpers: Iterable[Callable[..., Any]] = ()
+) -> None:
+    """Make dynamo trace each entry point as `plain_call`, and never compile a frame of the
+    entry points or of the helpers (nor any frame a helper calls), now or once it is imported."""
     entry_points = tuple(dict.fromkeys(entry_points))
+    helpers = tuple(helpers)
 
     def register() -> None:
+        with suppress(Exception):
+            _skip_frames(entry_points, recursive=False)
+            _skip_frames(helpers, recursive=True)
         try:
             from torch.compiler import substitute_in_graph
         except Exception:  # an older torch: dynamo then breaks the graph, as before
@@ -59,6 +107,17 @@ def register_with_dynamo(entry_points: Iterable[Callable[..., Any]]) -> None:
         register()
     else:
         sys.meta_path.insert(0, _AfterImport(DYNAMO, register))
+
+
+def _skip_frames(functions: Iterable[Callable[..., Any]], *, recursive: bool) -> None:
+    from torch._dynamo.eval_frame import set_code_exec_strategy
+    from torch._dynamo.types import FrameAction, FrameExecStrategy
+
+    nested = FrameAction.SKIP if recursive else FrameAction.DEFAULT
+    for fn in functions:
+        code = getattr(fn, "__code__", None)  # the C entry points have none: no frame at all
+        if code is not None:
+            set_code_exec_strategy(code, FrameExecStrategy(FrameAction.SKIP, nested))
 
 
 class _AfterImport(MetaPathFinder):

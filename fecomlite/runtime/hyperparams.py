@@ -152,9 +152,13 @@ def hyperparameter_handler(
 
 
 def _call_extractor(api: str, kind: str) -> Callable[..., dict[str, Any]] | None:
+    """A Keras method's reader; for a call decided at run time (kind `call`: `model.fit` on a
+    model built elsewhere) by what was written, since its handler runs only once the probe has
+    found a framework callee there."""
     root = api.split(".", 1)[0]
     last = api.rsplit(".", 1)[-1]
-    if root not in ("keras", "tensorflow", "tf_keras") or kind != "method":
+    keras_method = root in ("keras", "tensorflow", "tf_keras") and kind == "method"
+    if not keras_method and kind != "call":
         return None
     return {"compile": _keras_compile, "fit": _keras_fit, "count_params": _count_params}.get(last)
 

@@ -68,6 +68,32 @@ def runtime_name(fn: Any) -> dict[str, str] | None:
     return None
 
 
+def is_framework(fn: Any) -> bool:
+    """Whether calling `fn` runs a framework API: it has a public name under the roots, or what
+    runs is defined in a module under them (a framework's private function or class). A dcall
+    site asks this once per callee kind (`probe.dcall`)."""
+    if runtime_name(fn) is not None:
+        return True
+    module = _defining_module(fn)
+    return isinstance(module, str) and module.split(".", 1)[0] in _roots
+
+
+def _defining_module(fn: Any) -> Any:
+    """The module of the code `fn(...)` runs: the function, the method's function, the class (a
+    constructor), or the `__call__` a callable object's class has."""
+    if isinstance(fn, (types.MethodType, types.FunctionType, type)):
+        return getattr(fn, "__module__", None)
+    if isinstance(fn, types.BuiltinMethodType):
+        owner = fn.__self__
+        if owner is None or isinstance(owner, types.ModuleType):
+            return getattr(fn, "__module__", None)
+        cls = owner if isinstance(owner, type) else type(owner)
+        definer = _definer(cls, fn.__name__)
+        return getattr(definer or cls, "__module__", None)
+    definer = _definer(type(fn), "__call__")
+    return getattr(definer, "__module__", None)
+
+
 def _closed_over_receiver(wrapper: types.FunctionType, wrapped: Any) -> Any:
     """The object a wrapper's closure holds (itself or by weak reference) whose class has
     `wrapped` as its method of that name: what the wrapper calls it on."""

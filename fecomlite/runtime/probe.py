@@ -24,6 +24,7 @@ import os
 import signal
 import sys
 import threading
+import types
 from array import array
 from threading import get_ident as _thread_id
 from time import monotonic_ns as _now
@@ -31,6 +32,7 @@ from typing import Any
 
 from fecomlite.runtime import capture as _capture
 from fecomlite.runtime import compilers as _compilers
+from fecomlite.runtime import names as _names
 from fecomlite.runtime import positions as _positions
 from fecomlite.runtime import site_handlers as _site_handlers
 from fecomlite.runtime import source as _source
@@ -155,53 +157,79 @@ def _hide_own_frame(error: BaseException) -> None:
 
 
 def _python_call(site: str, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-    """Call `fn(*args, **kwargs)` exactly as the original code did, and record when."""
+    """Call `fn(*args, **kwargs)` exactly as the original code did, and record when. Without the
+    C extension this frame stands between the user's and the callee's (docs/internals.md §1);
+    it is taken out of tracebacks."""
     entry = _opened(site)
     try:
-        if site not in _fast and not _compilers.tracing():
-            try:
-                return _sized_call(site, fn, args, kwargs)
-            except BaseException as error:
-                _hide_own_frame(error)
-                raise
+        prepared = None if site in _fast else _capture.safely(_before, site, fn, args, kwargs)
+        if prepared is not None:
+            args, kwargs, state = prepared
+        elif _config.sync:
+            _capture.safely(_capture.gpu_sync)
         t0 = _now()
         try:
             result = fn(*args, **kwargs)
         except BaseException as error:
-            _record(site, t0, _now(), 1)
+            _python_after(site, fn, prepared, None, True, t0)
             _hide_own_frame(error)
             raise
-        _record(site, t0, _now())
+        _python_after(site, fn, prepared, result, False, t0)
         return result
     finally:
         _closed(entry)
 
 
-def _sized_call(site: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The slow path: the callee's public name, sizes, hyperparameters, data-size cuts and GPU
-    synchronisation."""
+def _python_after(
+    site: str, fn: Any, prepared: Any, result: Any, raised: bool, t0: int
+) -> None:
+    """The event of a pure-Python call: with sizes (`_after`) when it took the sized path
+    (`prepared`, what `_before` returned), else the fast path's."""
+    t1 = _now()
+    if prepared is not None:
+        args, kwargs, state = prepared
+        _capture.safely(_after, site, fn, args, kwargs, result, raised, t0, t1, state)
+        return
+    if _config.sync:
+        _capture.safely(_capture.gpu_sync)
+        t1 = _now()
+    _record(site, t0, t1, 1 if raised else 0)
+
+
+def _before(
+    site: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any], tuple[int, Any]] | None:
+    """The sized path before the call: the callee's public name, argument sizes, a handler's
+    adjusted arguments, the GPU wait. None while a tracer records the call (FX proxies, dynamo's
+    fake tensors, the JIT tracer): nothing is read from what it would record."""
+    if _compilers.tracing() or _capture.safely(_compilers.traced_values, fn, args, kwargs,
+                                               default=True):
+        return None
     if site not in _slow_counts:  # the first sized call since the last resample
         _capture.record_name(_sender, site, fn)
     handler = _special.get(site)
     if handler is not None:
         args, kwargs = _capture.safely(handler.before, fn, args, kwargs, default=(args, kwargs))
     in_bytes = _capture.safely(_capture.nbytes_of, args, kwargs, default=-1)
-    sync = _capture.gpu_sync if _config.sync else None
-    if sync is not None:
-        _capture.safely(sync)
-    t0 = _now()
-    try:
-        result = fn(*args, **kwargs)
-    except BaseException as error:
-        if sync is not None:
-            _capture.safely(sync)
-        _record(site, t0, _now(), 1, in_bytes, -1)
+    if _config.sync:
+        _capture.safely(_capture.gpu_sync)
+    return args, kwargs, (in_bytes, handler)
+
+
+def _after(
+    site: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any,
+    raised: bool, t0: int, t1: int, state: tuple[int, Any],
+) -> None:
+    """The sized path after the call: the event with sizes, shapes, the handler's look at the
+    result. Never raises (the C caller clears what it would)."""
+    in_bytes, handler = state
+    if _config.sync:
+        _capture.safely(_capture.gpu_sync)
+        t1 = _now()
+    if raised:
+        _record(site, t0, t1, 1, in_bytes, -1)
         _count_slow(site)
-        _hide_own_frame(error)
-        raise
-    if sync is not None:
-        _capture.safely(sync)
-    t1 = _now()
+        return
     out_bytes = _capture.safely(_capture.nbytes_of, (result,), {}, default=-1)
     _record(site, t0, t1, 0, in_bytes, out_bytes)
     if site not in _slow_counts:  # the first sized call since the last resample: shapes too
@@ -211,34 +239,44 @@ def _sized_call(site: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any
         if handler.finished:  # it read what it reads once: the site may take the fast path
             _special.pop(site, None)
     _count_slow(site)
-    return result
 
 
-def _call_with_gpu_sync(site: str, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-    """`call` when the GPU is synchronised at probe boundaries (asynchronous GPU work)."""
-    entry = _opened(site)
+# dcall sites' decisions (pure-Python path; the C one keeps its own): site -> (key, framework?)
+_decisions: dict[str, tuple[Any, bool]] = {}
+
+
+def _callee_key(fn: Any) -> Any:
+    """What a site's decision holds for (as `callee_key` in `_fastprobe.c`)."""
+    if isinstance(fn, types.MethodType):
+        return fn.__func__
+    if isinstance(fn, types.BuiltinFunctionType):
+        owner = fn.__self__
+        return fn if owner is None or isinstance(owner, types.ModuleType) else type(owner)
+    if isinstance(fn, (types.FunctionType, type)):
+        return fn
+    return type(fn)
+
+
+def _python_dcall(site: str, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+    """`call` when `fn` is a framework API, else `fn(*args, **kwargs)` as it is."""
+    key = _callee_key(fn)
+    known = _decisions.get(site)
+    if known is None or known[0] is not key:
+        known = _decisions[site] = (key, bool(_capture.safely(_names.is_framework, fn)))
     try:
-        if site not in _fast and not _compilers.tracing():
-            try:
-                return _sized_call(site, fn, args, kwargs)
-            except BaseException as error:
-                _hide_own_frame(error)
-                raise
-        sync = _capture.gpu_sync
-        _capture.safely(sync)
-        t0 = _now()
-        try:
-            result = fn(*args, **kwargs)
-        except BaseException as error:
-            _capture.safely(sync)
-            _record(site, t0, _now(), 1)
-            _hide_own_frame(error)
-            raise
-        _capture.safely(sync)
-        _record(site, t0, _now())
-        return result
-    finally:
-        _closed(entry)
+        return call(site, fn, *args, **kwargs) if known[1] else fn(*args, **kwargs)
+    except BaseException as error:
+        _hide_own_frame(error)
+        raise
+
+
+def forget_decisions() -> None:
+    """Look at every dcall site's callee again on its next call (and size it again: tests)."""
+    _decisions.clear()
+    _slow_counts.clear()
+    _fast.clear()
+    if _native is not None:
+        _native.forget_decisions()
 
 
 async def acall(site: str, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
@@ -381,15 +419,17 @@ _special.update(
         _config.manifest, _config.datasize, _sender, record, _config.calibrate)
 )
 
-if _config.sync:
-    call = _call_with_gpu_sync
-elif _native is not None:
-    _native.configure(_fast, _sized_call, _compilers.tracing)
-    call = _native.call
+if _native is not None:
+    _native.configure(_fast, _before, _after, _capture.gpu_sync if _config.sync else None,
+                      _names.is_framework)
+    call, dcall = _native.call, _native.dcall
 else:
-    call = _python_call
+    call, dcall = _python_call, _python_dcall
 
-_compilers.register_with_dynamo((call, _python_call, _call_with_gpu_sync))
+_compilers.register_with_dynamo(
+    (call, dcall, _python_call, _python_dcall),
+    (_before, _after, _names.is_framework, _capture.gpu_sync),
+)
 _source.serve_original_sources()
 _positions.serve_original_positions()
 

@@ -9,9 +9,14 @@ missing entry) is wrapped to read that original instead; the entry carries no mt
 text on disk is never read back. Files with no original there are served as before.
 
 Python 3.11's own printer of uncaught exceptions reads source lines from disk, not through
-`linecache`; while `sys.excepthook` is still Python's own, it is replaced by
-`traceback.print_exception`, which prints the same report through `linecache`, and so is
-`threading.excepthook` (a thread's uncaught exception) while it is Python's own.
+`linecache`: from an instrumented copy it would print the rewritten lines. Only when the program
+itself runs from such a copy (its `__main__` has an original), and while `sys.excepthook` is still
+Python's own, is it replaced by a printer that reads through `linecache` and otherwise prints what
+Python's would: the line each traceback entry recorded (`tb_lineno`, not the line of
+`tb_lasti`, which differs where a library rebuilt the traceback from live frames, as TensorFlow
+does), with carets only where the two agree (Python's own printer draws another line's columns
+under it there); `threading.excepthook` alike. A program run in place
+(the source on disk is the user's) keeps its hooks as they are.
 """
 
 from __future__ import annotations
@@ -80,14 +85,43 @@ def serve_original_sources() -> None:
     linecache.updatecache = updatecache
     for filename in [f for f in linecache.cache if original_of(f) is not None]:
         linecache.cache.pop(filename, None)  # read before the probe was imported: served anew
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not isinstance(main_file, str) or original_of(main_file) is None:
+        return  # the source on disk is the user's: Python's own printers read it right
     if sys.excepthook is sys.__excepthook__:
         sys.excepthook = _print_uncaught
     if threading.excepthook is threading.__excepthook__:
         threading.excepthook = _print_uncaught_in_thread
 
 
-def _print_uncaught(kind: type[BaseException], error: BaseException, tb: Any) -> None:
-    traceback.print_exception(kind, error, tb)
+def _print_uncaught(
+    kind: type[BaseException], error: BaseException, tb: Any, file: Any = None
+) -> None:
+    """What Python's own `sys.excepthook` prints, with the source through `linecache`."""
+    report = traceback.TracebackException(kind, error, tb, compact=True)
+    _recorded_lines(report, tb, error, set())
+    report.print(file=sys.stderr if file is None else file)
+
+
+def _recorded_lines(
+    report: traceback.TracebackException, tb: Any, error: BaseException | None, seen: set[int]
+) -> None:
+    """Each entry at the line its traceback recorded, as Python's printer shows it, through
+    the chain (cause, context, groups)."""
+    if id(report) in seen:
+        return
+    seen.add(id(report))
+    for summary, (_, lineno) in zip(report.stack, traceback.walk_tb(tb), strict=False):
+        if summary.lineno != lineno:  # the columns are another line's: no carets
+            summary.lineno, summary._line = lineno, None  # type: ignore[attr-defined]
+            summary.end_lineno = summary.colno = summary.end_colno = None
+    pairs = [(report.__cause__, getattr(error, "__cause__", None)),
+             (report.__context__, getattr(error, "__context__", None))]
+    pairs += zip(getattr(report, "exceptions", None) or (),
+                 getattr(error, "exceptions", ()), strict=False)
+    for inner, inner_error in pairs:
+        if inner is not None and inner_error is not None:
+            _recorded_lines(inner, inner_error.__traceback__, inner_error, seen)
 
 
 def _print_uncaught_in_thread(args: Any) -> None:
@@ -99,5 +133,5 @@ def _print_uncaught_in_thread(args: Any) -> None:
         return
     name = args.thread.name if args.thread is not None else threading.get_ident()
     print(f"Exception in thread {name}:", file=stream, flush=True)
-    traceback.print_exception(args.exc_type, args.exc_value, args.exc_traceback, file=stream)
+    _print_uncaught(args.exc_type, args.exc_value, args.exc_traceback, stream)
     stream.flush()
