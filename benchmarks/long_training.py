@@ -214,8 +214,10 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="build the stores here and keep them")
     args = parser.parse_args()
     sizes = sorted(set(args.sizes + ([100_000_000] if args.huge else [])))
-    folder = args.keep or Path(tempfile.mkdtemp(prefix="fecomlite-long-training-"))
+    folder = (args.keep or Path(tempfile.mkdtemp(prefix="fecomlite-long-training-"))).resolve()
+    args.json = args.json and args.json.resolve()
     folder.mkdir(parents=True, exist_ok=True)
+    os.chdir(folder)  # children (`-m`) import fecomlite from PYTHONPATH, not from a checkout here
     env_py = os.environ.get("PYTHONPATH", "")
     print(f"fecomlite from {Path(batch_codec.__file__).parents[2]} (PYTHONPATH={env_py}); "
           f"load {os.getloadavg()[0]:.2f}")

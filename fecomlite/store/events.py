@@ -147,10 +147,14 @@ def run_columns(db: sqlite3.Connection, run_id: int, *, by_rep: bool = True,
     parts = [cols for _, cols in chunks(db, f"run_id=? {where}", (run_id, *args))]
     if not parts:
         return {c: np.zeros(0, np.int64) for c in COLUMNS}
-    out = {c: np.concatenate([p[c] for p in parts]) for c in COLUMNS}
-    keys = (out["t_start_ns"], out["rep"]) if by_rep else (out["t_start_ns"],)
+    start = np.concatenate([p["t_start_ns"] for p in parts])
+    keys = (start, np.concatenate([p["rep"] for p in parts])) if by_rep else (start,)
     order = np.lexsort(keys)  # stable: ties keep the order stored
-    return {c: v[order] for c, v in out.items()}
+    del keys, start
+    out = {}
+    for c in COLUMNS:  # one column at a time, its chunks' copies let go: ~1x the run, not 3x
+        out[c] = np.concatenate([p.pop(c) for p in parts])[order]
+    return out
 
 
 def time_ordered(db: sqlite3.Connection, run_id: int) -> Iterator[dict[str, np.ndarray]]:
