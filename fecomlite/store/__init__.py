@@ -227,13 +227,16 @@ class Store(StoreReads):
         """Schema ≤ 2 kept a row per call: its events become chunks, the file as it was is kept
         beside it, and the user is told (once: the old table is gone after)."""
         kept = self.path.with_name(self.path.name + ".schema2")
-        _create_private(kept)
-        copy = sqlite3.connect(kept)
-        try:
-            self.db.backup(copy)
-        finally:
-            copy.close()
+        if not kept.exists():  # never over the copy another process made first
+            _create_private(kept)
+            copy = sqlite3.connect(kept)
+            try:
+                self.db.backup(copy)
+            finally:
+                copy.close()
         with self.transaction():
+            if not events.has_rows(self.db):
+                return  # another process upgraded it meanwhile
             for statement in events.SCHEMA.split(";"):
                 if statement.strip():
                     self.db.execute(statement)
