@@ -75,8 +75,9 @@ def steps(rng: np.random.Generator, n_steps: int, start: int) -> dict[str, np.nd
             "out_bytes": np.where(sized[order], in_bytes[order] // 2, -1)}
 
 
-def batches(n_calls: int, seed: int = 7) -> Iterator[tuple[bytes, int, int]]:
-    """(encoded batch, first ns, last ns) of a run of about `n_calls` calls, 0.2 s of it each."""
+def batches(n_calls: int, seed: int = 7, sender: int = 0) -> Iterator[tuple[bytes, int, int]]:
+    """(encoded batch, first ns, last ns) of a run of about `n_calls` calls, 0.2 s of it each,
+    as process number `sender` sends them."""
     rng = np.random.default_rng(seed)
     per_step, start, made, seq = 1 + INNER + LOADER, T0, 0, 0
     sites = [f"train.py:{10 + s}:8" for s in range(SITES)]
@@ -90,7 +91,8 @@ def batches(n_calls: int, seed: int = 7) -> Iterator[tuple[bytes, int, int]]:
             part = tuple(np.ascontiguousarray(cols[name][a:b]).astype(dtype).tobytes()
                          for name, dtype, _ in batch_codec.COLUMNS)
             seq += 1
-            meta = {"rep": 1, "pid": 4242, "proc": "bench", "seq": seq, "total": made + int(b)}
+            meta = {"rep": 1, "pid": 4242 + sender, "proc": f"bench{sender}", "seq": seq,
+                    "total": made + int(b)}
             yield (batch_codec.encode(meta, sites, part), int(cols["t_start_ns"][a]),
                    int(cols["t_end_ns"][b - 1]))
         made += int(cols["site"].size)
@@ -178,8 +180,11 @@ def measured(argv: list[str]) -> tuple[float, int]:
     return time.perf_counter() - t, int(out.strip().splitlines()[-1])
 
 
-def http_ingest(folder: Path, n_calls: int) -> float:
-    """Events/s a live server stores, posting batches one after another (what one probe does)."""
+def http_ingest(folder: Path, n_calls: int, senders: int) -> float:
+    """Events/s a live server stores from `senders` processes' batches posted at once (threads
+    here), each one batch after another as a probe does."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from fecomlite.server.client import ensure_server
 
     home = folder / "http-home"
@@ -187,10 +192,15 @@ def http_ingest(folder: Path, n_calls: int) -> float:
     client = ensure_server(home)
     try:
         run, token = client.create_run("train.py", [], "method", {})
-        bodies = list(batches(n_calls))
-        t, stored = time.perf_counter(), 0
-        for body, _, _ in bodies:
-            stored += client.post_batch(run, token, body)
+        bodies = [[body for body, _, _ in batches(n_calls // senders, seed=k, sender=k)]
+                  for k in range(senders)]
+
+        def post(mine: list[bytes]) -> int:
+            return sum(client.post_batch(run, token, body) for body in mine)
+
+        t = time.perf_counter()
+        with ThreadPoolExecutor(senders) as pool:
+            stored = sum(pool.map(post, bodies))
         rate = stored / (time.perf_counter() - t)
         client.finish_run(run, "finished", 0)
     finally:
@@ -210,6 +220,8 @@ def main() -> None:
                         help="run `fecomlite report` only on runs up to this many calls")
     parser.add_argument("--http", type=int, default=1_000_000,
                         help="calls to post through a live server (0: none)")
+    parser.add_argument("--senders", type=int, default=1,
+                        help="processes posting to the server at once (threads here)")
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--keep", type=Path, help="build the stores here and keep them")
     args = parser.parse_args()
@@ -260,10 +272,12 @@ def main() -> None:
             print(f"growth {a['calls']:,} -> {b['calls']:,} calls (exponent; 1 = linear): "
                   + ", ".join(f"{k} {v:.2f}" for k, v in grow.items()))
         if args.http:
-            rate = http_ingest(folder, args.http)
-            print(f"server HTTP ingest, one sender posting 0.2 s batches: {rate / 1e6:.2f} M "
-                  f"events/s ({args.http:,} calls); load {os.getloadavg()[0]:.2f}")
-            figures.append({"http_calls": args.http, "http_events_per_s": rate})
+            rate = http_ingest(folder, args.http, args.senders)
+            print(f"server HTTP ingest, {args.senders} sender(s) posting 0.2 s batches: "
+                  f"{rate / 1e6:.2f} M events/s ({args.http:,} calls); "
+                  f"load {os.getloadavg()[0]:.2f}")
+            figures.append({"http_calls": args.http, "senders": args.senders,
+                            "http_events_per_s": rate})
     finally:
         if args.json:
             args.json.write_text(json.dumps(figures, indent=1))
