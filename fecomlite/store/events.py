@@ -56,6 +56,7 @@ def encode(columns: dict[str, np.ndarray]) -> tuple[int, int, int, bytes]:
     """(n, earliest start, latest end, blob) of events given as columns site_id, tid,
     t_start_ns, t_end_ns, status, in_bytes, out_bytes (-1: not taken)."""
     import numpy as np
+
     start = np.asarray(columns["t_start_ns"], np.int64)
     order = np.argsort(start, kind="stable")
     start = start[order]
@@ -81,6 +82,7 @@ def decode(n: int, t_first: int, blob: bytes) -> dict[str, np.ndarray]:
     """The columns of one chunk (site_id, tid, t_start_ns, t_end_ns, status, in_bytes,
     out_bytes), by start."""
     import numpy as np
+
     raw = zlib.decompress(blob)
     (k,) = struct.unpack_from("<I", raw)
     tids = np.frombuffer(raw, "<u8", k, 4)
@@ -102,11 +104,13 @@ def decode(n: int, t_first: int, blob: bytes) -> dict[str, np.ndarray]:
 def _shuffle(values: np.ndarray) -> bytes:
     """Byte planes one after another: the zero high bytes of small numbers compress to nothing."""
     import numpy as np
+
     return values.view(np.uint8).reshape(values.size, values.itemsize).T.tobytes()
 
 
 def _unshuffle(planes: bytes, dtype: str, n: int) -> np.ndarray:
     import numpy as np
+
     width = np.dtype(dtype).itemsize
     return np.frombuffer(planes, np.uint8).reshape(width, n).T.copy().view(dtype).reshape(n)
 
@@ -127,6 +131,7 @@ def chunks(db: sqlite3.Connection, where: str, args: tuple[Any, ...],
            order: str = "id") -> Iterator[tuple[int, dict[str, np.ndarray]]]:
     """(chunk id, columns with rep and pid) of the chunks `where` selects, one at a time."""
     import numpy as np
+
     for cid, rep, pid, n, t_first, codec, blob in db.execute(
         f"SELECT id, rep, pid, n, t_first_ns, codec, data FROM event_chunks WHERE {where} "
         f"ORDER BY {order}", args,
@@ -139,12 +144,13 @@ def chunks(db: sqlite3.Connection, where: str, args: tuple[Any, ...],
         yield cid, cols
 
 
-def run_columns(db: sqlite3.Connection, run_id: int, *, by_rep: bool = True,
-                where: str = "", args: tuple[Any, ...] = ()) -> dict[str, np.ndarray]:
+def run_columns(db: sqlite3.Connection, run_id: int, *,
+                by_rep: bool = True) -> dict[str, np.ndarray]:
     """Every event of a run as columns (COLUMNS), by repetition (unless not `by_rep`) then start,
     ties in the order stored."""
     import numpy as np
-    parts = [cols for _, cols in chunks(db, f"run_id=? {where}", (run_id, *args))]
+
+    parts = [cols for _, cols in chunks(db, "run_id=?", (run_id,))]
     if not parts:
         return {c: np.zeros(0, np.int64) for c in COLUMNS}
     start = np.concatenate([p["t_start_ns"] for p in parts])
@@ -159,13 +165,15 @@ def run_columns(db: sqlite3.Connection, run_id: int, *, by_rep: bool = True,
 
 def time_ordered(db: sqlite3.Connection, run_id: int) -> Iterator[dict[str, np.ndarray]]:
     """A run's events chunk by chunk, for streaming consumers: chunks by repetition and earliest
-    start, each by start. Chunks of different processes or batches may overlap in time; memory
-    is one chunk's."""
+    start, each by start; memory is one chunk's. Chunks of different processes or batches may
+    overlap in time, but every event of a later chunk of the repetition starts at or after this
+    chunk's first start: a sweep over time has seen every event that starts before it."""
     for _, cols in chunks(db, "run_id=?", (run_id,), order="rep, t_first_ns, id"):
         yield cols
 
 
 def count(db: sqlite3.Connection, run_id: int) -> int:
+    """How many events the run holds, without opening a chunk."""
     return int(db.execute("SELECT coalesce(sum(n), 0) FROM event_chunks WHERE run_id=?",
                           (run_id,)).fetchone()[0])
 
@@ -175,6 +183,7 @@ def copy_run(src: sqlite3.Connection, dst: sqlite3.Connection, src_run: int, dst
     """Copy a run's chunks into another store (a distributed job's merge): site ids mapped,
     pids moved by `pid_base`, times by `shift_ns`."""
     import numpy as np
+
     lookup = np.zeros(max(site_map, default=0) + 1, np.int64)
     lookup[list(site_map)] = list(site_map.values())
     for _, cols in chunks(src, "run_id=?", (src_run,)):
@@ -194,6 +203,7 @@ def convert_rows(db: sqlite3.Connection) -> int:
     """Move schema ≤ 2's event rows into chunks (inside the caller's transaction) and drop the
     table; returns how many events moved."""
     import numpy as np
+
     moved = 0
     groups = db.execute("SELECT DISTINCT run_id, rep, pid FROM events").fetchall()
     for run_id, rep, pid in groups:
