@@ -24,6 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 from end_to_end import PROJECTS, timed
 
 from fecomlite.runner.experiment import prepare_program, program_env
@@ -42,13 +43,9 @@ def cpu_s() -> float:
 
 
 def layer_events(home: Path, run_id: int) -> int:
-    store = Store(home / "store.sqlite", create=False)
-    row = store.db.execute(
-        "SELECT count(*) FROM events e JOIN sites s ON s.id = e.site_id "
-        "WHERE e.run_id=? AND s.kind='layer'",
-        (run_id,),
-    ).fetchone()
-    return int(row[0])
+    with Store(home / "store.sqlite", create=False) as store:
+        layers = [s["id"] for s in store.sites(run_id) if s["kind"] == "layer"]
+        return int(np.isin(store.event_columns(run_id)["site_id"], layers).sum())
 
 
 MICRO_CHILD = """

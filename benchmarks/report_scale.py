@@ -110,14 +110,13 @@ def build_store(path: Path, events: int) -> int:
                 [ids["cpu"]] * grid.size, grid.tolist(), (20 + 25 * busy).tolist(), strict=True))
             store.db.executemany("INSERT INTO samples VALUES (?, ?, ?)", zip(
                 [ids["rss"]] * rss_t.size, rss_t.tolist(), rss.tolist(), strict=True))
-            rows = zip([run] * per_rep, [rep] * per_rep, sites.tolist(), t0.tolist(),
-                       t1.tolist(), strict=True)
-            store.db.executemany(
-                "INSERT INTO events VALUES (?, ?, ?, 4242, 1, ?, ?, 0, NULL, NULL)", rows)
-            store.db.executemany(
-                "INSERT INTO events VALUES (?, ?, ?, 4242, 1, ?, ?, 0, NULL, NULL)",
-                [(run, rep, region_ids["region:epoch"], int(a), int(b))
-                 for a, b in zip(r0, r1, strict=True)])
+            site_ids = np.concatenate((sites, np.full(r0.size, region_ids["region:epoch"])))
+            starts, ends = np.concatenate((t0, r0)), np.concatenate((t1, r1))
+            n = site_ids.size
+            store.add_events(run, rep, 4242, {
+                "site_id": site_ids, "tid": np.ones(n, np.int64), "t_start_ns": starts,
+                "t_end_ns": ends, "status": np.zeros(n, np.int64),
+                "in_bytes": np.full(n, -1), "out_bytes": np.full(n, -1)})
         store.upsert_repetition(run, rep, t_start_ns=start - 500_000_000, t_end_ns=end,
                                 tail_end_ns=tail_end, exit_code=0,
                                 gate={"passed": True, "gated": True, "waited_s": 0.0})

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from stored_events import plain_calls
 
 from fecomlite.report.timeline import busy_per_bin
 from fecomlite.store import Store
@@ -135,11 +136,7 @@ def build_run(
         rss = 400e6 + 50e6 * busy + 1e6 * np.arange(grid.size) / grid.size
         rows += list(zip([ids["rss"]] * grid.size, grid.tolist(), rss.tolist(), strict=True))
         store.add_samples(rows)
-        with store.transaction():
-            store.db.executemany(
-                "INSERT INTO events VALUES (?, ?, ?, 1234, 1, ?, ?, 0, NULL, NULL)",
-                zip([run_id] * sid.size, [rep + 1] * sid.size, sid.tolist(),
-                    t_calls0.tolist(), t_calls1.tolist(), strict=True))
+        store.add_events(run_id, rep + 1, 1234, plain_calls(sid, t_calls0, t_calls1))
         end = int(t_calls1.max())
         store.upsert_repetition(
             run_id, rep + 1, t_start_ns=int(t_calls0.min()) - 500_000_000, t_end_ns=end,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from stored_events import events_table
 
 from fecomlite.analysis.calibration import fit_groups
 from fecomlite.analysis.run_analysis import analyse_run
@@ -420,7 +421,7 @@ def _calibrated_run(tmp_path: Path, source: str, settings: RunSettings, top: int
 
 
 def _replay_spans(store: Store, run_id: int) -> dict[str, tuple[str, str, int, int, float]]:
-    rows = store.db.execute(
+    rows = events_table(store).db.execute(
         "SELECT s.key, s.api, s.kind, min(e.rep), max(e.rep), count(*), "
         "(max(e.t_end_ns) - min(e.t_start_ns)) / 1e9 FROM events e "
         "JOIN sites s ON s.id = e.site_id WHERE e.run_id=? AND s.key LIKE 'calibrate:%' "
@@ -454,11 +455,11 @@ def test_calibrate_replays_only_allowed_calls_and_leaves_the_output_alone(tmp_pa
             api, kind, rep_min, rep_max, count, span = spans[entry["replay_site"]]
             assert (api, kind, rep_min, rep_max) == (PREFIX + entry["api"], "calibration", 2, 2)
             assert count == entry["calls"] and span >= 1.0
-        last_own = store.db.execute(
+        last_own = events_table(store).db.execute(
             "SELECT max(e.t_end_ns) FROM events e JOIN sites s ON s.id=e.site_id "
             "WHERE e.run_id=? AND e.rep=2 AND s.key NOT LIKE 'calibrate:%'", (run_id,)
         ).fetchone()[0]
-        first_replay = store.db.execute(
+        first_replay = events_table(store).db.execute(
             "SELECT min(e.t_start_ns) FROM events e JOIN sites s ON s.id=e.site_id "
             "WHERE e.run_id=? AND s.key LIKE 'calibrate:%'", (run_id,)).fetchone()[0]
         assert first_replay > last_own  # in isolation, after the program's own calls

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from report_helpers import MIXED, NVML, read_csv
+from stored_events import plain_calls
 
 from fecomlite.analysis import attribution as at
 from fecomlite.analysis.ranks import add_rank_figures
@@ -61,10 +62,7 @@ def _store(path, gpus):
         manifest = {k: {"api": f"torch.{k.rsplit(':', 1)[1]}"} for k in set(keys)}
         ids = store.site_ids(run_id, set(keys), manifest)
         with store.transaction():
-            store.db.executemany(
-                f"INSERT INTO events VALUES ({run_id}, 1, ?, {pid}, 1, ?, ?, 0, NULL, NULL)",
-                zip([ids[k] for k in keys], t0.tolist(), t1.tolist(), strict=True),
-            )
+            store.add_events(run_id, 1, pid, plain_calls([ids[k] for k in keys], t0, t1))
             store.put_process(run_id, pid, {"rank": i, "local_rank": i, "device": f"gpu:{i}"})
     return store, run_id
 
@@ -95,15 +93,8 @@ def _add_worker(store, run_id, pid, rank, directory):
     start = int(read_csv(directory / "gpu_samples_energy.csv")["t_ns"][0])
     _, t0, t1, *_ = _trace(directory, 10**9 - start)
     ids = store.site_ids(run_id, {"worker.py:1:load"}, {"worker.py:1:load": {"api": "load"}})
-    with store.transaction():
-        store.db.executemany(
-            f"INSERT INTO events VALUES ({run_id}, 1, ?, {pid}, 1, ?, ?, 0, NULL, NULL)",
-            (
-                (ids["worker.py:1:load"], a, b)
-                for a, b in zip(t0.tolist(), t1.tolist(), strict=True)
-            ),
-        )
-        store.put_process(run_id, pid, {"rank": rank, "local_rank": rank, "device": "cpu"})
+    store.add_events(run_id, 1, pid, plain_calls([ids["worker.py:1:load"]] * len(t0), t0, t1))
+    store.put_process(run_id, pid, {"rank": rank, "local_rank": rank, "device": "cpu"})
 
 
 def test_a_rank_s_worker_counts_for_its_rank_but_takes_none_of_its_gpu(tmp_path):

@@ -16,6 +16,7 @@ import textwrap
 
 import pytest
 from run_helpers import TIMEOUT_S, running
+from stored_events import events_table
 
 from fecomlite.server.client import live_client
 from fecomlite.store import Store
@@ -44,8 +45,9 @@ def _skew(path):
     """Node 1 as a machine whose CLOCK_MONOTONIC started SKEW_NS earlier."""
     with Store(path, create=False) as store, store.transaction():
         db = store.db
-        db.execute(
-            "UPDATE events SET t_start_ns=t_start_ns+?, t_end_ns=t_end_ns+?", (SKEW_NS, SKEW_NS)
+        db.execute(  # a chunk's times are offsets from its first start
+            "UPDATE event_chunks SET t_first_ns=t_first_ns+?, t_last_ns=t_last_ns+?",
+            (SKEW_NS, SKEW_NS),
         )
         db.execute("UPDATE samples SET t_ns=t_ns+?", (SKEW_NS,))
         for table in ("runs", "repetitions"):
@@ -59,7 +61,7 @@ def _skew(path):
 
 def _events(path):
     with Store(path, create=False) as store:
-        rows = store.db.execute("SELECT pid, t_start_ns, t_end_ns FROM events")
+        rows = events_table(store).db.execute("SELECT pid, t_start_ns, t_end_ns FROM events")
         return sorted(tuple(r) for r in rows)
 
 

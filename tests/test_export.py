@@ -11,6 +11,7 @@ import pytest
 from cli_runner import invoke
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from report_helpers import build_run
+from stored_events import events_table
 
 from fecomlite.analysis.run_analysis import analyse_run
 from fecomlite.store import Store
@@ -119,7 +120,7 @@ def test_perfetto_trace_follows_the_trace_event_format(stored):
     calls = [e for e in events if e["ph"] == "X"]
     assert calls and all((e["pid"], e["tid"]) in named for e in calls)
     with Store(stored[0], create=False) as store:
-        rows = store.db.execute(
+        rows = events_table(store).db.execute(
             "SELECT s.api, count(*) FROM events e JOIN sites s ON s.id = e.site_id "
             "WHERE e.run_id=? GROUP BY s.api",
             (stored[1],),

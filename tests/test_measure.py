@@ -10,6 +10,7 @@ import time
 
 import pytest
 from conftest import run_cli
+from stored_events import events_table
 from test_run_e2e import FAST, write
 
 import fecomlite
@@ -172,7 +173,7 @@ def test_inside_a_run_the_block_is_a_region_and_the_figures_come_back(home, tmp_
     assert figures["co2e_g"] == pytest.approx(figures["total_J"] / 3.6e6 * 300)
     with Store(home / "store.sqlite", create=False) as store:
         run_id = max(r["id"] for r in store.runs())
-        spans = store.db.execute(
+        spans = events_table(store).db.execute(
             "SELECT e.t_start_ns, e.t_end_ns FROM events e JOIN sites s ON s.id = e.site_id "
             "WHERE e.run_id=? AND s.api='region:train'",
             (run_id,),

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 from IPython.testing.globalipapp import start_ipython
+from stored_events import events_table
 from test_run_e2e import FAST
 
 from fecomlite.api.notebook_magic import CellReport
@@ -91,7 +92,7 @@ def test_fecomlite_run_measures_a_notebook_with_canonical_api_names(home, tmp_pa
         run_id = max(r["id"] for r in store.runs())
         assert store.run(run_id)["status"] == "finished"
         counts = dict(
-            store.db.execute(
+            events_table(store).db.execute(
                 "SELECT s.api, count(*) FROM events e JOIN sites s ON s.id = e.site_id "
                 "WHERE e.run_id=? GROUP BY s.api",
                 (run_id,),
@@ -178,7 +179,7 @@ def test_run_records_a_timed_training_cell_on_objects_of_an_earlier_cell(home, t
     assert result.returncode == 0, result.stdout + result.stderr
     with Store(home / "store.sqlite", create=False) as store:
         run_id = max(r["id"] for r in store.runs())
-        rows = store.db.execute(
+        rows = events_table(store).db.execute(
             "SELECT s.key, count(*) FROM events e JOIN sites s ON s.id = e.site_id "
             "WHERE e.run_id=? GROUP BY s.key", (run_id,)).fetchall()
     per_line: dict[str, int] = {}

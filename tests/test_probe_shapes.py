@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from stored_events import events_table
 from test_probe import run_script, spooled
 from test_store import make_batch
 
@@ -107,7 +108,7 @@ def test_the_store_keeps_each_sites_distinct_shapes(tmp_path):
                                                          shapes={"c:3:0": {"args": [i]}}))
             store.add_batch(run, header, cols)
         saved = store.result(run, "shapes")
-        events = store.db.execute("SELECT count(*) FROM events").fetchone()[0]
+        events = events_table(store).db.execute("SELECT count(*) FROM events").fetchone()[0]
     assert events == 3 + MAX_SHAPE_VARIANTS + 2  # the shapes ride along: no event is lost
     assert saved["a:1:0"] == [first, second] and saved["b:2:0"] == [second]
     assert len(saved["c:3:0"]) == MAX_SHAPE_VARIANTS

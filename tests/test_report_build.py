@@ -283,3 +283,17 @@ def test_hyperparameters_say_where_each_was_read(tmp_path: Path) -> None:
     rows = dict(report.context["hyperparams"])
     assert rows["epochs"] == "2 (read from range(args.epochs) around the call of train in main)"
     assert rows["optimizer"] == "Adam" and "sources" not in rows
+
+
+def test_a_run_still_recording_is_reported_as_partial(tmp_path: Path) -> None:
+    """`fecomlite report RUN` on a running run: what is stored so far, marked partial."""
+    with Store(tmp_path / "store.sqlite") as store:
+        run = build_run(store, reps=1)
+        store.update_run(run, status="running", t_end_ns=None, exit_code=None)
+        report = build_report(store, run)
+        store.update_run(run, status="finished")
+        assert build_report(store, run).context["header"]["partial"] is False
+    assert report.context["header"]["partial"] is True
+    assert report.context["header"]["calls"] > 0
+    write_report(report, tmp_path / "out")
+    assert "partial: what was stored so far" in (tmp_path / "out" / "index.html").read_text()

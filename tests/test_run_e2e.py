@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_cli
+from stored_events import events_table
 
 from fecomlite.store import Store
 
@@ -29,7 +30,7 @@ def latest(home: Path) -> tuple[Store, int]:
 
 
 def api_counts(store: Store, run_id: int) -> dict[str, int]:
-    rows = store.db.execute(
+    rows = events_table(store).db.execute(
         "SELECT s.api, count(*) FROM events e JOIN sites s ON s.id = e.site_id "
         "WHERE e.run_id=? GROUP BY s.api",
         (run_id,),
@@ -98,7 +99,8 @@ def test_a_program_that_fails_keeps_its_measurements_up_to_the_failure(home, tmp
     assert run["status"] == "failed" and run["exit_code"] == 1
     assert len(store.repetitions(run_id)) == 1  # no second repetition after a failure
     assert api_counts(store, run_id) == {"numpy.ones": 1, "numpy.matmul": 20}
-    raised = store.db.execute("SELECT count(*) FROM events WHERE run_id=? AND status=1", (run_id,))
+    raised = events_table(store).db.execute(
+        "SELECT count(*) FROM events WHERE run_id=? AND status=1", (run_id,))
     assert raised.fetchone()[0] == 0  # the program raised, none of its numpy calls did
 
 

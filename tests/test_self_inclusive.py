@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from report_helpers import TableParser, build_run
 from rich.console import Console
+from stored_events import events_table, plain_calls
 
 from fecomlite.analysis.run_analysis import analyse_run
 from fecomlite.report.build import build_report
@@ -32,18 +33,15 @@ def nest_calls(store: Store, run_id: int) -> None:
                       "kind": "method", "function": "main", "source": source}
                 for key, api, written, source in (OUTER, INNER)}
     ids = store.site_ids(run_id, [OUTER[0], INNER[0]], manifest)
-    rows = []
     for rep in sorted({r["rep"] for r in store.repetitions(run_id)}):
-        spans = store.db.execute(
+        spans = events_table(store).db.execute(
             "SELECT t_start_ns, t_end_ns FROM events WHERE run_id=? AND rep=? ORDER BY "
             "t_start_ns", (run_id, rep)).fetchall()
         third = len(spans) // 3
-        rows.append((rep, ids[OUTER[0]], spans[0][0] - 1000, spans[2 * third - 1][1] + 1000))
-        rows.append((rep, ids[INNER[0]], spans[0][0] - 500, spans[third - 1][1] + 500))
-    with store.transaction():
-        store.db.executemany(
-            "INSERT INTO events VALUES (?, ?, ?, 1234, 1, ?, ?, 0, NULL, NULL)",
-            [(run_id, *r) for r in rows])
+        store.add_events(run_id, rep, 1234, plain_calls(
+            [ids[OUTER[0]], ids[INNER[0]]],
+            [spans[0][0] - 1000, spans[0][0] - 500],
+            [spans[2 * third - 1][1] + 1000, spans[third - 1][1] + 500]))
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import typer
 from fakesys.nvml import H200, ReplayNvmlForTests
+from stored_events import events_table
 from test_server_support import FakeSensorForTests, encode_batch, served
 from typer.testing import CliRunner
 
@@ -57,7 +58,7 @@ def test_events_need_their_runs_token(tmp_path: Path):
                            {"X-Fecomlite-Token": token})[0] == 403
         assert client.post_batch(run, token, body) == 1
     with Store(tmp_path / "store.sqlite") as store:
-        (row,) = store.db.execute(
+        (row,) = events_table(store).db.execute(
             "SELECT e.run_id, e.pid, e.t_start_ns, e.in_bytes, e.out_bytes, s.api, s.line "
             "FROM events e JOIN sites s ON s.id = e.site_id")
         assert tuple(row) == (run, 99, 10, 64, None, "keras.Model.fit", 3)

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from stored_events import events_table
 from test_server_support import FakeSensorForTests, encode_batch, served
 
 from fecomlite.runtime import batch_codec
@@ -51,7 +52,7 @@ def test_sigkill_mid_run_leaves_a_store_holding_everything_committed(tmp_path: P
     with Store(tmp_path / "store.sqlite", create=False) as store:
         assert store.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert store.run(run)["status"] == "running"  # killed: nobody closed it
-        events = store.db.execute(
+        events = events_table(store).db.execute(
             "SELECT e.t_start_ns, s.api FROM events e JOIN sites s ON s.id=e.site_id "
             "ORDER BY e.t_start_ns").fetchall()
         assert [tuple(e) for e in events] == [(0, "torch.matmul"), (100, "torch.matmul"),
@@ -81,7 +82,7 @@ def test_sigkill_mid_run_leaves_a_store_holding_everything_committed(tmp_path: P
             "SELECT max(t_ns) FROM samples s JOIN sensors n ON n.id=s.sensor_id "
             "WHERE n.run_id=?", (run,)).fetchone()[0]
         assert store.run(run)["t_end_ns"] == last_sample
-        assert store.db.execute("SELECT count(*) FROM events WHERE run_id=?",
+        assert events_table(store).db.execute("SELECT count(*) FROM events WHERE run_id=?",
                                 (run,)).fetchone()[0] == 3
 
 
@@ -127,14 +128,14 @@ def test_spooled_batches_are_ingested_into_their_run_or_a_new_one(tmp_path: Path
         ingested = store.run(new_run)
         assert (ingested["status"], ingested["kind"]) == ("ingested", "instrumented")
         assert ingested["program"] == "/src/project"  # from the manifest beside the spool
-        per_run = dict(store.db.execute(
+        per_run = dict(events_table(store).db.execute(
             "SELECT run_id, count(*) FROM events GROUP BY run_id").fetchall())
         assert per_run == {run: 3, new_run: 3}
         assert [r["id"] for r in store.runs()] == [run, new_run]
         apis = {a for (a,) in store.db.execute("SELECT DISTINCT api FROM sites")}
         assert apis == {"tf.matmul"}
         assert [r["rep"] for r in store.repetitions(run)] == [2]
-        (row,) = store.db.execute(
+        (row,) = events_table(store).db.execute(
             "SELECT pid, in_bytes, out_bytes FROM events WHERE run_id=?", (new_run,)
         ).fetchall()[:1]
         assert tuple(row) == (12, 128, 256)

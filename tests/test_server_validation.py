@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from cli_runner import invoke
+from stored_events import events_table
 from test_server_http import raw_request
 from test_server_support import FakeSensorForTests, encode_batch, served
 
@@ -62,7 +63,7 @@ def test_an_out_of_range_batch_is_a_400_with_the_reason_and_stores_nothing(
         assert reply["error"]  # the reason, in words
         assert client.status()["recording"] == [run]  # and the server serves on
     with Store(tmp_path / "store.sqlite") as store:
-        assert store.db.execute("SELECT count(*) FROM events").fetchone()[0] == 0
+        assert events_table(store).db.execute("SELECT count(*) FROM events").fetchone()[0] == 0
         assert store.run(run)["hyperparams"] == {}
 
 
@@ -93,7 +94,7 @@ def test_the_same_batch_posted_twice_is_stored_once(tmp_path: Path):
         assert client.post_batch(run, token, batch) == 3
         assert client.post_batch(run, token, batch) == 0  # a retry after a lost reply
     with Store(tmp_path / "store.sqlite") as store:
-        assert store.db.execute("SELECT count(*) FROM events").fetchone()[0] == 3
+        assert events_table(store).db.execute("SELECT count(*) FROM events").fetchone()[0] == 3
 
 
 def _spool(path: Path, *batches: bytes) -> Path:
@@ -116,7 +117,7 @@ def test_ingest_refuses_a_spool_of_another_store_and_stores_nothing(tmp_path: Pa
     assert "was written for another fecomlite store" in result.output
     assert foreign.exists()  # kept, for the home it belongs to
     with Store(tmp_path / "b" / "store.sqlite") as store:
-        assert store.db.execute("SELECT count(*) FROM events").fetchone()[0] == 0
+        assert events_table(store).db.execute("SELECT count(*) FROM events").fetchone()[0] == 0
         assert len(store.runs()) == 1
 
 

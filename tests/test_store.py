@@ -6,6 +6,7 @@ import sqlite3
 import stat
 
 import pytest
+from stored_events import events_table
 
 from fecomlite.runtime import batch_codec
 from fecomlite.store import APPLICATION_ID, SCHEMA_VERSION, Store, StoreError, private_home
@@ -39,7 +40,7 @@ def test_a_batch_lands_with_its_sites_and_hyperparameters(tmp_path):
         )
     )
     assert store.add_batch(run, header, cols, manifest) == 3
-    rows = store.db.execute(
+    rows = events_table(store).db.execute(
         "SELECT s.api, s.kind, e.rep, e.pid, e.tid, e.t_start_ns, e.status, e.in_bytes "
         "FROM events e JOIN sites s ON s.id = e.site_id ORDER BY e.t_start_ns"
     ).fetchall()
@@ -59,7 +60,7 @@ def test_a_failing_batch_leaves_nothing_behind(tmp_path):
     cols = {**cols, "status": cols["status"][:1]}  # a column shorter than the others
     with pytest.raises(ValueError):
         store.add_batch(run, header, cols)
-    assert store.db.execute("SELECT count(*) FROM events").fetchone()[0] == 0
+    assert store.event_count(run) == 0
 
 
 def test_other_files_and_versions_are_refused_with_a_clear_error(tmp_path):
@@ -208,16 +209,21 @@ def test_run_queries_filter_by_kind_status_and_result(tmp_path):
 
 
 def test_a_follower_reads_only_what_is_new(tmp_path):
-    """The live view's reads: rows stored after a cursor, per run."""
+    """The live view's reads: events stored after a cursor (a chunk id), per run."""
     store = Store(tmp_path / "s.sqlite")
     run = _stored_run(store)
     assert store.first_event_rowid(run) == 1
+    assert store.new_calls_by_site_and_process(run, 1, store.last_rowid("events")) == []
+    header, cols = batch_codec.decode(make_batch(
+        ["region:train"], [(0, 70, 80, 0), (0, 81, 90, batch_codec.CONTINUES)]))
+    store.add_batch(run, header, cols)
     top = store.last_rowid("events")
-    assert top == 3
+    assert top == 2
     grouped = store.new_calls_by_site_and_process(run, 1, top)
-    assert [tuple(r)[1:3] for r in grouped] == [(42, 2)]  # both calls of the region, pid 42
-    assert tuple(store.last_new_call(run, 0, top))[1:3] == (50, 60)
+    assert [tuple(r)[1:] for r in grouped] == [(42, 1, 19)]  # a continuation adds time only
+    assert tuple(store.last_new_call(run, 0, top))[1:3] == (81, 90)
+    assert tuple(store.last_new_call(run, 0, 1))[1:3] == (50, 60)
     ending = store.new_calls_ending_after(run, 0, top, 25)
-    assert [tuple(r[:2]) for r in ending] == [(5, 30), (50, 60)]
+    assert [tuple(r[:2]) for r in ending] == [(5, 30), (50, 60), (70, 80), (81, 90)]
     with pytest.raises(ValueError):
         store.last_rowid("runs; DROP TABLE runs")

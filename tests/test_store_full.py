@@ -89,7 +89,7 @@ def test_a_disk_that_fills_at_finish_still_ends_the_run(tmp_path: Path):
         row = _status(home, run)
         assert row["status"] == "finished"
         with Store(home / "store.sqlite", readonly=True) as store:
-            assert store.db.execute("SELECT count(*) FROM events").fetchone()[0] == 50
+            assert store.event_count(run) == 50
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 

@@ -210,4 +210,4 @@ def test_a_plain_copy_of_an_idle_servers_store_holds_its_runs(tmp_path: Path):
         shutil.copyfile(home / "store.sqlite", copy)  # the server still runs
     with Store(copy, readonly=True) as store:
         assert store.run(run)["status"] == "finished"
-        assert store.db.execute("SELECT count(*) FROM events").fetchone()[0] == 3
+        assert store.event_count(run) == 3

@@ -11,6 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 import typer
+from stored_events import events_table
 from test_live_support import grower_command, real_sensors
 from test_server_support import serving
 from typer.testing import CliRunner
@@ -49,7 +50,7 @@ def test_watch_a_command_records_its_growth_and_the_report_renders_it(tmp_path: 
         assert (run["kind"], run["level"], run["status"], run["exit_code"]) == (
             "watch", "process", "finished", 0)
         assert run["argv"] == command
-        assert store.db.execute("SELECT count(*) FROM events").fetchone()[0] == 0
+        assert events_table(store).db.execute("SELECT count(*) FROM events").fetchone()[0] == 0
         rss = _rss(store, run["id"])
         assert len(rss) > 100  # 200 Hz over about two seconds
         assert max(rss) - rss[0] >= 140 * MB

@@ -131,12 +131,11 @@ def _samples(store: Store, sensor_id: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _events(store: Store, run_id: int) -> dict[str, np.ndarray]:
-    rows = store.event_rows(run_id)
-    arr = np.fromiter(chain.from_iterable(rows), np.int64, 9 * len(rows)).reshape(-1, 9)
-    cols = ("rep", "site_id", "pid", "tid", "t_start_ns", "t_end_ns", "status")
-    out = {c: arr[:, i].copy() for i, c in enumerate(cols)}
-    for i, c in ((7, "in_bytes"), (8, "out_bytes")):
-        out[c] = np.where(arr[:, i] < 0, np.nan, arr[:, i].astype(float))
+    cols = store.event_columns(run_id)  # numpy columns: no Python object per call
+    out = {c: cols[c] for c in ("rep", "site_id", "pid", "tid", "t_start_ns", "t_end_ns",
+                                "status")}
+    for c in ("in_bytes", "out_bytes"):
+        out[c] = np.where(cols[c] < 0, np.nan, cols[c].astype(float))
     return out
 
 

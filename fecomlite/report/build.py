@@ -165,6 +165,7 @@ def _header(a: RunAnalysis) -> dict[str, Any]:
         "kind": run.get("kind"),
         "level": run.get("level"),
         "status": run.get("status"),
+        "partial": run.get("status") == "running",  # still recording: what is stored so far
         "lost_events": run.get("lost_events", 0),  # events neither sent nor spooled
         "exit_code": run.get("exit_code"),
         "when": _when(run.get("created_unix")),

@@ -42,6 +42,8 @@ from fecomlite.runtime.sender import Sender
 SLOW_CALLS_PER_SITE = 3  # sized calls per site, again after each resample
 RESAMPLE_EVERY_S = 5.0
 FLUSH_EVERY_S = 0.2
+FLUSH_EVENTS = 65_536  # flushed sooner past this many buffered events (45 B each in the buffer)
+CHECK_EVERY_S = 0.05  # how often the flusher looks at the buffer's size
 
 _fast: set[str] = set()  # sites past their sized calls: timestamps only
 _slow_counts: dict[str, int] = {}
@@ -334,9 +336,14 @@ def final_flush() -> None:
 
 
 def _flusher_loop(stop: threading.Event) -> None:
+    """Flush every FLUSH_EVERY_S, or sooner once FLUSH_EVENTS are buffered (a busy loop's buffer
+    stays a few MB, and the server gets batches of a bounded size)."""
     _capture.safely(_sender.prepare)
-    last_resample = _now()
-    while not stop.wait(FLUSH_EVERY_S):
+    last_resample = last_flush = _now()
+    while not stop.wait(CHECK_EVERY_S):
+        if pending() < FLUSH_EVENTS and (_now() - last_flush) / 1e9 < FLUSH_EVERY_S:
+            continue
+        last_flush = _now()
         flush()
         if (_now() - last_resample) / 1e9 >= RESAMPLE_EVERY_S:
             last_resample = _now()

@@ -22,12 +22,14 @@ from typing import Any
 from fecomlite.runtime.comm_hooks import site_row as collective_site_row
 from fecomlite.runtime.layers import facts as layer_facts
 from fecomlite.runtime.names import adopted, shown_written
-from fecomlite.store import integrity
+from fecomlite.store import events, integrity
 from fecomlite.store.reads import StoreReads
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APPLICATION_ID = int.from_bytes(b"FCML", "big")
-UPGRADABLE = {"1"}  # older schemas this one extends in place (v2 adds `batches`)
+# older schemas this one upgrades in place (v2 added `batches`; v3 keeps events as chunks, the
+# old file kept beside it: `Store._upgrade_events`)
+UPGRADABLE = {"1", "2"}
 MAX_SHAPE_VARIANTS = 8  # distinct argument shapes kept per call site
 
 SCHEMA = """
@@ -93,21 +95,6 @@ CREATE TABLE IF NOT EXISTS sites (
     source TEXT NOT NULL DEFAULT '',
     UNIQUE (run_id, key)
 );
-CREATE TABLE IF NOT EXISTS events (
-    run_id INTEGER NOT NULL REFERENCES runs(id),
-    rep INTEGER NOT NULL,
-    site_id INTEGER NOT NULL REFERENCES sites(id),
-    pid INTEGER NOT NULL,
-    tid INTEGER NOT NULL,
-    t_start_ns INTEGER NOT NULL,
-    t_end_ns INTEGER NOT NULL,
-    status INTEGER NOT NULL,             -- bits (0: returned): 1 raised, 2 continues the event
-                                         -- before it of its site and thread (a later piece of
-                                         -- that call, not a call of its own)
-    in_bytes INTEGER,
-    out_bytes INTEGER
-);
-CREATE INDEX IF NOT EXISTS events_by_run ON events (run_id, rep, t_start_ns);
 CREATE TABLE IF NOT EXISTS processes (  -- ranks of a distributed job (fecomlite/distributed)
     run_id INTEGER NOT NULL REFERENCES runs(id),
     pid INTEGER NOT NULL,                -- as in events
@@ -133,7 +120,7 @@ CREATE TABLE IF NOT EXISTS results (
     value TEXT NOT NULL,                 -- json
     PRIMARY KEY (run_id, name)
 );
-"""
+""" + events.SCHEMA  # call events: compressed column chunks (fecomlite/store/events.py)
 
 PROCESS_FIELDS = {  # a batch header's rank fields, and their types
     "rank": int,
@@ -267,8 +254,10 @@ class Store(StoreReads):
         if version != str(SCHEMA_VERSION):
             if version is not None:
                 kept = integrity.keep_copy(self.db, self.path, version)
+                moved = self._upgrade_events()
                 self.upgrade_note = (f"upgraded the run store {self.path} from schema "
-                                     f"{version} to {SCHEMA_VERSION}; the old file is kept "
+                                     f"{version} to {SCHEMA_VERSION} ({moved:,} call events "
+                                     f"now kept as compressed chunks); the old file is kept "
                                      f"as {kept}")
             self._init_schema()
 
@@ -296,7 +285,22 @@ class Store(StoreReads):
             )
         return version
 
+    def _upgrade_events(self) -> int:
+        """Schema <= 2 kept a row per call: its events become chunks (the caller has kept the
+        file as it was). Returns how many were moved; 0 where another process did it first."""
+        with self.transaction():
+            if not events.has_rows(self.db):
+                return 0  # another process upgraded it meanwhile
+            for statement in events.SCHEMA.split(";"):
+                if statement.strip():
+                    self.db.execute(statement)
+            moved = events.convert_rows(self.db)
+        self.db.execute("VACUUM")
+        return moved
+
     def _init_schema(self) -> None:
+        if self._schema_current():
+            return  # opening a current store writes nothing: its disk may be full
         with self.transaction():
             self.db.execute(f"PRAGMA application_id={APPLICATION_ID}")
             self.db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
@@ -309,6 +313,12 @@ class Store(StoreReads):
             self.db.execute(
                 "INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (uuid.uuid4().hex,)
             )
+
+    def _schema_current(self) -> bool:
+        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master")}
+        return (self.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+                and self.db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+                and {"meta", "runs", "event_chunks", "batches", "results"} <= tables)
 
     @property
     def store_id(self) -> str:
@@ -488,12 +498,12 @@ class Store(StoreReads):
         could not store) less those stored."""
         produced = dict(totals or {})
         stored: dict[str, int] = {}
-        for proc, total, events in self.db.execute(
+        for proc, total, stored_n in self.db.execute(
             "SELECT proc, max(total), sum(events) FROM batches WHERE run_id=? GROUP BY proc",
             (run_id,),
         ):
             produced[proc] = max(produced.get(proc, 0), total or 0)
-            stored[proc] = events
+            stored[proc] = stored_n
         return sum(max(n - stored.get(proc, 0), 0) for proc, n in produced.items())
 
     def add_batch(
@@ -531,24 +541,11 @@ class Store(StoreReads):
     ) -> int:
         names: list[str] = header["sites"]
         ids = self.site_ids(run_id, names, manifest or {})
-        site_ids = [ids[name] for name in names]
         rep, pid = int(header.get("rep", 0)), int(header.get("pid", 0))
-        in_bytes = [None if v < 0 else v for v in columns["in_bytes"].tolist()]
-        out_bytes = [None if v < 0 else v for v in columns["out_bytes"].tolist()]
-        rows = zip(
-            [site_ids[i] for i in columns["site"].tolist()],
-            columns["tid"].astype("int64").tolist(),
-            columns["t_start_ns"].tolist(),
-            columns["t_end_ns"].tolist(),
-            columns["status"].tolist(),
-            in_bytes,
-            out_bytes,
-            strict=True,
-        )
+        site_ids = events.site_ids_of(columns["site"], [ids[name] for name in names])
+        stored = self._event_columns(site_ids, columns)
         with self.transaction():
-            self.db.executemany(
-                f"INSERT INTO events VALUES ({run_id}, {rep}, ?, {pid}, ?, ?, ?, ?, ?, ?)", rows
-            )
+            n = events.write(self.db, run_id, rep, pid, stored)
             if header.get("hyperparams"):
                 self._merge_hyperparams(run_id, header["hyperparams"])
             if "rank" in header:
@@ -564,7 +561,24 @@ class Store(StoreReads):
                     "layers",
                     layer_facts.merge(self.result(run_id, "layers") or {}, header["layers"]),
                 )
-        return len(in_bytes)
+        return n
+
+    @staticmethod
+    def _event_columns(site_ids: Any, columns: dict[str, Any]) -> dict[str, Any]:
+        """A batch's columns with the store's site ids; every column one length, or ValueError
+        (nothing is stored then)."""
+        stored = {**{k: columns[k] for k in ("tid", "t_start_ns", "t_end_ns", "status",
+                                              "in_bytes", "out_bytes")}, "site_id": site_ids}
+        if len({len(v) for v in stored.values()}) > 1:
+            raise ValueError("a batch's columns differ in length")
+        return stored
+
+    def add_events(self, run_id: int, rep: int, pid: int, columns: dict[str, Any]) -> int:
+        """Store events given with the store's site ids (columns site_id, tid, t_start_ns,
+        t_end_ns, status, in_bytes, out_bytes; a size not taken is -1) as one chunk."""
+        with self.transaction():
+            return events.write(self.db, run_id, rep, pid,
+                                self._event_columns(columns["site_id"], columns))
 
     def _name_sites(self, run_id: int, names: dict[str, Any], manifest: dict[str, Any]) -> None:
         """Batch "names": {site: the public name of the callee it ran}, as the probe found it

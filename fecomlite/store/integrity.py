@@ -82,7 +82,10 @@ def damaged(path: Path, detail: str) -> str:
 def keep_copy(db: sqlite3.Connection, path: Path, version: str) -> Path:
     """A private copy of the store as it is (its -wal included), before an upgrade changes it."""
     copy = path.with_name(f"{path.name}.schema{version}.bak")
-    fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return copy  # never over the copy an earlier (or concurrent) upgrade kept
     os.close(fd)
     target = sqlite3.connect(copy)
     try:

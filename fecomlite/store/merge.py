@@ -19,7 +19,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from fecomlite.store import Store
+from fecomlite.store import Store, events
 
 PID_STRIDE = 2**32  # merged pid = node * PID_STRIDE + pid
 
@@ -154,31 +154,10 @@ def _copy_node(merged: Store, run_id: int, store: Store, src: int, node: int, sh
     }
     manifest = {s["key"]: s for s in sites.values()}
     site_ids = merged.site_ids(run_id, manifest.keys(), manifest)
-    rows = store.db.execute(
-        "SELECT rep, site_id, pid, tid, t_start_ns, t_end_ns, status, in_bytes, out_bytes "
-        "FROM events WHERE run_id=?",
-        (src,),
-    )
     base = node * PID_STRIDE
     with merged.transaction():
-        merged.db.executemany(
-            "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                (
-                    run_id,
-                    rep,
-                    site_ids[sites[site]["key"]],
-                    base + pid,
-                    tid,
-                    t0 + shift,
-                    t1 + shift,
-                    status,
-                    ib,
-                    ob,
-                )
-                for rep, site, pid, tid, t0, t1, status, ib, ob in rows
-            ),
-        )
+        events.copy_run(store.db, merged.db, src, run_id,
+                        {old: site_ids[site["key"]] for old, site in sites.items()}, base, shift)
         for p in store.processes(src):
             device = p["device"] if p["device"] == "cpu" else node_domain(p["device"], node)
             merged.put_process(run_id, base + p["pid"], {**p, "device": device})

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from fecomlite.runtime.batch_codec import CONTINUES
+from fecomlite.store import events
 
 _NEVER = 2**63 - 1  # no upper bound on a time
 
@@ -75,30 +76,48 @@ class StoreReads:
 
     # -- events and sites ---------------------------------------------------------------------
 
+    def event_columns(self, run_id: int) -> dict[str, Any]:
+        """Every call of the run as numpy columns (`events.COLUMNS`), by repetition then start,
+        ties in the order stored; a size not taken is -1."""
+        return events.run_columns(self.db, run_id)
+
+    def event_chunks(self, run_id: int) -> Iterator[dict[str, Any]]:
+        """The run's calls chunk by chunk (`events.time_ordered`): for streaming consumers, in
+        the memory of one chunk."""
+        return events.time_ordered(self.db, run_id)
+
+    def event_count(self, run_id: int) -> int:
+        return events.count(self.db, run_id)
+
     def event_rows(self, run_id: int) -> list[tuple[int, ...]]:
         """(rep, site_id, pid, tid, t_start_ns, t_end_ns, status, in_bytes, out_bytes) of every
         call of the run, by repetition then start; a size not taken is -1."""
-        return self.db.execute(
-            "SELECT rep, site_id, pid, tid, t_start_ns, t_end_ns, status, "
-            "coalesce(in_bytes, -1), coalesce(out_bytes, -1) "
-            "FROM events WHERE run_id=? ORDER BY rep, t_start_ns", (run_id,),
-        ).fetchall()
+        cols = self.event_columns(run_id)
+        return list(zip(*(cols[c].tolist() for c in events.COLUMNS), strict=True))
 
     def calls_with_sites(self, run_id: int) -> list[tuple[Any, ...]]:
         """(rep, pid, tid, t_start_ns, t_end_ns, status, in_bytes, out_bytes, api, key, written,
-        kind) of every call of the run, by start."""
-        return self.db.execute(
-            "SELECT e.rep, e.pid, e.tid, e.t_start_ns, e.t_end_ns, e.status, e.in_bytes, "
-            "e.out_bytes, s.api, s.key, s.written, s.kind FROM events e JOIN sites s "
-            "ON s.id = e.site_id WHERE e.run_id=? ORDER BY e.t_start_ns", (run_id,),
-        ).fetchall()
+        kind) of every call of the run, by start; a size not taken is None."""
+        cols = events.run_columns(self.db, run_id, by_rep=False)
+        sites = {r["id"]: (r["api"], r["key"], r["written"], r["kind"])
+                 for r in self.sites(run_id)}
+        sizes = [[None if v < 0 else v for v in cols[c].tolist()]
+                 for c in ("in_bytes", "out_bytes")]
+        return [(*row, *sites[site]) for *row, site in zip(
+            *(cols[c].tolist() for c in ("rep", "pid", "tid", "t_start_ns", "t_end_ns",
+                                         "status")),
+            *sizes, cols["site_id"].tolist(), strict=True)]
 
     def site_spans(self, run_id: int, key: str) -> list[tuple[int, int]]:
         """(t_start_ns, t_end_ns) of each call of one site (a region), by repetition."""
-        return self.db.execute(
-            "SELECT e.t_start_ns, e.t_end_ns FROM events e JOIN sites s ON s.id = e.site_id "
-            "WHERE e.run_id=? AND s.key=? ORDER BY e.rep, e.t_start_ns", (run_id, key),
-        ).fetchall()
+        row = self.db.execute("SELECT id FROM sites WHERE run_id=? AND key=?",
+                              (run_id, key)).fetchone()
+        if row is None:
+            return []
+        cols = self.event_columns(run_id)
+        mine = cols["site_id"] == row[0]
+        return list(zip(cols["t_start_ns"][mine].tolist(), cols["t_end_ns"][mine].tolist(),
+                        strict=True))
 
     def sites(self, run_id: int) -> list[dict[str, Any]]:
         """The run's call sites, by id."""
@@ -110,44 +129,68 @@ class StoreReads:
         return dict(self.db.execute("SELECT id, api FROM sites WHERE run_id=?", (run_id,)))
 
     def last_rowid(self, table: str) -> int:
-        """The newest row of `events`, `samples` or `sensors` (0 when empty): where a follower
-        starts."""
-        if table not in ("events", "samples", "sensors"):
+        """The newest row of `events` (its chunks), `samples` or `sensors` (0 when empty):
+        where a follower starts."""
+        tables = {"events": "event_chunks", "samples": "samples", "sensors": "sensors"}
+        if table not in tables:
             raise ValueError(f"not a followed table: {table!r}")
-        return int(self.db.execute(f"SELECT coalesce(max(rowid), 0) FROM {table}").fetchone()[0])
+        return int(self.db.execute(
+            f"SELECT coalesce(max(rowid), 0) FROM {tables[table]}").fetchone()[0])
 
     def first_event_rowid(self, run_id: int) -> int | None:
+        """The run's first event chunk: a follower of the run starts before it."""
         return self.db.execute(
-            "SELECT min(rowid) FROM events WHERE run_id=?", (run_id,)).fetchone()[0]
+            "SELECT min(id) FROM event_chunks WHERE run_id=?", (run_id,)).fetchone()[0]
 
-    # `+run_id`: scan the new rowids, not the run's index
+    def _new_events(self, run_id: int, after: int, upto: int) -> dict[str, Any]:
+        """The run's events in the chunks stored in (after, upto], in the order stored."""
+        import numpy as np
+
+        parts = [cols for _, cols in events.chunks(
+            self.db, "id > ? AND id <= ? AND run_id = ?", (after, upto, run_id))]
+        if not parts:
+            return {c: np.zeros(0, np.int64) for c in events.COLUMNS}
+        return {c: np.concatenate([p[c] for p in parts]) for c in events.COLUMNS}
+
     def new_calls_by_site_and_process(
         self, run_id: int, after: int, upto: int
     ) -> list[tuple[int, int, int, int]]:
-        """(site_id, pid, calls, total ns) of the run's events stored in (after, upto] by
-        rowid; a continuation (a later piece of a call) adds its time, not a call."""
-        return self.db.execute(
-            "SELECT site_id, pid, sum((status & ?) = 0), sum(t_end_ns - t_start_ns) FROM events "
-            "WHERE rowid > ? AND rowid <= ? AND +run_id = ? GROUP BY site_id, pid",
-            (CONTINUES, after, upto, run_id),
-        ).fetchall()
+        """(site_id, pid, calls, total ns) of the run's events stored in (after, upto] (chunk
+        ids); a continuation (a later piece of a call) adds its time, not a call."""
+        import numpy as np
+
+        new = self._new_events(run_id, after, upto)
+        if not new["site_id"].size:
+            return []
+        keys, group = np.unique(np.stack((new["site_id"], new["pid"]), axis=1), axis=0,
+                                return_inverse=True)
+        group = group.reshape(-1)
+        calls = np.bincount(group, (new["status"] & CONTINUES) == 0, len(keys))
+        ns = np.bincount(group, new["t_end_ns"] - new["t_start_ns"], len(keys))
+        return [(int(s), int(p), int(c), int(t)) for (s, p), c, t in zip(
+            keys, calls, ns, strict=True)]
 
     def last_new_call(self, run_id: int, after: int, upto: int) -> tuple[int, ...] | None:
-        """(site_id, t_start_ns, t_end_ns, status) of the run's newest event in (after, upto]."""
-        return self.db.execute(
-            "SELECT site_id, t_start_ns, t_end_ns, status FROM events WHERE rowid > ? "
-            "AND rowid <= ? AND +run_id = ? ORDER BY rowid DESC LIMIT 1", (after, upto, run_id),
-        ).fetchone()
+        """(site_id, t_start_ns, t_end_ns, status) of the run's newest event in (after, upto]:
+        the one that ended last in the newest chunk."""
+        row = self.db.execute(
+            "SELECT max(id) FROM event_chunks WHERE id > ? AND id <= ? AND run_id = ?",
+            (after, upto, run_id)).fetchone()
+        if row[0] is None:
+            return None
+        new = self._new_events(run_id, row[0] - 1, row[0])
+        i = len(new["t_end_ns"]) - 1 - int(new["t_end_ns"][::-1].argmax())  # last of ties
+        return tuple(int(new[c][i]) for c in ("site_id", "t_start_ns", "t_end_ns", "status"))
 
     def new_calls_ending_after(
         self, run_id: int, after: int, upto: int, end_ns: int
     ) -> list[tuple[int, ...]]:
-        """(t_start_ns, t_end_ns, pid, tid, site_id) of the run's events in (after, upto] by
-        rowid that end after `end_ns`."""
-        return self.db.execute(
-            "SELECT t_start_ns, t_end_ns, pid, tid, site_id FROM events WHERE rowid > ? "
-            "AND rowid <= ? AND +run_id = ? AND t_end_ns > ?", (after, upto, run_id, end_ns),
-        ).fetchall()
+        """(t_start_ns, t_end_ns, pid, tid, site_id) of the run's events in (after, upto]
+        (chunk ids) that end after `end_ns`."""
+        new = self._new_events(run_id, after, upto)
+        late = new["t_end_ns"] > end_ns
+        return list(zip(*(new[c][late].tolist() for c in (
+            "t_start_ns", "t_end_ns", "pid", "tid", "site_id")), strict=True))
 
     # -- runs ---------------------------------------------------------------------------------
 

@@ -1,0 +1,226 @@
+"""Call events kept as compressed column chunks: one SQLite row per stored batch, not per call.
+
+Why: one row (+ index entry) per call cost ≈ 57 bytes and a Python tuple per call on every read,
+so a day of training (~90 M calls) needed ~5 GB on disk and tens of GB to report. A chunk holds
+one batch's events of one (run, repetition, process), sorted by start, as columns: start deltas,
+durations, site ids, thread numbers (into the chunk's own thread table), status bits and sizes,
+each byte-shuffled (the high bytes of small numbers become long runs of zeros) and compressed
+together with zlib. Measured figures and the alternatives weighed: docs/storage.md.
+
+A chunk's row id is the follower's cursor (the live view reads the chunks stored after it). Reads
+give numpy columns; the order of a whole run's events is the old rows' order: by repetition, then
+start, ties in the order stored.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import struct
+import zlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # numpy is loaded by the first read or write, not with the store (CLI help)
+    import numpy as np
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS event_chunks (
+    id INTEGER PRIMARY KEY,              -- in the order stored: a follower's cursor
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    rep INTEGER NOT NULL,
+    pid INTEGER NOT NULL,
+    n INTEGER NOT NULL,                  -- events in the chunk
+    t_first_ns INTEGER NOT NULL,         -- earliest start
+    t_last_ns INTEGER NOT NULL,          -- latest end
+    codec INTEGER NOT NULL,              -- CODEC
+    data BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS event_chunks_by_run ON event_chunks (run_id, rep, t_first_ns);
+"""
+CODEC = 1  # zlib of byte-shuffled columns (`encode`)
+LEVEL = 1  # zlib's fastest: ~9 % larger than level 6, encodes faster (docs/storage.md)
+MIGRATE_CHUNK = 65_536  # events per chunk when rows of an older store are converted
+
+# A chunk's columns after the thread table: name, dtype as stored
+_STORED = (
+    ("d_start", "<i8"), ("duration", "<i8"), ("site_id", "<i4"), ("thread", "<i4"),
+    ("status", "u1"), ("in_bytes", "<i8"), ("out_bytes", "<i8"),
+)
+_ROW_COLUMNS = ("site_id", "tid", "t_start_ns", "t_end_ns", "status", "in_bytes", "out_bytes")
+# What reads return, in the order of the old rows (`event_rows`)
+COLUMNS = ("rep", "site_id", "pid", "tid", "t_start_ns", "t_end_ns", "status", "in_bytes",
+           "out_bytes")
+
+
+def encode(columns: dict[str, np.ndarray]) -> tuple[int, int, int, bytes]:
+    """(n, earliest start, latest end, blob) of events given as columns site_id, tid,
+    t_start_ns, t_end_ns, status, in_bytes, out_bytes (-1: not taken)."""
+    import numpy as np
+
+    start = np.asarray(columns["t_start_ns"], np.int64)
+    order = np.argsort(start, kind="stable")
+    start = start[order]
+    end = np.asarray(columns["t_end_ns"], np.int64)[order]
+    tids, thread = np.unique(np.asarray(columns["tid"]).astype(np.uint64)[order],
+                             return_inverse=True)
+    n = int(start.size)
+    t_first = int(start[0]) if n else 0
+    stored = {
+        "d_start": np.diff(start, prepend=t_first), "duration": end - start,
+        "site_id": np.asarray(columns["site_id"])[order], "thread": thread,
+        "status": np.asarray(columns["status"])[order],
+        "in_bytes": np.asarray(columns["in_bytes"])[order],
+        "out_bytes": np.asarray(columns["out_bytes"])[order],
+    }
+    parts = [struct.pack("<I", tids.size), tids.astype("<u8").tobytes()]
+    parts += [_shuffle(stored[name].astype(dtype, copy=False)) for name, dtype in _STORED]
+    t_last = int(end.max()) if n else 0
+    return n, t_first, t_last, zlib.compress(b"".join(parts), LEVEL)
+
+
+def decode(n: int, t_first: int, blob: bytes) -> dict[str, np.ndarray]:
+    """The columns of one chunk (site_id, tid, t_start_ns, t_end_ns, status, in_bytes,
+    out_bytes), by start."""
+    import numpy as np
+
+    raw = zlib.decompress(blob)
+    (k,) = struct.unpack_from("<I", raw)
+    tids = np.frombuffer(raw, "<u8", k, 4)
+    offset, stored = 4 + 8 * k, {}
+    for name, dtype in _STORED:
+        size = np.dtype(dtype).itemsize * n
+        stored[name] = _unshuffle(raw[offset:offset + size], dtype, n)
+        offset += size
+    start = t_first + np.cumsum(stored["d_start"])
+    return {
+        "site_id": stored["site_id"].astype(np.int64),
+        "tid": tids.view(np.int64)[stored["thread"]],  # signed, as SQLite kept them
+        "t_start_ns": start, "t_end_ns": start + stored["duration"],
+        "status": stored["status"].astype(np.int64),
+        "in_bytes": stored["in_bytes"], "out_bytes": stored["out_bytes"],
+    }
+
+
+def _shuffle(values: np.ndarray) -> bytes:
+    """Byte planes one after another: the zero high bytes of small numbers compress to nothing."""
+    import numpy as np
+
+    return values.view(np.uint8).reshape(values.size, values.itemsize).T.tobytes()
+
+
+def _unshuffle(planes: bytes, dtype: str, n: int) -> np.ndarray:
+    import numpy as np
+
+    width = np.dtype(dtype).itemsize
+    return np.frombuffer(planes, np.uint8).reshape(width, n).T.copy().view(dtype).reshape(n)
+
+
+def write(db: sqlite3.Connection, run_id: int, rep: int, pid: int,
+          columns: dict[str, np.ndarray]) -> int:
+    """Store one batch's events of one process as a chunk (inside the caller's transaction);
+    returns how many."""
+    n, t_first, t_last, blob = encode(columns)
+    if n:
+        db.execute(
+            "INSERT INTO event_chunks (run_id, rep, pid, n, t_first_ns, t_last_ns, codec, data) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (run_id, rep, pid, n, t_first, t_last, CODEC, blob))
+    return n
+
+
+def chunks(db: sqlite3.Connection, where: str, args: tuple[Any, ...],
+           order: str = "id") -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+    """(chunk id, columns with rep and pid) of the chunks `where` selects, one at a time."""
+    import numpy as np
+
+    for cid, rep, pid, n, t_first, codec, blob in db.execute(
+        f"SELECT id, rep, pid, n, t_first_ns, codec, data FROM event_chunks WHERE {where} "
+        f"ORDER BY {order}", args,
+    ):
+        if codec != CODEC:
+            raise ValueError(f"event chunk {cid} has codec {codec}, this fecomlite reads {CODEC}")
+        cols = decode(n, t_first, blob)
+        cols["rep"] = np.full(n, rep, np.int64)
+        cols["pid"] = np.full(n, pid, np.int64)
+        yield cid, cols
+
+
+def run_columns(db: sqlite3.Connection, run_id: int, *,
+                by_rep: bool = True) -> dict[str, np.ndarray]:
+    """Every event of a run as columns (COLUMNS), by repetition (unless not `by_rep`) then start,
+    ties in the order stored."""
+    import numpy as np
+
+    parts = [cols for _, cols in chunks(db, "run_id=?", (run_id,))]
+    if not parts:
+        return {c: np.zeros(0, np.int64) for c in COLUMNS}
+    start = np.concatenate([p["t_start_ns"] for p in parts])
+    keys = (start, np.concatenate([p["rep"] for p in parts])) if by_rep else (start,)
+    order = np.lexsort(keys)  # stable: ties keep the order stored
+    del keys, start
+    out = {}
+    for c in COLUMNS:  # one column at a time, its chunks' copies let go: ~1x the run, not 3x
+        out[c] = np.concatenate([p.pop(c) for p in parts])[order]
+    return out
+
+
+def time_ordered(db: sqlite3.Connection, run_id: int) -> Iterator[dict[str, np.ndarray]]:
+    """A run's events chunk by chunk, for streaming consumers: chunks by repetition and earliest
+    start, each by start; memory is one chunk's. Chunks of different processes or batches may
+    overlap in time, but every event of a later chunk of the repetition starts at or after this
+    chunk's first start: a sweep over time has seen every event that starts before it."""
+    for _, cols in chunks(db, "run_id=?", (run_id,), order="rep, t_first_ns, id"):
+        yield cols
+
+
+def count(db: sqlite3.Connection, run_id: int) -> int:
+    """How many events the run holds, without opening a chunk."""
+    return int(db.execute("SELECT coalesce(sum(n), 0) FROM event_chunks WHERE run_id=?",
+                          (run_id,)).fetchone()[0])
+
+
+def copy_run(src: sqlite3.Connection, dst: sqlite3.Connection, src_run: int, dst_run: int,
+             site_map: dict[int, int], pid_base: int, shift_ns: int) -> None:
+    """Copy a run's chunks into another store (a distributed job's merge): site ids mapped,
+    pids moved by `pid_base`, times by `shift_ns`."""
+    import numpy as np
+
+    lookup = np.zeros(max(site_map, default=0) + 1, np.int64)
+    lookup[list(site_map)] = list(site_map.values())
+    for _, cols in chunks(src, "run_id=?", (src_run,)):
+        cols["site_id"] = lookup[cols["site_id"]]
+        cols["t_start_ns"] = cols["t_start_ns"] + shift_ns
+        cols["t_end_ns"] = cols["t_end_ns"] + shift_ns
+        write(dst, dst_run, int(cols["rep"][0]), pid_base + int(cols["pid"][0]), cols)
+
+
+def has_rows(db: sqlite3.Connection) -> bool:
+    """Whether the store still holds the one-row-per-call `events` table of schema ≤ 2."""
+    return db.execute(
+        "SELECT 1 FROM sqlite_master WHERE type='table' AND name='events'").fetchone() is not None
+
+
+def convert_rows(db: sqlite3.Connection) -> int:
+    """Move schema ≤ 2's event rows into chunks (inside the caller's transaction) and drop the
+    table; returns how many events moved."""
+    import numpy as np
+
+    moved = 0
+    groups = db.execute("SELECT DISTINCT run_id, rep, pid FROM events").fetchall()
+    for run_id, rep, pid in groups:
+        rows = db.execute(
+            "SELECT site_id, tid, t_start_ns, t_end_ns, status, coalesce(in_bytes, -1), "
+            "coalesce(out_bytes, -1) FROM events WHERE run_id=? AND rep=? AND pid=? "
+            "ORDER BY rowid", (run_id, rep, pid))
+        while batch := rows.fetchmany(MIGRATE_CHUNK):
+            arr = np.array([tuple(r) for r in batch], np.int64)
+            cols = dict(zip(_ROW_COLUMNS, arr.T, strict=True))
+            moved += write(db, run_id, rep, pid, cols)
+    db.execute("DROP TABLE events")
+    return moved
+
+
+def site_ids_of(index: np.ndarray, ids: list[int]) -> np.ndarray:
+    """A batch's site column (indexes into its header's sites) as the store's site ids."""
+    import numpy as np
+
+    return np.array(ids, np.int64)[index] if ids else np.zeros(len(index), np.int64)

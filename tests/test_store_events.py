@@ -1,0 +1,106 @@
+"""Call events kept as compressed chunks (fecomlite/store/events.py): what goes in comes out,
+and a store of the previous schema is upgraded, its old file kept."""
+
+from __future__ import annotations
+
+import sqlite3
+from array import array
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fecomlite.runtime import batch_codec
+from fecomlite.store import SCHEMA_VERSION, Store, events
+
+TIDS = [1, 2**64 - 3, 140_000_123_456]
+event = st.tuples(
+    st.integers(0, 4),  # site index
+    st.integers(0, 2**40),  # start
+    st.integers(0, 2**30),  # duration
+    st.sampled_from(TIDS),
+    st.integers(0, batch_codec.RAISED | batch_codec.CONTINUES),
+    st.one_of(st.just(-1), st.integers(0, 2**50)),
+    st.one_of(st.just(-1), st.integers(0, 2**50)),
+)
+
+
+def _batch(rows: list[tuple[int, ...]], sites: list[str]) -> bytes:
+    columns = (
+        array("i", [r[0] for r in rows]).tobytes(),
+        array("q", [r[1] for r in rows]).tobytes(),
+        array("q", [r[1] + r[2] for r in rows]).tobytes(),
+        array("Q", [r[3] for r in rows]).tobytes(),
+        bytes(r[4] for r in rows),
+        array("q", [r[5] for r in rows]).tobytes(),
+        array("q", [r[6] for r in rows]).tobytes(),
+    )
+    return batch_codec.encode({"rep": 3, "pid": 77}, sites, columns)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(event, max_size=40), min_size=1, max_size=3))
+def test_any_batch_reads_back_as_it_was_sent(tmp_path_factory, batches):
+    store = Store(tmp_path_factory.mktemp("s") / "s.sqlite")
+    run = store.create_run()
+    sites = [f"a.py:{i}:0" for i in range(5)]
+    ids = store.site_ids(run, sites, {})
+    sent = []
+    for rows in batches:
+        header, cols = batch_codec.decode(_batch(rows, sites))
+        assert store.add_batch(run, header, cols) == len(rows)
+        sent += rows
+    # the old rows' order: by start, ties in the order stored
+    sent.sort(key=lambda r: r[1])
+    tid = np.array([r[3] for r in sent], np.uint64).view(np.int64).tolist()
+    expected = [(3, ids[sites[r[0]]], 77, t, r[1], r[1] + r[2], r[4], r[5], r[6])
+                for r, t in zip(sent, tid, strict=True)]
+    assert store.event_rows(run) == expected
+    assert store.event_count(run) == len(sent)
+    streamed = list(store.event_chunks(run))
+    assert sum(c["t_start_ns"].size for c in streamed) == len(sent)
+    for chunk in streamed:  # each chunk by start
+        assert (np.diff(chunk["t_start_ns"]) >= 0).all()
+    store.close()
+
+
+def _as_schema_2(path, rows):
+    """Make the store at `path` look as the previous release left it: events one row each."""
+    db = sqlite3.connect(path)
+    db.executescript(
+        "DROP TABLE event_chunks;"
+        "CREATE TABLE events (run_id INTEGER NOT NULL, rep INTEGER NOT NULL, site_id INTEGER "
+        "NOT NULL, pid INTEGER NOT NULL, tid INTEGER NOT NULL, t_start_ns INTEGER NOT NULL, "
+        "t_end_ns INTEGER NOT NULL, status INTEGER NOT NULL, in_bytes INTEGER, out_bytes "
+        "INTEGER);"
+        "CREATE INDEX events_by_run ON events (run_id, rep, t_start_ns);"
+        "UPDATE meta SET value='2' WHERE key='schema_version'; PRAGMA user_version=2;")
+    db.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    db.commit()
+    db.close()
+
+
+def test_a_previous_schema_store_is_upgraded_and_its_old_file_kept(tmp_path):
+    path = tmp_path / "store.sqlite"
+    with Store(path) as store:
+        run = store.create_run(program="train.py")
+        site = store.site_ids(run, ["a.py:1:0"], {})["a.py:1:0"]
+    rows = [(run, 1, site, 9, 5, 30, 40, 0, 64, None), (run, 1, site, 9, 5, 10, 20, 1, None, 8),
+            (run, 2, site, 9, -7, 10, 15, 2, None, None)]
+    _as_schema_2(path, rows)
+    with Store(path) as store:
+        assert store.event_rows(run) == [
+            (1, site, 9, 5, 10, 20, 1, -1, 8), (1, site, 9, 5, 30, 40, 0, 64, -1),
+            (2, site, 9, -7, 10, 15, 2, -1, -1)]
+        assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert not events.has_rows(store.db)
+        message = store.upgrade_note
+    kept = tmp_path / "store.sqlite.schema2.bak"
+    assert f"upgraded the run store {path}" in message and str(kept) in message
+    assert "3 call events" in message
+    old = sqlite3.connect(kept)  # the file as it was, untouched
+    assert old.execute("SELECT count(*) FROM events").fetchone()[0] == 3
+    old.close()
+    with Store(path) as store:  # upgraded once: nothing more to say
+        assert store.event_count(run) == 3
+        assert store.upgrade_note is None
