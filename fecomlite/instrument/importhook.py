@@ -98,7 +98,7 @@ def _canonical(value: Any) -> Any:
     return value
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
     """Written whole under a temporary name, then renamed: a reader never sees half a file."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
@@ -168,7 +168,7 @@ class Rewriter:
             table = self._build_table(files)
             digest = hashlib.sha256(json.dumps(_canonical(table)).encode()).hexdigest()
             with contextlib.suppress(OSError):
-                _write_atomic(cached, pickle.dumps((table, digest)))
+                write_atomic(cached, pickle.dumps((table, digest)))
         project = Project(table) if table.exports or table.stars else None
         return project, digest
 
@@ -200,7 +200,7 @@ class Rewriter:
             pass
         made = self._rewrite(rel, data, project)
         with contextlib.suppress(OSError):
-            _write_atomic(path, json.dumps(made).encode())
+            write_atomic(path, json.dumps(made).encode())
         return made
 
     def _rewrite(self, rel: str, data: bytes, project: Project | None) -> dict[str, Any]:
@@ -245,7 +245,7 @@ class Rewriter:
             pass
         code = compile(made["text"], filename, "exec", dont_inherit=True)
         with contextlib.suppress(OSError):
-            _write_atomic(path, marshal.dumps(code))
+            write_atomic(path, marshal.dumps(code))
         return code
 
     def rewrite_all(self) -> tuple[dict[str, dict[str, Any]], list[list[Any]]]:
