@@ -35,7 +35,7 @@ def main() -> None:
         raise
     except BaseException as error:  # noqa: BLE001 - reported as Python reports it
         tb = _script_frames(error.__traceback__) or error.__traceback__
-        sys.excepthook(type(error), error, tb)
+        sys.excepthook(type(error), error.with_traceback(tb), tb)  # Python's prints the former
         if isinstance(error, KeyboardInterrupt):
             _die_of_sigint()
         sys.exit(1)
