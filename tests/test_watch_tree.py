@@ -26,7 +26,7 @@ def test_a_wrapper_command_shows_the_trees_memory(home, tmp_path):
                      command, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     text = " ".join(result.stdout.split())
-    tree = re.search(r"RSS of the process tree \(summed\): first → peak [│| ]*"
+    tree = re.search(r"tree RSS: first → peak [│| ]*"
                      r"[\d.]+ [kMG]?B → ([\d.]+) ([kMG]?B)", text)
     assert tree is not None, text
     peak = float(tree[1]) * {"kB": 1e3, "MB": 1e6, "GB": 1e9, "B": 1}[tree[2]]

@@ -85,9 +85,9 @@ class WatchOutcome:
     counted: dict[int, str] = field(default_factory=dict)  # pid -> command: the tree seen
 
 
-MEMORY_LABELS = {  # what each memory sensor of a watch run is, in the summary
-    "proc:rss": "RSS of the process tree (summed)",
-    "proc:peak_rss": "root process's own peak RSS (VmHWM)",
+MEMORY_LABELS = {  # what each memory sensor of a watch run is, in the summary (short: a row)
+    "proc:rss": "tree RSS",  # summed over the processes counted
+    "proc:peak_rss": "root VmHWM",  # the root process's own high-water mark
 }
 
 
