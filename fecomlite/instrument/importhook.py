@@ -121,6 +121,7 @@ class Rewriter:
         self.cache = Path(os.path.abspath(cache_dir or default_cache()))
         self._lock = threading.RLock()
         self._table: tuple[Project | None, str] | None = None
+        self._state_key = ""  # the project's files as found (names, sizes, mtimes)
         base = json.dumps([_FORMAT, instrumenter_state(), list(self.roots)])
         self._base = hashlib.sha256(base.encode()).hexdigest()
 
@@ -161,6 +162,7 @@ class Rewriter:
                 stat = path.stat()
                 state.append((str(path), stat.st_size, stat.st_mtime_ns))
         key = hashlib.sha256(json.dumps([self._base, state]).encode()).hexdigest()
+        self._state_key = key
         cached = self.cache / "tables" / f"{key}.pickle"
         try:
             table, digest = pickle.loads(cached.read_bytes())
@@ -251,8 +253,14 @@ class Rewriter:
     def rewrite_all(self) -> tuple[dict[str, dict[str, Any]], list[list[Any]]]:
         """Every Python file of the project rewritten (or found in the cache): its sites, and
         the files that could not be (they run as written)."""
-        sites: dict[str, dict[str, Any]] = {}
-        failures: list[list[Any]] = []
+        self._project_table()
+        whole = self.cache / "projects" / f"{self._state_key}.json"
+        try:
+            sites, failures = json.loads(whole.read_bytes())  # an unchanged project: one read
+            return sites, failures
+        except (OSError, ValueError):
+            pass
+        sites, failures = {}, []
         for path in self.python_files():
             try:
                 data = path.read_bytes()
@@ -261,6 +269,8 @@ class Rewriter:
             made = self.entry(str(path), data)
             sites.update(made["sites"])
             failures.extend(made["failures"])
+        with contextlib.suppress(OSError):
+            write_atomic(whole, json.dumps([sites, failures]).encode())
         return sites, failures
 
 

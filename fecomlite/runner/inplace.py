@@ -72,7 +72,7 @@ def _write_manifest(cache_dir: Path, manifest: dict[str, Any]) -> Path:
     """Named by its content: a run never reads a manifest another run is writing."""
     from fecomlite.instrument.importhook import write_atomic
 
-    data = json.dumps(manifest, indent=1).encode()
+    data = json.dumps(manifest).encode()  # no indent: the C encoder, 30 times faster
     path = cache_dir / "manifests" / f"{hashlib.sha256(data).hexdigest()}.json"
     if not path.is_file():
         write_atomic(path, data)
