@@ -106,10 +106,20 @@ def test_a_warm_start_does_not_load_the_rewriter(project, tmp_path):
 
 
 def test_a_helper_that_cannot_be_parsed_is_named_and_runs_as_it_is(project, tmp_path):
-    write(project, "old.py", "print 'python 2'\n")
+    write(project, "helpers.py", "print 'python 2'\n")
     prepared = prepare_in_place(project / "train.py", tmp_path / "cache", [])
     assert len(prepared.skipped) == 1
-    assert prepared.skipped[0].startswith(f"{project.resolve() / 'old.py'}:1:1:")
+    assert prepared.skipped[0].startswith(f"{project.resolve() / 'helpers.py'}:1:1:")
+
+
+def test_only_what_the_script_imports_is_rewritten_before_the_run(project, tmp_path):
+    write(project, "tests/test_big.py", "import torch\ntorch.ones(1)\n")
+    write(project, "pkg/__init__.py", "")
+    write(project, "pkg/nn.py", "import torch\ndef f():\n    return torch.zeros(1)\n")
+    write(project, "train.py", "from pkg import nn\nimport helpers\nprint(nn.f())\n")
+    prepared = prepare_in_place(project / "train.py", tmp_path / "cache", [])
+    assert {site["file"] for site in prepared.manifest["sites"].values()} == {"pkg/nn.py"}
+    assert len(rewrites(tmp_path / "cache")) == 4  # train, helpers, pkg/__init__, pkg/nn
 
 
 def test_a_syntax_error_names_the_users_file_line_and_column(tmp_path):

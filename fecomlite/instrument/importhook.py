@@ -122,6 +122,7 @@ class Rewriter:
         self._lock = threading.RLock()
         self._table: tuple[Project | None, str] | None = None
         self._state_key = ""  # the project's files as found (names, sizes, mtimes)
+        self._files: list[Path] | None = None
         base = json.dumps([_FORMAT, instrumenter_state(), list(self.roots)])
         self._base = hashlib.sha256(base.encode()).hexdigest()
 
@@ -140,9 +141,13 @@ class Rewriter:
         return Path(os.path.realpath(filename)).relative_to(self.root).as_posix()
 
     def python_files(self) -> list[Path]:
-        scratch = _project.InstrumentResult(self.root, self.root, None, ())
-        found = _project._discover(self.root, self.cache, scratch)
-        return [Path(f.path) for f in found if f.kind == "python" and self.covers(f.path)]
+        """The project's Python files (listed once per Rewriter)."""
+        if self._files is None:
+            scratch = _project.InstrumentResult(self.root, self.root, None, ())
+            found = _project._discover(self.root, self.cache, scratch)
+            self._files = [Path(f.path) for f in found
+                           if f.kind == "python" and self.covers(f.path)]
+        return self._files
 
     # --------------------------------------------------------------------- the first pass
 
@@ -250,18 +255,26 @@ class Rewriter:
             write_atomic(path, marshal.dumps(code))
         return code
 
-    def rewrite_all(self) -> tuple[dict[str, dict[str, Any]], list[list[Any]]]:
-        """Every Python file of the project rewritten (or found in the cache): its sites, and
-        the files that could not be (they run as written)."""
+    def rewrite_all(
+        self, script: Path | None = None
+    ) -> tuple[dict[str, dict[str, Any]], list[list[Any]]]:
+        """The project's Python files rewritten (or found in the cache): their sites, and the
+        files that could not be (they run as written). With `script`, only the modules it
+        imports, directly or not, as far as the source says (`import_closure`): a script in a
+        big repository does not wait for every test file of it to be rewritten. A module
+        imported otherwise (`importlib.import_module(name)`) is rewritten when imported."""
         self._project_table()
-        whole = self.cache / "projects" / f"{self._state_key}.json"
+        files = self.python_files() if script is None else import_closure(
+            Path(os.path.realpath(script)), self.python_files(), self.root)
+        listed = hashlib.sha256("\0".join(map(str, files)).encode()).hexdigest()
+        whole = self.cache / "projects" / f"{self._state_key}-{listed[:16]}.json"
         try:
             sites, failures = json.loads(whole.read_bytes())  # an unchanged project: one read
             return sites, failures
         except (OSError, ValueError):
             pass
         sites, failures = {}, []
-        for path in self.python_files():
+        for path in files:
             try:
                 data = path.read_bytes()
             except OSError:
@@ -272,6 +285,63 @@ class Rewriter:
         with contextlib.suppress(OSError):
             write_atomic(whole, json.dumps([sites, failures]).encode())
         return sites, failures
+
+
+def import_closure(script: Path, files: list[Path], root: Path) -> list[Path]:
+    """`script` and the project files it imports, directly or through each other, by the names
+    they can be imported under: from the script's folder (`sys.path[0]`), the root (the working
+    directory, usually) and `root/src`. Every import statement counts, conditional or not."""
+    import ast
+
+    by_name: dict[str, Path] = {}
+    bases = [script.parent, root, root / "src"]
+    for path in files:
+        for base in bases:
+            if base in path.parents:
+                parts = list(path.relative_to(base).with_suffix("").parts)
+                if parts[-1] == "__init__":
+                    parts.pop()
+                if parts:
+                    by_name.setdefault(".".join(parts), path)
+    package_of = {path: name.rpartition(".")[0] if path.name != "__init__.py" else name
+                  for name, path in by_name.items()}
+    found = {script}
+    todo = [script]
+    while todo:
+        path = todo.pop()
+        try:
+            tree = ast.parse(path.read_bytes(), str(path))
+        except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for name in _imported_names(tree, package_of.get(path, "")):
+            parts = name.split(".")
+            for cut in range(1, len(parts) + 1):  # a.b.c imports a and a.b first
+                module = by_name.get(".".join(parts[:cut]))
+                if module is not None and module not in found:
+                    found.add(module)
+                    todo.append(module)
+    return sorted(found)
+
+
+def _imported_names(tree: Any, package: str) -> list[str]:
+    """Every dotted name an import statement of `tree` may load (`from a import b`: a, a.b)."""
+    import ast
+
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".") if package else []
+                parts = parts[: len(parts) - (node.level - 1)] if node.level - 1 <= len(parts) \
+                    else []
+                base = ".".join([*parts, base] if base else parts)
+            if base:
+                names.append(base)
+            names.extend(f"{base}.{a.name}" if base else a.name for a in node.names)
+    return names
 
 
 class _RewrittenLoader(importlib.machinery.SourceFileLoader):

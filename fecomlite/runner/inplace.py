@@ -47,7 +47,7 @@ def prepare_in_place(
         rewriter = Rewriter(root or find_root(script), api, cache_dir)
     except InstrumentError as exc:
         raise CopyError(str(exc)) from exc
-    sites, failures = rewriter.rewrite_all()
+    sites, failures = rewriter.rewrite_all(script)
     own = rewriter.rel(str(script)) if rewriter.covers(str(script)) else None
     mine = [f for f in failures if f[0] == own]
     if mine:
