@@ -347,12 +347,17 @@ def _imported_names(tree: Any, package: str) -> list[str]:
 class _RewrittenLoader(importlib.machinery.SourceFileLoader):
     """A project module: the rewritten code, the user's path and source."""
 
-    def __init__(self, fullname: str, path: str, hook: ImportHook) -> None:
+    def __init__(
+        self, fullname: str, path: str, hook: ImportHook, code: types.CodeType
+    ) -> None:
         super().__init__(fullname, path)
         self.hook = hook
+        self._found: types.CodeType | None = code  # what find_spec made: not made twice
 
     def get_code(self, fullname: str) -> types.CodeType | None:  # type: ignore[override]
-        code = self.hook.code_for(self.path)
+        code, self._found = self._found, None
+        if code is None:  # a reload: the file as it is now
+            code = self.hook.code_for(self.path)
         return code if code is not None else super().get_code(fullname)
 
     def exec_module(self, module: types.ModuleType) -> None:
@@ -384,13 +389,18 @@ class ImportHook(importlib.abc.MetaPathFinder):
         return self.rewriter.root
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        """A project module's spec with the rewriting loader; None for anything else, which
+        the finders after this one then find as they would without it."""
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
         if spec is None or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
-            return spec
+            return None
         origin = spec.origin or ""
-        if not self.rewriter.covers(origin) or self.code_for(origin) is None:
-            return spec
-        spec.loader = _RewrittenLoader(fullname, origin, self)
+        if not self.rewriter.covers(origin):
+            return None
+        code = self.code_for(origin)
+        if code is None:
+            return None
+        spec.loader = _RewrittenLoader(fullname, origin, self, code)
         return spec
 
     def code_for(self, filename: str) -> types.CodeType | None:
