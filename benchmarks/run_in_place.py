@@ -4,8 +4,8 @@ A synthetic project (FILES modules of about 120 lines, each calling torch) is pr
 `fecomlite run` prepares a script now (`prepare_in_place`: every module rewritten into the
 cache) and the way it did before (`work_copy`: an instrumented copy, still used for notebooks),
 each cold (empty cache / no copy) and warm (unchanged project), then one file edited. Then the
-start of a trivial script: `python script.py` against `python -m fecomlite.instrument.hookmain
-script.py` with a warm cache (the probe inert: no server).
+start of a trivial script and of one importing torch: `python script.py` against `python -m
+fecomlite.instrument.hookmain script.py` with a warm cache (the probe inert: no server).
 
     python benchmarks/run_in_place.py [--files 40] [--rounds 3]
 """
@@ -77,20 +77,28 @@ def main() -> None:
         print(f"{'prepare':10s} {'cold':>8s} {'warm':>8s} {'1 edit':>8s}")
         for name, cold, warm, edited in rows:
             print(f"{name:10s} {cold:7.2f}s {warm:7.3f}s {edited:7.2f}s")
-        hello = base / "hello.py"
-        hello.write_text("print('hello')\n")
-        prepared = prepare_in_place(hello, base / "hello-cache", [])
-        env = {**os.environ, **prepared.env, "FECOMLITE_HOME": str(base / "home")}
-        plain = [sys.executable, str(hello)]
-        hooked = [sys.executable, "-m", "fecomlite.instrument.hookmain", str(hello)]
-        run = lambda cmd: subprocess.run(cmd, env=env, check=True, capture_output=True)  # noqa: E731
-        starts = {"python script": [], "hookmain": []}
-        for _ in range(args.rounds):  # alternating: machine noise hits both alike
-            starts["python script"].append(seconds(lambda: run(plain)))
-            starts["hookmain"].append(seconds(lambda: run(hooked)))
-        a, b = (statistics.median(v) for v in starts.values())
-        print(f"start of a trivial script: python {a:.3f}s, hookmain {b:.3f}s (+{b - a:.3f}s)")
+        for label, text in (("a trivial script", "print('hello')\n"),
+                            ("a script importing torch", "import torch\n")):
+            start_up(base, label, text, args.rounds)
 
+
+def start_up(base: Path, label: str, text: str, rounds: int) -> None:
+    """`python script.py` against hookmain, alternating: machine noise hits both alike."""
+    script = base / f"{len(text)}.py"
+    script.write_text(text)
+    prepared = prepare_in_place(script, base / "start-cache", [])
+    env = {**os.environ, **prepared.env, "FECOMLITE_HOME": str(base / "home")}
+    commands = {
+        "python": [sys.executable, str(script)],
+        "hookmain": [sys.executable, "-m", "fecomlite.instrument.hookmain", str(script)],
+    }
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(rounds):
+        for name, command in commands.items():
+            times[name].append(seconds(lambda: subprocess.run(  # noqa: B023
+                command, env=env, check=True, capture_output=True)))  # noqa: B023
+    a, b = (statistics.median(v) for v in times.values())
+    print(f"start of {label}: python {a:.3f}s, hookmain {b:.3f}s ({b - a:+.3f}s)")
 
 if __name__ == "__main__":
     main()

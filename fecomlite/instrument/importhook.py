@@ -27,6 +27,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import importlib.abc
 import importlib.machinery
@@ -84,6 +85,11 @@ def instrumenter_state() -> list[tuple[str, int, int]]:
     return found
 
 
+@functools.lru_cache(maxsize=4096)
+def _real_path(folder: str) -> str:
+    return os.path.realpath(folder)
+
+
 def _canonical(value: Any) -> Any:
     """A JSON-able form of the first pass's table that does not depend on set order."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -136,6 +142,11 @@ class Rewriter:
             return False
         parts = Path(path).relative_to(self.root).parts[:-1]
         return not any(p in _project.SKIP_DIRS or p.endswith(".egg-info") for p in parts)
+
+    def inside(self, folder: str) -> bool:
+        """Whether a folder (a package's `__path__` entry) lies in the project."""
+        real = _real_path(folder)
+        return real == str(self.root) or real.startswith(str(self.root) + os.sep)
 
     def rel(self, filename: str) -> str:
         return Path(os.path.realpath(filename)).relative_to(self.root).as_posix()
@@ -391,6 +402,8 @@ class ImportHook(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         """A project module's spec with the rewriting loader; None for anything else, which
         the finders after this one then find as they would without it."""
+        if path is not None and not any(self.rewriter.inside(str(p)) for p in path):
+            return None  # a submodule of a package outside the project (torch's thousand)
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
         if spec is None or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
             return None
