@@ -134,7 +134,8 @@ class Rewriter:
 
     def covers(self, filename: str) -> bool:
         """A Python file of the project (not a virtualenv's, not fecomlite's)."""
-        path = os.path.realpath(filename)
+        folder, name = os.path.split(os.path.abspath(filename))
+        path = os.path.join(_real_path(folder), name)  # the folder's symlinks, once per folder
         inside = path.startswith(str(self.root) + os.sep)
         if not inside or not path.endswith(tuple(_project.PYTHON_SUFFIXES)):
             return False
@@ -275,15 +276,16 @@ class Rewriter:
         big repository does not wait for every test file of it to be rewritten. A module
         imported otherwise (`importlib.import_module(name)`) is rewritten when imported."""
         self._project_table()
-        files = self.python_files() if script is None else import_closure(
-            Path(os.path.realpath(script)), self.python_files(), self.root)
-        listed = hashlib.sha256("\0".join(map(str, files)).encode()).hexdigest()
-        whole = self.cache / "projects" / f"{self._state_key}-{listed[:16]}.json"
+        real = os.path.realpath(script) if script is not None else ""
+        named = hashlib.sha256(real.encode()).hexdigest()[:16]
+        whole = self.cache / "projects" / f"{self._state_key}-{named}.json"
         try:
             sites, failures = json.loads(whole.read_bytes())  # an unchanged project: one read
             return sites, failures
         except (OSError, ValueError):
             pass
+        files = import_closure(Path(real), self.python_files(), self.root) if real \
+            else self.python_files()
         sites, failures = {}, []
         for path in files:
             try:
