@@ -288,3 +288,13 @@ def test_a_traceback_names_the_users_file_not_the_copy(home, tmp_path):
     assert "-instrumented" not in result.stderr and "hookmain" not in result.stderr
     log = next((home / "logs").glob("fails-*/rep-1.log")).read_text()
     assert f'File "{script}", line 3' in log
+
+
+def test_a_project_given_must_contain_the_script(project, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with pytest.raises(CopyError, match="does not contain the script"):
+        prepare_in_place(project / "train.py", tmp_path / "cache", [], elsewhere)
+    prepared = prepare_in_place(project / "train.py", tmp_path / "cache", [], tmp_path)
+    assert prepared.root == tmp_path.resolve()
+    assert {site["file"] for site in prepared.manifest["sites"].values()} == {"proj/train.py"}

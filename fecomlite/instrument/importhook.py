@@ -284,8 +284,9 @@ class Rewriter:
             return sites, failures
         except (OSError, ValueError):
             pass
-        files = import_closure(Path(real), self.python_files(), self.root) if real \
-            else self.python_files()
+        files = self.python_files() if not real else [
+            path for path in import_closure(Path(real), self.python_files(), self.root)
+            if self.covers(str(path))]
         sites, failures = {}, []
         for path in files:
             try:
@@ -423,6 +424,8 @@ class ImportHook(importlib.abc.MetaPathFinder):
         read or rewritten: Python then loads it as usual)."""
         from fecomlite.runtime import source
 
+        if not self.rewriter.covers(filename):
+            return None
         try:
             data = Path(filename).read_bytes()
         except OSError:

@@ -47,6 +47,8 @@ def prepare_in_place(
         rewriter = Rewriter(root or find_root(script), api, cache_dir)
     except InstrumentError as exc:
         raise CopyError(str(exc)) from exc
+    if root is not None and rewriter.root not in Path(os.path.realpath(script)).parents:
+        raise CopyError(f"--project {root} does not contain the script {script}")
     sites, failures = rewriter.rewrite_all(script)
     own = rewriter.rel(str(script)) if rewriter.covers(str(script)) else None
     mine = [f for f in failures if f[0] == own]
