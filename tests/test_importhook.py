@@ -78,3 +78,22 @@ def test_install_rewrites_project_modules_under_their_own_names(tmp_path: Path):
     assert first["where"] == [str(root / "helper.py"), 10, 'return json.loads("not json")']
     assert not first["installed"]
     assert not list(root.rglob("*.json")) and not (root / ".fecomlite").exists()
+
+
+def test_a_python_the_program_starts_installs_the_same_hook(tmp_path: Path):
+    from fecomlite.instrument.importhook import ImportHook, Rewriter, child_environment
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "helper.py").write_text(HELPER)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "sitecustomize.py").write_text("print('their sitecustomize ran')\n")
+    hook = ImportHook(Rewriter(root, ["json"], tmp_path / "cache"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(theirs), env.get("PYTHONPATH", "")])
+    env = child_environment(hook, {**env, "FECOMLITE_HOME": str(tmp_path / "home")})
+    code = "import helper; print(helper.__file__, hasattr(helper, '__fecomlite__'))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True,
+                         text=True, timeout=120, check=True)
+    assert out.stdout.splitlines() == ["their sitecustomize ran", f"{root / 'helper.py'} True"]
