@@ -90,12 +90,12 @@ def write(folder: Path, name: str, text: str) -> Path:
 @pytest.mark.slow
 def test_the_program_sees_what_python_gives_it_and_is_measured(home, project):
     plain = subprocess.run(
-        [sys.executable, "train/main.py", "a", "b"], cwd=project, env=user_env(),
+        [sys.executable, "./train/main.py", "a", "b"], cwd=project, env=user_env(),
         capture_output=True, timeout=300, check=True,
     )
     assert b"hello from data" in plain.stdout and not plain.stderr
     result = run_cli(project, "run", "--home", str(home), "--quick", "--quiet", "--format",
-                     "json", "train/main.py", "a", "b", timeout=600)
+                     "json", "./train/main.py", "a", "b", timeout=600)
     assert result.returncode == 0, result.stderr
     log = next((home / "logs").glob("main-*/rep-1.log")).read_bytes()
     assert log == plain.stdout  # __file__, argv, cwd, sys.path[0], inspect, pickle, spawn

@@ -512,12 +512,13 @@ def install_from_environment() -> ImportHook | None:
         return None
 
 
-def run_script(script: Path, argv: list[str], hook: ImportHook) -> None:
+def run_script(script: Path | str, argv: list[str], hook: ImportHook) -> None:
     """Run `script` as `__main__`, rewritten, as `python script ARGV...` would: `sys.argv` is
     `[script as given, *argv]`, `sys.path[0]` its folder (symlinks resolved), `__file__` its
     absolute path, `__spec__` None. Exceptions propagate from the script's own frames."""
     given = os.fspath(script)
-    filename = os.path.abspath(given)
+    filename = given if os.path.isabs(given) else os.path.join(os.getcwd(), given)  # unnormalised,
+    # as Python makes it: `./x.py` -> `/cwd/./x.py`
     code = hook.code_for(filename)
     rewritten = code is not None
     if code is None:

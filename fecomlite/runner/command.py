@@ -40,7 +40,7 @@ console: Console  # set by run_command: stderr when stdout carries CSV or JSON
 
 def run_command(
     script: Annotated[
-        Path, typer.Argument(help="The script to measure (original or instrumented).")
+        str, typer.Argument(help="The script to measure (original or instrumented).")
     ],
     args: Annotated[
         list[str] | None, typer.Argument(help="Arguments for the script, after `--`.")
@@ -146,9 +146,10 @@ def run_command(
     from fecomlite.store import StoreError, default_home, private_home
 
     try:
-        launch = resolve_launch(script, list(args or []), nproc_per_node)
+        launch = resolve_launch(Path(script), list(args or []), nproc_per_node)
     except LaunchError as exc:
         raise typer.BadParameter(str(exc), param_hint="SCRIPT") from exc
+    typed = script if launch.script == Path(script) else str(launch.script)  # `./x.py` stays
     script, args = launch.script, launch.args
     global console
     console = _console(stderr=output_format is not Format.table)
@@ -203,6 +204,7 @@ def run_command(
         console.print(f"[red]error:[/] {plain(exc)}")
         raise typer.Exit(1) from None
     program.launcher = launch.prefix
+    program.argv0 = typed
     for note in program.skipped:
         console.print(f"note: {note}", markup=False, highlight=False)
     try:
