@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -97,3 +98,19 @@ def test_a_python_the_program_starts_installs_the_same_hook(tmp_path: Path):
     out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True,
                          text=True, timeout=120, check=True)
     assert out.stdout.splitlines() == ["their sitecustomize ran", f"{root / 'helper.py'} True"]
+
+
+def test_the_project_root_is_the_working_directory_or_a_marked_folder_above_the_script(
+    tmp_path: Path,
+):
+    from fecomlite.instrument.importhook import project_root
+
+    script = tmp_path / "repo" / "tools" / "deep" / "run.py"
+    script.parent.mkdir(parents=True)
+    script.write_text("")
+    assert project_root(script, tmp_path / "elsewhere") == script.parent  # nothing marks it
+    assert project_root(script, tmp_path / "repo" / "tools") == tmp_path / "repo" / "tools"
+    (tmp_path / "repo" / "pyproject.toml").write_text("")
+    assert project_root(script, tmp_path / "elsewhere") == tmp_path / "repo"
+    assert project_root(script, script.parent) == script.parent  # the nearest wins
+    assert project_root(tmp_path / "x.py", Path(tempfile.gettempdir())) == tmp_path

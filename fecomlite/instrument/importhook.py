@@ -62,11 +62,12 @@ def default_cache() -> Path:
 def project_root(script: Path, cwd: Path | None = None) -> Path:
     """The folder whose modules are rewritten: the nearest folder above the script that is the
     working directory or holds `.git`, `pyproject.toml`, `setup.py` or `setup.cfg`; else the
-    script's own folder. Never the user's home folder nor `/` (a dotfiles repository there
-    would make every file of the account "the project")."""
+    script's own folder. Never the user's home folder, the temporary folder nor `/` (a
+    dotfiles repository in the home, or a shell left in /tmp, would make every file there
+    "the project")."""
     folder = Path(os.path.realpath(script)).parent
     here = Path(os.path.realpath(cwd or os.getcwd()))
-    stop = {Path(os.path.realpath(Path.home())), Path(folder.anchor)}
+    stop = {Path(os.path.realpath(p)) for p in (Path.home(), tempfile.gettempdir(), folder.anchor)}
     for candidate in (folder, *folder.parents):
         if candidate in stop:
             break
