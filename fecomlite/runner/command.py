@@ -105,7 +105,8 @@ def run_command(
         typer.Option(
             help="The project whose modules are instrumented as they are imported (default: the "
             "nearest folder above the script that is the working directory or holds .git, "
-            "pyproject.toml, setup.py or setup.cfg; else the script's folder).",
+            "pyproject.toml, setup.py or setup.cfg, short of the home and temporary folders; "
+            "else the script's folder).",
         ),
     ] = None,
     nproc_per_node: Annotated[
