@@ -99,6 +99,14 @@ def run_command(
             "--quiet", "-q", help="Only log the program's output (rep-N.log), do not also show it."
         ),
     ] = False,
+    project: Annotated[
+        Path | None,
+        typer.Option(
+            help="The project whose modules are instrumented as they are imported (default: the "
+            "nearest folder above the script that is the working directory or holds .git, "
+            "pyproject.toml, setup.py or setup.cfg; else the script's folder).",
+        ),
+    ] = None,
     nproc_per_node: Annotated[
         int | None,
         typer.Option(help="Ranks on this machine, launched by torchrun (docs/distributed.md)."),
@@ -180,7 +188,7 @@ def run_command(
         )
     try:
         private_home(home)  # before the instrumented copy is written into it
-        program = prepare_program(script, list(args or []), settings, home / "work")
+        program = prepare_program(script, list(args or []), settings, home / "work", project)
     except ScriptError as exc:
         console.print(f"[red]cannot run {script}[/]: a syntax error")
         console.print(str(exc), markup=False, highlight=False)
@@ -283,9 +291,15 @@ def _measure(
         task = progress.add_task("repetitions", total=total)
 
         def on_progress(stage: str, rep: int) -> None:
+            """The live display stops while the program runs: its output then reaches the
+            terminal as it wrote it, never under a redraw of the bar."""
             progress.update(
                 task, completed=max(rep - 1, 0), description=f"rep {rep}: {stages[stage]}"
             )
+            if stage == "run":
+                progress.stop()
+            elif not progress.live.is_started:
+                progress.start()
 
         log_dir = unique_dir(home / "logs" / f"{program.original.stem}-{_stamp()}")
         try:

@@ -8,8 +8,6 @@ everything measured up to that point.
 
 from __future__ import annotations
 
-import codecs
-import contextlib
 import dataclasses
 import json
 import os
@@ -17,12 +15,12 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
+from typing import TYPE_CHECKING, Any
 
+from fecomlite.runner.output import Output, stream_fd
 from fecomlite.runner.settings import RunSettings
 from fecomlite.runtime import batch_codec
 from fecomlite.runtime.layers import layer_env
@@ -40,17 +38,18 @@ NVIDIA_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/dxg")  # Linux, WSL 2
 
 @dataclasses.dataclass
 class Program:
-    """What is executed: the (instrumented) script, its folder, and its manifest."""
+    """What is executed: the script (the user's, run in place, or a notebook's instrumented
+    copy), and the manifest of its sites."""
 
-    script: Path  # the file run by Python
+    script: Path  # the file run by Python, as the user named it (its `sys.argv[0]`)
     cwd: Path
     argv: list[str]
     manifest_path: Path | None
     manifest: dict[str, Any]
     original: Path  # the user's script
-    copy_reused: bool = False  # the instrumented copy of an earlier run, unchanged
     skipped: list[str] = dataclasses.field(default_factory=list)  # files left uninstrumented
     launcher: list[str] = dataclasses.field(default_factory=lambda: [sys.executable])
+    hook_env: dict[str, str] | None = None  # run in place: the import hook's environment
 
 
 @dataclasses.dataclass
@@ -88,31 +87,33 @@ def find_manifest(script: Path) -> Path | None:
 
 
 def prepare_program(
-    script: Path, argv: list[str], settings: RunSettings, work_dir: Path
+    script: Path, argv: list[str], settings: RunSettings, work_dir: Path,
+    root: Path | None = None,
 ) -> Program:
-    """Instrument the script's folder into `work_dir` (method level), or use it as it is.
-    Raises `fecomlite.runner.workcopy.ScriptError` when the script itself cannot be instrumented."""
+    """Method level: the script runs in place, its project (`root`, else found from the
+    script) rewritten into the cache `work_dir/rewrite` (a notebook: instrumented into a copy in
+    `work_dir`); project level, or a script that is itself instrumented: as it is.
+    Raises `fecomlite.runner.workcopy.ScriptError` when the script itself cannot be
+    instrumented."""
+    from fecomlite.runner.inplace import prepare_in_place
     from fecomlite.runner.workcopy import check_syntax, work_copy
 
-    script = script.resolve()
-    check_syntax(script)
+    original = script.resolve()
+    check_syntax(original)
     if settings.level == "project":
-        return Program(script, Path.cwd(), argv, None, {}, script)
-    if is_instrumented(script):
-        manifest_path = find_manifest(script)
+        return Program(script, Path.cwd(), argv, None, {}, original)
+    if is_instrumented(original):
+        manifest_path = find_manifest(original)
         manifest = _read_manifest(manifest_path)
-        return Program(script, Path.cwd(), argv, manifest_path, manifest, script)
-    copy = work_copy(script, work_dir, settings.api)
-    return Program(
-        copy.script,
-        Path.cwd(),
-        argv,
-        copy.manifest,
-        _read_manifest(copy.manifest),
-        script,
-        copy_reused=copy.reused,
-        skipped=copy.skipped,
-    )
+        return Program(script, Path.cwd(), argv, manifest_path, manifest, original)
+    if original.suffix == ".ipynb":
+        copy = work_copy(original, work_dir, settings.api)
+        manifest = _read_manifest(copy.manifest)
+        return Program(copy.script, Path.cwd(), argv, copy.manifest, manifest, original,
+                       skipped=copy.skipped)
+    prepared = prepare_in_place(script, work_dir / "rewrite", settings.api, root)
+    return Program(script, Path.cwd(), argv, prepared.manifest_path, prepared.manifest,
+                   original, skipped=prepared.skipped, hook_env=prepared.env)
 
 
 def _read_manifest(path: Path | None) -> dict[str, Any]:
@@ -140,12 +141,18 @@ def gpu_present() -> bool:
         return False
 
 
-def program_command(script: Path, launcher: list[str]) -> list[str]:
-    """How the script runs: a notebook's cells through IPython, anything else by `launcher`
-    (Python, or torchrun's command for a distributed job)."""
-    if script.suffix == ".ipynb":
-        return [*launcher, "-m", "fecomlite.runner.notebook", str(script)]
-    return [*launcher, str(script)]
+def program_command(program: Program) -> list[str]:
+    """How the script runs: a notebook's cells through IPython; a script run in place by the
+    import hook's main (`python -m fecomlite.instrument.hookmain SCRIPT`: torchrun's `-m` too);
+    anything else by the launcher (Python, or torchrun's command for a distributed job)."""
+    from fecomlite.runner.inplace import HOOK_MAIN
+
+    launcher, script = program.launcher, str(program.script)
+    if program.script.suffix == ".ipynb":
+        return [*launcher, "-m", "fecomlite.runner.notebook", script]
+    if program.hook_env is not None:
+        return [*launcher, "-m", HOOK_MAIN, script]
+    return [*launcher, script]
 
 
 def carbon_environment(settings: RunSettings) -> dict[str, str]:
@@ -186,6 +193,7 @@ def program_env(
         env["FECOMLITE_MANIFEST"] = str(program.manifest_path)
     if datasize:
         env["FECOMLITE_DATASIZE"] = datasize
+    env.update(program.hook_env or {})
     env.update(extra_env or {})
     return env
 
@@ -323,6 +331,9 @@ class OpenRun:
     on_progress: Callable[[str, int], None]
     baseline: dict[str, Any] | None = None  # the run's idle baseline, measured or reused
     quiet_since_ns: int = dataclasses.field(default_factory=time.monotonic_ns)
+    # our stdout and stderr as the program's output reaches them (a live display's included)
+    targets: tuple[int, int] = dataclasses.field(
+        default_factory=lambda: (stream_fd(sys.stdout, 1), stream_fd(sys.stderr, 2)))
 
     def repetition(
         self,
@@ -390,15 +401,21 @@ class OpenRun:
             self.log_dir / f"rep-{rep}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600
         )  # argv, output: private
         with open(log_fd, "wb", buffering=0) as log:  # unbuffered: a full disk fails a write
-            proc = subprocess.Popen(
-                [*program_command(self.program.script, self.program.launcher),
-                 *self.program.argv],
-                cwd=self.program.cwd,
-                env=env,
-                stdout=log if self.quiet else subprocess.PIPE,
-                stderr=subprocess.STDOUT if self.quiet else subprocess.PIPE,
-            )
-            pumps = [] if self.quiet else tee_output(proc, log, self._copy_to_original())
+            output = None if self.quiet else Output(self.targets, log)
+            try:
+                proc = subprocess.Popen(
+                    [*program_command(self.program), *self.program.argv],
+                    cwd=self.program.cwd,
+                    env=env,
+                    stdout=log if output is None else output.child[0],
+                    stderr=subprocess.STDOUT if output is None else output.child[1],
+                )
+            except BaseException:
+                if output is not None:
+                    output.close_unstarted()
+                raise
+            if output is not None:
+                output.start()
             client.watch(run_id, proc.pid)
             try:
                 code = proc.wait()
@@ -412,18 +429,10 @@ class OpenRun:
                 self._end_program(rep, proc.pid, t0, 130)
                 raise
             finally:
-                for pump in pumps:  # a child it left behind may hold the pipe: not for ever
-                    pump.join(timeout=PUMP_DRAIN_S)
+                if output is not None:
+                    output.join(PUMP_DRAIN_S)
         self._end_program(rep, proc.pid, t0, code)
         return RepetitionResult(rep, code, (time.monotonic_ns() - t0) / 1e9, gate)
-
-    def _copy_to_original(self) -> tuple[bytes, bytes] | None:
-        """The instrumented copy's folder and the user's, as paths print: a traceback then
-        names the user's files (the copy keeps every line number)."""
-        copy, original = self.program.script.parent, self.program.original.parent
-        if copy == original:
-            return None
-        return os.fsencode(f"{copy}{os.sep}"), os.fsencode(f"{original}{os.sep}")
 
     def _end_program(self, rep: int, pid: int, t0: int, code: int) -> None:
         t1 = time.monotonic_ns()
@@ -431,43 +440,6 @@ class OpenRun:
         if self.settings.level == "project":
             batch = project_level_batch(self.program, rep, pid, t0, t1, code)
             self.client.post_batch(self.run_id, self.token, batch)
-
-
-def tee_output(
-    proc: subprocess.Popen[bytes], log: BinaryIO, rename: tuple[bytes, bytes] | None = None
-) -> list[threading.Thread]:
-    """Copy the program's stdout and stderr, as they come, to ours and to `log` (both streams
-    in the order they arrived); `rename` (old, new) rewrites a path prefix on the way."""
-    lock = threading.Lock()
-
-    def pump(source: BinaryIO, terminal: TextIO) -> None:
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        show = keep = True
-        with contextlib.suppress(OSError, ValueError), source:  # ValueError: log closed
-            while chunk := os.read(source.fileno(), 65536):
-                if rename is not None:
-                    chunk = chunk.replace(*rename)
-                if keep:
-                    try:
-                        with lock:
-                            log.write(chunk)
-                    except OSError:  # a full disk: the output still shows, and is drained
-                        keep = False
-                if show:
-                    try:
-                        terminal.write(decoder.decode(chunk))
-                        terminal.flush()
-                    except OSError:  # our output closed (`| head`): keep draining into the log
-                        show = False
-
-    assert proc.stdout is not None and proc.stderr is not None
-    pumps = [
-        threading.Thread(target=pump, args=(proc.stdout, sys.stdout), daemon=True),
-        threading.Thread(target=pump, args=(proc.stderr, sys.stderr), daemon=True),
-    ]
-    for thread in pumps:
-        thread.start()
-    return pumps
 
 
 def measure_idle(client: ServerClient, run_id: int, settings: RunSettings) -> dict[str, Any]:

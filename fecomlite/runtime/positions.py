@@ -126,12 +126,16 @@ def _pair_points(copy: Any, original: Any) -> dict[Point, Point | None]:
 def file_map(filename: str) -> _FileMap | None:
     """How the columns of an instrumented file map onto the user's text (None: not a copy)."""
     original = probe_source.original_of(filename)
-    if original is None:
+    in_place = probe_source.rewritten_text(filename) if original is None else None
+    if original is None and in_place is None:
         return None
     import ast
 
     try:
-        copy_text, original_text = _read(filename), _read(original)
+        if in_place is not None:  # run in place: the user's file, code from a rewrite of it
+            copy_text, original_text = in_place, _read(filename)
+        else:
+            copy_text, original_text = _read(filename), _read(str(original))
         pairs = zip(copy_text.split("\n"), original_text.split("\n"), strict=False)
         same = frozenset(number for number, (a, b) in enumerate(pairs, start=1) if a == b)
         points = _pair_points(ast.parse(copy_text), ast.parse(original_text))

@@ -27,6 +27,20 @@ from typing import Any
 
 ORIGINALS = os.path.join(".fecomlite", "original")
 MANIFEST = os.path.join(".fecomlite", "manifest.json")
+_rewritten: dict[str, str] = {}  # user's file -> the text its running code was compiled from
+
+
+def register_rewritten(filename: str, text: str) -> None:
+    """A module run in place (`fecomlite.instrument.importhook`): its code carries the user's
+    filename, so `linecache` reads the user's text already; its columns are the rewritten
+    text's (`positions.py` maps them back)."""
+    _rewritten[os.path.abspath(filename)] = text
+
+
+def rewritten_text(filename: str) -> str | None:
+    if not filename or filename.startswith("<"):
+        return None
+    return _rewritten.get(os.path.abspath(filename))
 
 
 @lru_cache(maxsize=1024)

@@ -10,11 +10,10 @@ exits (its exit status is not ours to read). Ctrl-C ends the watch and keeps wha
 from __future__ import annotations
 
 import contextlib
-import os
 import shlex
 import signal
 import subprocess
-import threading
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from fecomlite.terminal import plain
 if TYPE_CHECKING:  # imported where used: `fecomlite watch --help` answers at once
     import numpy as np
 
+    from fecomlite.runner.output import Output
     from fecomlite.server.client import ServerClient
     from fecomlite.store import Store
 
@@ -92,7 +92,8 @@ def watch(
     of it cannot be measured (e.g. another user's process). With `pipe_output` a started
     command's output is copied to sys.stdout/sys.stderr as it comes (what a live display
     redirects), rather than written to the terminal behind its back."""
-    from fecomlite.runner.experiment import PUMP_DRAIN_S, tee_output
+    from fecomlite.runner.experiment import PUMP_DRAIN_S
+    from fecomlite.runner.output import Output, stream_fd
 
     if target.pid is not None and idle_s > 0:
         raise WatchError("an idle baseline needs a quiet machine: use --idle with a COMMAND, "
@@ -104,8 +105,7 @@ def watch(
                                   settings=settings, kind="watch")
     outcome = WatchOutcome(run_id, "finished", None, target.pid)
     proc: subprocess.Popen[bytes] | None = None
-    pumps: list[threading.Thread] = []
-    sink = open(os.devnull, "wb")  # noqa: SIM115 (closed below) the piped output's copy: none
+    output: Output | None = None
     started = False
     try:
         if idle_s > 0:
@@ -113,15 +113,20 @@ def watch(
         client.rep_start(run_id, 1)
         started = True
         if target.command:
-            piped = subprocess.PIPE if pipe_output else None
+            if pipe_output:
+                output = Output((stream_fd(sys.stdout, 1), stream_fd(sys.stderr, 2)), None)
+            ends = output.child if output is not None else [None, None]
             try:
-                proc = subprocess.Popen(list(target.command), stdout=piped, stderr=piped)
+                proc = subprocess.Popen(list(target.command), stdout=ends[0], stderr=ends[1])
             except OSError as exc:
+                if output is not None:
+                    output.close_unstarted()
+                    output = None
                 outcome.status, outcome.exit_code = "failed", 127
                 raise WatchError(f"cannot start {shlex.join(target.command)}: {exc}") from exc
             outcome.pid = proc.pid
-            if pipe_output:
-                pumps = tee_output(proc, sink)
+            if output is not None:
+                output.start()
         assert outcome.pid is not None
         followed = client.watch(run_id, outcome.pid)
         on_start(run_id, outcome.pid, list(followed.get("notes", [])))
@@ -133,9 +138,8 @@ def watch(
         if proc is not None:
             outcome.exit_code = _stop(proc)
     finally:
-        for pump in pumps:  # the last of its output, before the summary
-            pump.join(timeout=PUMP_DRAIN_S)
-        sink.close()
+        if output is not None:  # the last of its output, before the summary
+            output.join(PUMP_DRAIN_S)
         if started:
             client.rep_end(run_id, 1, outcome.exit_code)
             if tail_s > 0 and outcome.status != "interrupted":

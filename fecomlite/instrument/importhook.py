@@ -1,0 +1,436 @@
+"""Instrument a project as Python imports it, and run its script in place (`fecomlite run`).
+
+A `sys.meta_path` finder (like pytest's assertion rewriting) hands every module whose file lies
+under the project root to a loader that executes the *rewritten* source (the same libcst
+transform as `fecomlite instrument`, `instrument/transform.py`), compiled under the user's own
+filename: tracebacks, `inspect`, `linecache`, pickling and `warnings` see the user's files, and
+`__file__`, `__spec__`, `sys.path` are what Python gives them. Line numbers are the user's (the
+probe import never takes a line of its own here: the loader puts `__fecomlite__` in the module's
+globals and drops such a line); columns of a wrapped call differ, and `runtime/positions.py` maps
+them back through `runtime/source.py`'s registry of rewritten texts.
+
+Rewrites are cached by content under `cache_dir` (by default `<home>/cache/rewrite`, never beside
+the user's files), each written once to a temporary name and renamed into place, so concurrent
+runs share nothing mutable and a warm run of an unchanged project rewrites nothing. A file's key
+is its bytes, its path in the project, the API roots, the instrumenter's own files and the
+project-wide first pass (`exports.py`) in canonical form: editing a function body rewrites that
+file alone, a changed export rewrites them all.
+
+Child processes are instrumented too: `child_environment` puts `hookboot/` (a `sitecustomize`)
+on PYTHONPATH with the hook's settings in `FECOMLITE_HOOK`; every Python the program starts
+(multiprocessing spawn/forkserver, DataLoader workers, `subprocess` of `python`) installs the
+same hook before its first project import.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import dataclasses
+import hashlib
+import importlib.abc
+import importlib.machinery
+import json
+import marshal
+import os
+import pickle
+import sys
+import tempfile
+import threading
+import types
+from pathlib import Path
+from typing import Any
+
+from fecomlite.instrument import project as _project
+from fecomlite.instrument.exports import Project, ProjectTable, build_table
+
+HOOK_ENV = "FECOMLITE_HOOK"  # JSON: {"root", "api", "cache"} for child processes
+BOOT_DIR = Path(__file__).resolve().with_name("hookboot")  # holds the children's sitecustomize
+_PACKAGE = Path(__file__).resolve().parents[1]  # fecomlite itself is never rewritten
+_INSTRUMENTER = Path(__file__).resolve().parent
+_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
+_FORMAT = 1  # of the cache entries
+PROBE = "__fecomlite__"  # the name rewritten calls use (`transform.PROBE`, without libcst)
+
+
+def default_cache() -> Path:
+    home = Path(os.environ.get("FECOMLITE_HOME", ".fecomlite"))
+    return Path(os.path.abspath(home)) / "cache" / "rewrite"
+
+
+def project_root(script: Path, cwd: Path | None = None) -> Path:
+    """The folder whose modules are rewritten: the nearest folder above the script that is the
+    working directory or holds `.git`, `pyproject.toml`, `setup.py` or `setup.cfg`; else the
+    script's own folder. Never the user's home folder nor `/` (a dotfiles repository there
+    would make every file of the account "the project")."""
+    folder = Path(os.path.realpath(script)).parent
+    here = Path(os.path.realpath(cwd or os.getcwd()))
+    stop = {Path(os.path.realpath(Path.home())), Path(folder.anchor)}
+    for candidate in (folder, *folder.parents):
+        if candidate in stop:
+            break
+        if candidate == here or any((candidate / m).exists() for m in _MARKERS):
+            return candidate
+    return folder
+
+
+def instrumenter_state() -> list[tuple[str, int, int]]:
+    """The instrumenter's files (name, size, mtime): an upgrade or an edit rewrites anew."""
+    found = []
+    for name in sorted(os.listdir(_INSTRUMENTER)):
+        if name.endswith(".py"):
+            stat = os.stat(_INSTRUMENTER / name)
+            found.append((name, stat.st_size, stat.st_mtime_ns))
+    return found
+
+
+def _canonical(value: Any) -> Any:
+    """A JSON-able form of the first pass's table that does not depend on set order."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [type(value).__name__, *(_canonical(getattr(value, f.name))
+                                        for f in dataclasses.fields(value))]
+    if isinstance(value, dict):
+        return sorted([str(k), _canonical(v)] for k, v in value.items())
+    if isinstance(value, (set, frozenset)):
+        return sorted((_canonical(v) for v in value), key=repr)
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    return value
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Written whole under a temporary name, then renamed: a reader never sees half a file."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+
+
+class Rewriter:
+    """The project's rewritten modules, from the cache or made (and cached) on first need."""
+
+    def __init__(self, root: Path, api_roots: list[str] | None, cache_dir: Path | None) -> None:
+        self.root = Path(os.path.realpath(root))
+        self.roots = _project.configured_roots(self.root, api_roots or [])
+        self.cache = Path(os.path.abspath(cache_dir or default_cache()))
+        self._lock = threading.RLock()
+        self._table: tuple[Project | None, str] | None = None
+        base = json.dumps([_FORMAT, instrumenter_state(), list(self.roots)])
+        self._base = hashlib.sha256(base.encode()).hexdigest()
+
+    def covers(self, filename: str) -> bool:
+        """A Python file of the project (not a virtualenv's, not fecomlite's)."""
+        path = os.path.realpath(filename)
+        inside = path.startswith(str(self.root) + os.sep)
+        if not inside or not path.endswith(tuple(_project.PYTHON_SUFFIXES)):
+            return False
+        if path.startswith(str(_PACKAGE) + os.sep):
+            return False
+        parts = Path(path).relative_to(self.root).parts[:-1]
+        return not any(p in _project.SKIP_DIRS or p.endswith(".egg-info") for p in parts)
+
+    def rel(self, filename: str) -> str:
+        return Path(os.path.realpath(filename)).relative_to(self.root).as_posix()
+
+    def python_files(self) -> list[Path]:
+        scratch = _project.InstrumentResult(self.root, self.root, None, ())
+        found = _project._discover(self.root, self.cache, scratch)
+        return [Path(f.path) for f in found if f.kind == "python" and self.covers(f.path)]
+
+    # --------------------------------------------------------------------- the first pass
+
+    def _project_table(self) -> tuple[Project | None, str]:
+        """The first pass over every Python file of the project, cached by their sizes and
+        mtimes; with the digest of its content that every file's key includes."""
+        with self._lock:
+            if self._table is None:
+                self._table = self._load_table()
+            return self._table
+
+    def _load_table(self) -> tuple[Project | None, str]:
+        files = self.python_files()
+        state = []
+        for path in files:
+            with contextlib.suppress(OSError):
+                stat = path.stat()
+                state.append((str(path), stat.st_size, stat.st_mtime_ns))
+        key = hashlib.sha256(json.dumps([self._base, state]).encode()).hexdigest()
+        cached = self.cache / "tables" / f"{key}.pickle"
+        try:
+            table, digest = pickle.loads(cached.read_bytes())
+        except (OSError, pickle.PickleError, EOFError, ValueError, TypeError, AttributeError):
+            table = self._build_table(files)
+            digest = hashlib.sha256(json.dumps(_canonical(table)).encode()).hexdigest()
+            with contextlib.suppress(OSError):
+                write_atomic(cached, pickle.dumps((table, digest)))
+        project = Project(table) if table.exports or table.stars else None
+        return project, digest
+
+    def _build_table(self, files: list[Path]) -> ProjectTable:
+        from fecomlite.instrument.transform import SourceError
+
+        sources = {}
+        for path in files:
+            try:
+                sources[self.rel(str(path))], _ = _project._decode(path.read_bytes(), False)
+            except (OSError, SourceError):
+                continue
+        return build_table(sources, _project._roots(self.roots))
+
+    # --------------------------------------------------------------------- one file
+
+    def entry(self, filename: str, data: bytes) -> dict[str, Any]:
+        """The rewrite of one project file: {"text": str | None (unchanged), "sites": {key:
+        manifest entry}, "failures": [...], "notes": [...]}."""
+        project, digest = self._project_table()
+        rel = self.rel(filename)
+        key = hashlib.sha256(
+            b"\0".join([self._base.encode(), digest.encode(), rel.encode(), data])
+        ).hexdigest()
+        path = self.cache / "rewrites" / key[:2] / f"{key}.json"
+        try:
+            return json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            pass
+        made = self._rewrite(rel, data, project)
+        with contextlib.suppress(OSError):
+            write_atomic(path, json.dumps(made).encode())
+        return made
+
+    def _rewrite(self, rel: str, data: bytes, project: Project | None) -> dict[str, Any]:
+        from fecomlite.instrument.transform import SourceError, instrument_source, split_lines
+
+        made: dict[str, Any] = {"text": None, "sites": {}, "failures": [], "notes": []}
+        try:
+            text, _ = _project._decode(data, False)
+            view = project.view(rel) if project is not None else None
+            rewrite = instrument_source(text, rel, _project._roots(self.roots), view)
+        except SourceError as error:
+            made["failures"].append([rel, error.line, error.col, error.message])
+            return made
+        except (RecursionError, MemoryError) as error:
+            made["failures"].append([rel, 1, 1, f"too deeply nested to analyse ({error!r})"])
+            return made
+        except Exception as error:  # a bug here must not stop the program: it runs as written
+            made["failures"].append([rel, 1, 1, f"internal error: {type(error).__name__}: "
+                                                 f"{error}"])
+            return made
+        if rewrite.text is not None and rewrite.inserted_lines:
+            lines = split_lines(rewrite.text)
+            del lines[rewrite.inserted_lines[0] - 1]  # the loader provides `__fecomlite__`
+            rewrite.text = "".join(lines)
+        made["text"] = rewrite.text
+        made["notes"] = rewrite.notes
+        for site in rewrite.sites:
+            site = dict(site)
+            made["sites"][str(site.pop("key"))] = {"file": rel, **site}
+        return made
+
+    def code(self, filename: str, data: bytes, made: dict[str, Any]) -> types.CodeType:
+        """The rewritten module's code under the user's filename, cached (marshal) per file."""
+        tag = sys.implementation.cache_tag or "python"
+        key = hashlib.sha256(
+            "\0".join([tag, filename, made["text"]]).encode("utf-8", "surrogatepass")
+        ).hexdigest()
+        path = self.cache / "code" / key[:2] / f"{key}.{tag}.code"
+        try:
+            return marshal.loads(path.read_bytes())
+        except (OSError, ValueError, EOFError, TypeError):
+            pass
+        code = compile(made["text"], filename, "exec", dont_inherit=True)
+        with contextlib.suppress(OSError):
+            write_atomic(path, marshal.dumps(code))
+        return code
+
+    def rewrite_all(self) -> tuple[dict[str, dict[str, Any]], list[list[Any]]]:
+        """Every Python file of the project rewritten (or found in the cache): its sites, and
+        the files that could not be (they run as written)."""
+        sites: dict[str, dict[str, Any]] = {}
+        failures: list[list[Any]] = []
+        for path in self.python_files():
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue
+            made = self.entry(str(path), data)
+            sites.update(made["sites"])
+            failures.extend(made["failures"])
+        return sites, failures
+
+
+class _RewrittenLoader(importlib.machinery.SourceFileLoader):
+    """A project module: the rewritten code, the user's path and source."""
+
+    def __init__(self, fullname: str, path: str, hook: ImportHook) -> None:
+        super().__init__(fullname, path)
+        self.hook = hook
+
+    def get_code(self, fullname: str) -> types.CodeType | None:  # type: ignore[override]
+        code = self.hook.code_for(self.path)
+        return code if code is not None else super().get_code(fullname)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        code = self.get_code(module.__name__)
+        if code is None:
+            raise ImportError(f"cannot load {self.path}", name=module.__name__)
+        _provide_probe(module.__dict__)
+        exec(code, module.__dict__)
+
+
+def _provide_probe(namespace: dict[str, Any]) -> None:
+    """The probe, under the name the rewritten calls use (its import line may be dropped)."""
+    import fecomlite.runtime.probe as probe
+
+    namespace.setdefault(PROBE, probe)
+
+
+class ImportHook(importlib.abc.MetaPathFinder):
+    """Installed by `install`: rewrites the project's modules as they are imported."""
+
+    def __init__(self, rewriter: Rewriter) -> None:
+        self.rewriter = rewriter
+        self.sites: dict[str, dict[str, Any]] = {}  # manifest entries of modules rewritten
+        self.failures: list[list[Any]] = []  # [rel, line, col, message]: run as written
+        self._runpy_code: Any = None
+
+    @property
+    def root(self) -> Path:
+        return self.rewriter.root
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is None or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
+            return spec
+        origin = spec.origin or ""
+        if not self.rewriter.covers(origin) or self.code_for(origin) is None:
+            return spec
+        spec.loader = _RewrittenLoader(fullname, origin, self)
+        return spec
+
+    def code_for(self, filename: str) -> types.CodeType | None:
+        """The rewritten code of a project file, or None where it has no site (or cannot be
+        read or rewritten: Python then loads it as usual)."""
+        from fecomlite.runtime import source
+
+        try:
+            data = Path(filename).read_bytes()
+        except OSError:
+            return None
+        made = self.rewriter.entry(filename, data)
+        self.sites.update(made["sites"])
+        self.failures.extend(f for f in made["failures"] if f not in self.failures)
+        if made["text"] is None:
+            return None
+        code = self.rewriter.code(filename, data, made)
+        source.register_rewritten(filename, made["text"])
+        return code
+
+    def uninstall(self) -> None:
+        with contextlib.suppress(OSError):
+            sys.meta_path.remove(self)
+        import runpy
+
+        if self._runpy_code is not None:
+            runpy._get_code_from_file = self._runpy_code  # type: ignore[attr-defined]
+            self._runpy_code = None
+        importlib.invalidate_caches()
+
+    def _serve_runpy(self) -> None:
+        """`runpy.run_path` of a project file (multiprocessing's spawn re-runs the main script
+        in each child that way) runs its rewritten code too."""
+        import runpy
+
+        stdlib = getattr(runpy, "_get_code_from_file", None)
+        if stdlib is None or getattr(stdlib, "__fecomlite__", False):
+            return
+
+        def get_code_from_file(*args: Any) -> Any:
+            fname = args[-1]
+            if isinstance(fname, str) and self.rewriter.covers(fname):
+                code = self.code_for(os.path.abspath(fname))
+                if code is not None:
+                    return code if len(args) == 1 else (code, fname)
+            return stdlib(*args)
+
+        get_code_from_file.__fecomlite__ = True  # type: ignore[attr-defined]
+        self._runpy_code = stdlib
+        runpy._get_code_from_file = get_code_from_file  # type: ignore[attr-defined]
+
+
+def install(
+    root: Path, *, api_roots: list[str] | None = None, cache_dir: Path | None = None
+) -> ImportHook:
+    """Rewrite every module whose file lies under `root` (not a virtualenv's or site-packages',
+    not fecomlite's) as it is imported, from now on in this process. Modules imported before
+    stay as they are."""
+    hook = ImportHook(Rewriter(root, api_roots, cache_dir))
+    sys.meta_path.insert(0, hook)
+    hook._serve_runpy()
+    importlib.invalidate_caches()
+    return hook
+
+
+def child_environment(hook: ImportHook, env: dict[str, str]) -> dict[str, str]:
+    """`env` for a process that must run the project rewritten: Pythons started from it (and
+    their children) install the same hook at start-up."""
+    settings = {
+        "root": str(hook.rewriter.root),
+        "api": list(hook.rewriter.roots),
+        "cache": str(hook.rewriter.cache),
+    }
+    paths = [str(BOOT_DIR), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**env, HOOK_ENV: json.dumps(settings), "PYTHONPATH": os.pathsep.join(paths)}
+
+
+def install_from_environment() -> ImportHook | None:
+    """In a child process: the hook its parent's `child_environment` asked for, if any."""
+    raw = os.environ.get(HOOK_ENV)
+    if not raw:
+        return None
+    for installed in sys.meta_path:
+        if isinstance(installed, ImportHook):
+            return installed
+    try:
+        settings = json.loads(raw)
+        return install(Path(settings["root"]), api_roots=list(settings["api"]),
+                       cache_dir=Path(settings["cache"]))
+    except (ValueError, KeyError, TypeError, OSError):
+        return None
+
+
+def run_script(script: Path, argv: list[str], hook: ImportHook) -> None:
+    """Run `script` as `__main__`, rewritten, as `python script ARGV...` would: `sys.argv` is
+    `[script as given, *argv]`, `sys.path[0]` its folder (symlinks resolved), `__file__` its
+    absolute path, `__spec__` None. Exceptions propagate from the script's own frames."""
+    given = os.fspath(script)
+    filename = os.path.abspath(given)
+    code = hook.code_for(filename)
+    rewritten = code is not None
+    if code is None:
+        with open(filename, "rb") as f:
+            code = compile(f.read(), filename, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(
+        __file__=filename,
+        __cached__=None,
+        __builtins__=builtins,
+        __loader__=importlib.machinery.SourceFileLoader("__main__", filename),
+        __spec__=None,
+        __package__=None,
+    )
+    sys.argv[:] = [given, *argv]
+    folder = os.path.dirname(os.path.realpath(filename))
+    if sys.path and sys.path[0] in ("", os.getcwd(), os.path.realpath(os.getcwd())):
+        sys.path[0] = folder  # `python -m` put the working directory there
+    else:
+        sys.path.insert(0, folder)
+    sys.modules["__main__"] = main
+    if rewritten:
+        _provide_probe(main.__dict__)
+    exec(code, main.__dict__)

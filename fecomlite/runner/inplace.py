@@ -1,0 +1,84 @@
+"""`fecomlite run` of a Python script: in place, its project rewritten as it is imported.
+
+Before the run, every Python file of the project is rewritten once into the cache
+(`fecomlite.instrument.importhook`; an unchanged project finds it all there): the sites of all
+of them make the run's manifest, which the server stores with the run and the probe reads for
+its per-site handlers. The program then starts as `python -m fecomlite.instrument.hookmain
+SCRIPT ARGS` in the user's working directory, and every Python process it starts installs the
+same hook (`child_environment`). The manifest is written content-addressed and whole (never
+rewritten in place), so concurrent runs of one project share nothing mutable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fecomlite.runner.workcopy import CopyError, ScriptError
+
+HOOK_MAIN = "fecomlite.instrument.hookmain"
+
+
+@dataclass
+class InPlace:
+    root: Path  # the project: its modules are rewritten
+    env: dict[str, str]  # what the program's environment adds (the hook's settings)
+    manifest_path: Path
+    manifest: dict[str, Any]
+    skipped: list[str] = field(default_factory=list)  # files that run as written, and why
+
+
+def prepare_in_place(
+    script: Path, cache_dir: Path, api: list[str], root: Path | None = None
+) -> InPlace:
+    """Rewrite the project of `script` (its root: `importhook.project_root`, or `root`) into
+    `cache_dir`; raises `ScriptError` when the script itself cannot be rewritten, `CopyError`
+    when the project's settings cannot be read."""
+    from fecomlite.instrument.importhook import ImportHook, Rewriter, child_environment
+    from fecomlite.instrument.importhook import project_root as find_root
+    from fecomlite.instrument.project import InstrumentError
+
+    script = Path(os.path.abspath(script))
+    try:
+        rewriter = Rewriter(root or find_root(script), api, cache_dir)
+    except InstrumentError as exc:
+        raise CopyError(str(exc)) from exc
+    sites, failures = rewriter.rewrite_all()
+    own = rewriter.rel(str(script)) if rewriter.covers(str(script)) else None
+    mine = [f for f in failures if f[0] == own]
+    if mine:
+        raise ScriptError("\n".join(_named(rewriter.root, f) for f in mine))
+    manifest = {
+        "format": 1,
+        "source_root": str(rewriter.root),
+        "api_roots": list(rewriter.roots),
+        "sites": sites,
+    }
+    env = child_environment(ImportHook(rewriter), {"PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    return InPlace(
+        rewriter.root,
+        env,
+        _write_manifest(cache_dir, manifest),
+        manifest,
+        [f"{_named(rewriter.root, f)} (runs uninstrumented)" for f in failures],
+    )
+
+
+def _write_manifest(cache_dir: Path, manifest: dict[str, Any]) -> Path:
+    """Named by its content: a run never reads a manifest another run is writing."""
+    from fecomlite.instrument.importhook import write_atomic
+
+    data = json.dumps(manifest, indent=1).encode()
+    path = cache_dir / "manifests" / f"{hashlib.sha256(data).hexdigest()}.json"
+    if not path.is_file():
+        write_atomic(path, data)
+    return path
+
+
+def _named(root: Path, failure: list[Any]) -> str:
+    rel, line, col, message = failure
+    return f"{root / rel}:{line}:{col}: {message}"
