@@ -17,6 +17,7 @@ import pytest
 
 MARKER = "fecomlite"
 WORKER_KEY = "fecomlite_rows"
+INSTRUMENTED = pytest.StashKey[Any]()  # (the import hook, the probe's event sink)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -36,6 +37,32 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fecomlite-json", metavar="PATH", help="write the figures as JSON")
     group.addoption("--fecomlite-markdown", metavar="PATH",
                     help="write a Markdown summary (for a CI job summary or a PR comment)")
+
+
+def asked(option: Any) -> bool:
+    """Whether the command line asks for measurement (then the project is instrumented)."""
+    return bool(option.fecomlite) or any(getattr(option, f"fecomlite_{k}", None) for k in (
+        "save", "compare", "json", "markdown"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser,
+                                  args: list[str]) -> None:
+    """Instrument the project before the first conftest imports any of it."""
+    if not asked(early_config.known_args_namespace):
+        return
+    from fecomlite.pytest_plugin.instrumentation import start
+
+    early_config.stash[INSTRUMENTED] = start(early_config, None)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    instrumented = config.stash.get(INSTRUMENTED, None)
+    if instrumented is not None:
+        from fecomlite.pytest_plugin.instrumentation import stop
+
+        stop(*instrumented)
+        del config.stash[INSTRUMENTED]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -76,7 +103,8 @@ class Measuring:
         if self.recorder is None:
             from fecomlite.pytest_plugin.recorder import Recorder
 
-            self.recorder = Recorder()
+            hook, sink = self.config.stash.get(INSTRUMENTED, (None, None))
+            self.recorder = Recorder(sink, hook.sites if hook is not None else None)
         return self.recorder
 
     @pytest.hookimpl(wrapper=True)

@@ -13,7 +13,7 @@ from fecomlite.analysis import units
 from fecomlite.terminal import without_control
 
 TOP_TESTS = 10
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~])")
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
 
 def md(value: Any) -> str:
@@ -51,10 +51,10 @@ def changed(comparison: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
         for kind, unit, apis in (("memory", "B", "memory_apis"), ("energy", "J", "energy_apis")):
             for key, v in _verdicts(t, kind):
                 side = "costlier" if v["verdict"] == "higher" else "cheaper"
+                same_way = [c for c in t[apis] if (c["diff"] > 0) == (side == "costlier")]
                 out[side].append({"nodeid": t["nodeid"], "kind": kind,
                                   "figure": _figure_text(kind, key, v),
-                                  "apis": _apis_text(t[apis], unit if kind == "memory" else "J")
-                                  if kind == "memory" or t["energy_lead"] else ""})
+                                  "apis": _apis_text(same_way, unit)})
     return out
 
 
@@ -124,6 +124,10 @@ def terminal_lines(rows: dict[str, dict[str, Any]], comparison: dict[str, Any] |
     if comparison["new"] or comparison["gone"]:
         lines.append(f"{len(comparison['new'])} test(s) not in the baseline, "
                      f"{len(comparison['gone'])} in the baseline only")
+    if comparison["gone"] and not comparison["tests"]:
+        lines.append("no test id in common: was the baseline saved from another rootdir? (a "
+                     "path given as `--fecomlite-compare PATH` counts for pytest's rootdir; "
+                     "write --fecomlite-compare=PATH)")
     if comparison["fail"]:
         gates = ",".join(f"{k}:{100 * v:g}%" for k, v in comparison["fail"].items())
         lines.append(f"gate {gates}: " + ("FAILED" if comparison["failures"] else "passed"))

@@ -157,7 +157,7 @@ class Repetition:
         found = [v for v in (sampled, exact) if v is not None and math.isfinite(v)]
         return max(found) if found else None
 
-    def figures(self) -> dict[str, Any]:
+    def figures(self, sites: dict[str, dict[str, Any]]) -> dict[str, Any]:
         m = self.m
         return {
             "duration_s": m.duration_s,
@@ -172,14 +172,15 @@ class Repetition:
                            if m.gpu_memory_peak_B is not None else None),
             "gpu_retained_B": m.gpu_memory_added_B,
             "other_cpu_pct": self.other_cpu_pct(),
-            "apis": api_rows(m, self.events) if self.events is not None else [],
+            "apis": api_rows(m, self.events, sites) if self.events is not None else [],
         }
 
 
-def api_rows(m: Measurement, events: _CellSink) -> list[dict[str, Any]]:
+def api_rows(m: Measurement, events: _CellSink,
+             sites: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Per API inside the test: calls, time, energy per domain (the report's attribution) and
     the host memory its calls added (RSS after − before, summed) and rose to above their start."""
-    rows = api_table(m, events, {})
+    rows = api_table(m, events, sites)
     if not rows:
         return []
     window = m._pending.result()
@@ -187,7 +188,7 @@ def api_rows(m: Measurement, events: _CellSink) -> list[dict[str, Any]]:
     keys, t0, t1, _ = events.events()
     if rss is not None and rss[0].size:
         start, end, peak = gauge_during(rss[0], rss[1], t0, t1)
-        api_of = [events.api_of(k, {}) for k in keys]
+        api_of = [events.api_of(k, sites.get(k, {})) for k in keys]
         for row in rows:
             mine = np.array([a == row["api"] for a in api_of])
             row["memory_added_B"] = float((end - start)[mine].sum())
@@ -211,9 +212,12 @@ class _Open:
 class Recorder:
     """Measures test calls and keeps their repetitions until their figures are ready."""
 
-    def __init__(self) -> None:
+    def __init__(self, sink: EventSink | None = None,
+                 sites: dict[str, dict[str, Any]] | None = None) -> None:
         self.steady_allocator = steady_allocator()
-        self.sink = EventSink()
+        self.own_sink = sink is None  # else the import hook's, put back when it stops
+        self.sink = sink or EventSink()
+        self.sites = sites if sites is not None else {}  # the import hook's manifest entries
         self.pending: dict[str, list[Repetition]] = {}
         self.rows: dict[str, dict[str, Any]] = {}
         self.outcomes: dict[str, str] = {}
@@ -249,7 +253,8 @@ class Recorder:
 
     def close(self) -> dict[str, dict[str, Any]]:
         """Every row, once all are ready; the probe gets its sender back."""
-        restore_probe(self.sink)
+        if self.own_sink:
+            restore_probe(self.sink)
         return self.resolve(wait=True)
 
     def resolve(self, wait: bool = True) -> dict[str, dict[str, Any]]:
@@ -259,13 +264,14 @@ class Recorder:
             if wait or all(r.ready() for r in reps):
                 del self.pending[nodeid]
                 self.rows[nodeid] = make_row(nodeid, self.outcomes[nodeid], reps,
-                                             self.notes.pop(nodeid, []))
+                                             self.notes.pop(nodeid, []), self.sites)
         return self.rows
 
 
-def make_row(nodeid: str, outcome: str, reps: list[Repetition], notes: list[str]) -> dict[str, Any]:
+def make_row(nodeid: str, outcome: str, reps: list[Repetition], notes: list[str],
+             sites: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """One test's row: per-repetition figures (for the noise), sensors, load and APIs."""
-    figures = [r.figures() for r in reps]
+    figures = [r.figures(sites) for r in reps]
     domains = sorted({d for f in figures for d in f["energy_J"]})
     other = [f["other_cpu_pct"] for f in figures if math.isfinite(f["other_cpu_pct"])]
     return {
