@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from fecomlite.instrument.importhook import ImportHook, Rewriter, _RewrittenLoader
+from fecomlite.instrument.project import InstrumentError
 from fecomlite.pytest_plugin.recorder import PROBE, EventSink
 
 
@@ -74,7 +75,10 @@ def start(config: pytest.Config, cache_dir: Path | None) -> tuple[TestImportHook
     probe = sys.modules[PROBE]
     probe.flush()
     sink.replaced, probe._sender = probe._sender, sink
-    hook = TestImportHook(Rewriter(config.rootpath, None, cache_dir))
+    try:
+        hook = TestImportHook(Rewriter(config.rootpath, None, cache_dir))
+    except InstrumentError as exc:
+        raise pytest.UsageError(str(exc)) from None
     sys.meta_path.insert(0, hook)  # as `importhook.install` does, with this subclass
     importlib.invalidate_caches()
     return hook, sink
