@@ -24,6 +24,8 @@ from fecomlite.api.measure import Measurement, measure
 from fecomlite.api.notebook_magic import _CellSink, api_table
 
 PROBE = "fecomlite.runtime.probe"
+# The probe's event columns (`drain_columns`): site index, t0, t1, thread, status, in, out bytes
+COLUMN_TYPES = (np.int32, np.int64, np.int64, np.uint64, np.uint8, np.int64, np.int64)
 _STATUS = f"/proc/{os.getpid()}/status"
 
 
@@ -41,13 +43,11 @@ class EventSink(_CellSink):
         shared), and forget every batch so far."""
         batches, self.batches = self.batches, []
         kept = []
-        for names, (index, t0, t1, thread, *rest) in batches:
-            a, b = np.frombuffer(t0, np.int64), np.frombuffer(t1, np.int64)
-            inside = (a >= start_ns) & (b <= end_ns)
+        for names, columns in batches:
+            cols = [np.frombuffer(c, d) for c, d in zip(columns, COLUMN_TYPES, strict=False)]
+            inside = (cols[1] >= start_ns) & (cols[2] <= end_ns)
             if inside.any():
-                cols = [np.frombuffer(c, dtype)[inside].tobytes() for c, dtype in
-                        ((index, np.int32), (t0, np.int64), (t1, np.int64), (thread, np.uint64))]
-                kept.append((names, [*cols, *rest]))
+                kept.append((names, [c[inside].tobytes() for c in cols]))
         return _CellSink(batches=kept, names=self.names)
 
 
@@ -62,6 +62,8 @@ def probe_sink(sink: EventSink) -> bool:
         probe.flush()
         sink.replaced, probe._sender = probe._sender, sink
     probe.flush()
+    probe._slow_counts.clear()  # as the probe's own resample: each site's first calls in the
+    probe._fast.clear()  # test are sized (their results' bytes) and named
     return True
 
 
@@ -178,19 +180,23 @@ class Repetition:
 
 def api_rows(m: Measurement, events: _CellSink,
              sites: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per API inside the test: calls, time, energy per domain (the report's attribution) and
-    the host memory its calls added (RSS after − before, summed) and rose to above their start."""
+    """Per API inside the test: calls, time, energy per domain (the report's attribution), the
+    bytes its sized calls returned (`result_B`: the first calls of each site in the test), and
+    the host memory its calls added (RSS after − before, summed; sampled every 5 ms, so a short
+    call's part may be missed) and rose to above their start."""
     rows = api_table(m, events, sites)
     if not rows:
         return []
-    window = m._pending.result()
-    rss = window.samples.get(RSS_SENSOR)
     keys, t0, t1, _ = events.events()
-    if rss is not None and rss[0].size:
-        start, end, peak = gauge_during(rss[0], rss[1], t0, t1)
-        api_of = [events.api_of(k, sites.get(k, {})) for k in keys]
-        for row in rows:
-            mine = np.array([a == row["api"] for a in api_of])
+    api_of = np.array([events.api_of(k, sites.get(k, {})) for k in keys], dtype=object)
+    out_bytes = np.concatenate([np.frombuffer(cols[6], np.int64) for _, cols in events.batches])
+    rss = m._pending.result().samples.get(RSS_SENSOR)
+    start, end, peak = gauge_during(rss[0], rss[1], t0, t1) if rss is not None else (None,) * 3
+    for row in rows:
+        mine = api_of == row["api"]
+        sized = out_bytes[mine & (out_bytes >= 0)]
+        row["result_B"] = float(sized.sum()) if sized.size else None
+        if start is not None:
             row["memory_added_B"] = float((end - start)[mine].sum())
             row["memory_peak_B"] = float((peak - start)[mine].max())
     return rows
@@ -300,12 +306,14 @@ def merged_apis(per_rep: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
         for row in rows:
             a = out.setdefault(row["api"], {"api": row["api"], "calls": 0.0, "time_s": 0.0,
                                             "energy_J": {}, "memory_added_B": 0.0,
-                                            "memory_peak_B": None})
+                                            "memory_peak_B": None, "result_B": None})
             a["calls"] += row["calls"] / n
             a["time_s"] += row["time_s"] / n
             for d, j in row["energy"].items():
                 a["energy_J"][d] = a["energy_J"].get(d, 0.0) + j / n
             a["memory_added_B"] += row.get("memory_added_B", 0.0) / n
+            if row.get("result_B") is not None:
+                a["result_B"] = (a["result_B"] or 0.0) + row["result_B"] / n
             peak = row.get("memory_peak_B")
             if peak is not None:
                 a["memory_peak_B"] = max(peak, a["memory_peak_B"] or peak)

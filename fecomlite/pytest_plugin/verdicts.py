@@ -89,6 +89,12 @@ def explain(ra: dict[str, Any], rb: dict[str, Any], key: Any) -> list[dict[str, 
     return changes[:EXPLAINED_BY]
 
 
+def _memory_of(api: dict[str, Any]) -> float | None:
+    """An API's memory in a test: the bytes its results held where the probe sized them (exact),
+    else what its calls added to RSS."""
+    return api["result_B"] if api.get("result_B") is not None else api.get("memory_added_B")
+
+
 def _lead(energy: dict[str, dict[str, Any]]) -> str | None:
     """The domain a test's energy verdict is told by: the first disjoint one with a verdict."""
     ranked = sorted(energy, key=lambda d: (domain_role(d)["role"] != "disjoint",
@@ -111,7 +117,7 @@ def compare_test(ra: dict[str, Any], rb: dict[str, Any]) -> dict[str, Any]:
         "memory": memory,
         "energy": energy,
         "energy_lead": lead,
-        "memory_apis": explain(ra, rb, lambda x: x.get("memory_added_B")),
+        "memory_apis": explain(ra, rb, _memory_of),
         "energy_apis": explain(ra, rb, lambda x: (x.get("energy_J") or {}).get(lead)
                                if lead else x.get("time_s")),
     }
