@@ -27,6 +27,7 @@ PROBE = "fecomlite.runtime.probe"
 # The probe's event columns (`drain_columns`): site index, t0, t1, thread, status, in, out bytes
 COLUMN_TYPES = (np.int32, np.int64, np.int64, np.uint64, np.uint8, np.int64, np.int64)
 _STATUS = f"/proc/{os.getpid()}/status"
+NS = 1e9
 
 
 class EventSink(_CellSink):
@@ -180,15 +181,20 @@ class Repetition:
 
 def api_rows(m: Measurement, events: _CellSink,
              sites: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per API inside the test: calls, time, energy per domain (the report's attribution), the
+    """Per API inside the test: calls, time, energy per domain (the report's attribution; none in
+    a test shorter than a sensor's update period, whose energy the sensors cannot split), the
     bytes its sized calls returned (`result_B`: the first calls of each site in the test), and
     the host memory its calls added (RSS after − before, summed; sampled every 5 ms, so a short
     call's part may be missed) and rose to above their start."""
-    rows = api_table(m, events, sites)
-    if not rows:
-        return []
     keys, t0, t1, _ = events.events()
+    if not keys:
+        return []
     api_of = np.array([events.api_of(k, sites.get(k, {})) for k in keys], dtype=object)
+    if m.below_resolution:  # the sensors saw the test as one step: no API's share to tell
+        rows = [{"api": a, "calls": int(mine.sum()), "time_s": float((t1 - t0)[mine].sum() / NS),
+                 "energy": {}} for a in sorted(set(api_of)) for mine in [api_of == a]]
+    else:
+        rows = api_table(m, events, sites)
     out_bytes = np.concatenate([np.frombuffer(cols[6], np.int64) for _, cols in events.batches])
     rss = m._pending.result().samples.get(RSS_SENSOR)
     start, end, peak = gauge_during(rss[0], rss[1], t0, t1) if rss is not None else (None,) * 3
