@@ -63,9 +63,18 @@ def probe_sink(sink: EventSink) -> bool:
         probe.flush()
         sink.replaced, probe._sender = probe._sender, sink
     probe.flush()
-    probe._slow_counts.clear()  # as the probe's own resample: each site's first calls in the
-    probe._fast.clear()  # test are sized (their results' bytes) and named
+    resample(probe)
     return True
+
+
+def resample(probe: Any) -> None:
+    """As the probe's own resample, but one sized call per known site: each site's first call in
+    the test records its results' bytes (a site new to the session takes the usual first calls,
+    which also name it)."""
+    again = probe.SLOW_CALLS_PER_SITE - 1
+    for site in probe._fast:
+        probe._slow_counts[site] = again
+    probe._fast.clear()
 
 
 def restore_probe(sink: EventSink) -> None:
@@ -189,7 +198,8 @@ def api_rows(m: Measurement, events: _CellSink,
     keys, t0, t1, _ = events.events()
     if not keys:
         return []
-    api_of = np.array([events.api_of(k, sites.get(k, {})) for k in keys], dtype=object)
+    named = {k: events.api_of(k, sites.get(k, {})) for k in set(keys)}
+    api_of = np.array([named[k] for k in keys], dtype=object)
     if m.below_resolution:  # the sensors saw the test as one step: no API's share to tell
         rows = [{"api": a, "calls": int(mine.sum()), "time_s": float((t1 - t0)[mine].sum() / NS),
                  "energy": {}} for a in sorted(set(api_of)) for mine in [api_of == a]]
