@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import fecomlite
-from fecomlite.store import StoreError, private_dir
+from fecomlite.store import StoreError, private_dir, private_home
 
 FORMAT = "fecomlite-pytest-baseline"
 VERSION = 1
@@ -37,7 +37,8 @@ def document(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def write_json(path: Path, data: Any, private: bool = False) -> None:
     """Write `data` as JSON at `path` atomically (0600 and a 0700 folder when `private`)."""
     try:
-        if private:
+        if private:  # <home>/pytest-baselines/NAME.json: the home is its owner's alone
+            private_home(path.parent.parent)
             private_dir(path.parent)
         else:
             path.parent.mkdir(parents=True, exist_ok=True)

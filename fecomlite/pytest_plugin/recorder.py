@@ -161,13 +161,19 @@ class Repetition:
         return 100 * max(machine - own, 0.0) / wall if wall > 0 else math.nan
 
     def host_peak_B(self) -> float | None:
-        """How far host RSS rose above its level at the test's start (children included)."""
-        sampled = None
-        if self.m.memory_peak_B is not None and self.m._memory("host", 0) is not None:
-            sampled = self.m.memory_peak_B - self.m._memory("host", 0)
-        exact = self.hwm_end - self.rss_start if self.hwm_reset else None
-        found = [v for v in (sampled, exact) if v is not None and math.isfinite(v)]
-        return max(found) if found else None
+        """How far host RSS rose above its level at the test's start: the kernel's high-water
+        mark, reset at the start (exact). Where it cannot be reset, the sampled RSS of the
+        process tree; not the sampled high-water mark, whose first read after the test may
+        fall in the next one."""
+        if self.hwm_reset and math.isfinite(self.hwm_end - self.rss_start):
+            return self.hwm_end - self.rss_start
+        start = self.m._memory("host", 0)
+        samples = self.m._pending.result().samples.get(RSS_SENSOR)
+        if start is None or samples is None or samples[0].size == 0:
+            return None
+        t, v, _ = samples
+        inside = (t >= self.m.start_ns) & (t <= self.m.end_ns)
+        return float(max(v[inside].max(initial=start), start) - start)
 
     def figures(self, sites: dict[str, dict[str, Any]]) -> dict[str, Any]:
         m = self.m
