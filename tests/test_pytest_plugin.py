@@ -178,3 +178,27 @@ def test_a_missing_baseline_stops_the_session_before_any_test(pytester: pytest.P
 
 def test_user_strings_render_as_themselves_in_markdown():
     assert md("test_x[a|b]\x1b[2J <img>") == "test\\_x\\[a\\|b\\]\\[2J &lt;img&gt;"
+
+
+def test_repetitions_are_measured_and_one_that_fails_leaves_the_outcome(
+        pytester: pytest.Pytester, monkeypatch, tmp_path):
+    monkeypatch.setenv("FECOMLITE_HOME", str(tmp_path))
+    pytester.makepyfile("""
+        calls = []
+
+        def test_steady():
+            pass
+
+        def test_second_call_fails():
+            calls.append(1)
+            assert len(calls) == 1
+    """)
+    result = pytester.runpytest(*PLUGIN, "--fecomlite", "--fecomlite-repeat", "3",
+                                "--fecomlite-json=out.json")
+    result.assert_outcomes(passed=2)
+    by_name = {k.rpartition("::")[2]: v for k, v in rows(pytester.path / "out.json").items()}
+    assert by_name["test_steady"]["repetitions"] == 3
+    assert len(by_name["test_steady"]["memory"]["host_peak_B"]) == 3
+    assert by_name["test_second_call_fails"]["repetitions"] == 1
+    assert by_name["test_second_call_fails"]["notes"] == [
+        "repetition 2 raised AssertionError: later repetitions skipped"]

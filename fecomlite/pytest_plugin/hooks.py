@@ -121,19 +121,20 @@ class Measuring:
         return result
 
     def _repeat(self, item: pytest.Item, recorder: Any) -> None:
-        """The extra measured calls (same fixtures); one that raises stops them, and is noted:
-        the test's outcome is its first call's."""
+        """The extra measured calls (same fixtures); one that raises, fails or skips is left
+        out and stops them, with a note: the test's outcome is its first call's."""
+        from _pytest.outcomes import OutcomeException
+
         for n in range(2, self.settings.repeat + 1):
             measuring = recorder.begin(item.nodeid)
             try:
                 item.runtest()
-            except Exception as exc:  # noqa: BLE001 - the test's own outcome stands
+            except (Exception, OutcomeException) as exc:
+                recorder.end(measuring, keep=False)
                 recorder.note(item.nodeid, f"repetition {n} raised {type(exc).__name__}: "
                                            "later repetitions skipped")
-                recorder.pending[item.nodeid].pop()
                 return
-            finally:
-                recorder.end(measuring)
+            recorder.end(measuring)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call" and self.recorder is not None:

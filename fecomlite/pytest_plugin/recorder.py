@@ -198,7 +198,7 @@ def api_rows(m: Measurement, events: _CellSink,
              sites: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Per API inside the test: calls, time, energy per domain (the report's attribution; none in
     a test shorter than a sensor's update period, whose energy the sensors cannot split), the
-    bytes its sized calls returned (`result_B`: the first calls of each site in the test), and
+    bytes its sized calls returned (`result_B`: each site's first call in the test), and
     the host memory its calls added (RSS after − before, summed; sampled every 5 ms, so a short
     call's part may be missed) and rose to above their start."""
     keys, t0, t1, _ = events.events()
@@ -260,11 +260,15 @@ class Recorder:
         rss = _status_kib("VmRSS").get("VmRSS", math.nan)
         return _Open(nodeid, block, m, probed, cpu, rss, reset_peak())
 
-    def end(self, o: _Open) -> None:
+    def end(self, o: _Open, keep: bool = True) -> None:
+        """Stop measuring; `keep` False: the repetition is left out (its events dropped)."""
         status = _status_kib("VmRSS", "VmHWM")
         o.block.__exit__(None, None, None)
         if o.probed:
             sys.modules[PROBE].flush()
+        if not keep:
+            self.sink.take(o.m.start_ns, o.m.end_ns)
+            return
         rep = Repetition(
             o.m, o.rss, status.get("VmRSS", math.nan), status.get("VmHWM", math.nan), o.reset,
             (o.cpu[0], _busy_cpu_s(), o.cpu[1], _own_cpu_s()),
@@ -339,5 +343,4 @@ def merged_apis(per_rep: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
             peak = row.get("memory_peak_B")
             if peak is not None:
                 a["memory_peak_B"] = max(peak, a["memory_peak_B"] or peak)
-    ranked = sorted(out.values(), key=lambda a: -a["time_s"])
-    return ranked
+    return sorted(out.values(), key=lambda a: -a["time_s"])
