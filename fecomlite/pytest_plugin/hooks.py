@@ -28,9 +28,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="measured calls per test (default 1); 3 or more give energy verdicts")
     group.addoption("--fecomlite-save", metavar="NAME",
                     help="save the figures as baseline NAME (a name: in the fecomlite home; "
-                         "a path or *.json: that file)")
+                         "a path or *.json: that file; write --fecomlite-save=PATH)")
     group.addoption("--fecomlite-compare", metavar="NAME",
-                    help="compare with baseline NAME, with the rules of `fecomlite report A B`")
+                    help="compare with baseline NAME, with the rules of `fecomlite report A B` "
+                         "(write --fecomlite-compare=PATH)")
     group.addoption("--fecomlite-fail", metavar="KIND:PCT,...",
                     help="fail the session when a test got costlier beyond the noise and by "
                          "more than PCT, e.g. energy:10%%,memory:5%%")
