@@ -28,6 +28,9 @@ PROBE = "fecomlite.runtime.probe"
 COLUMN_TYPES = (np.int32, np.int64, np.int64, np.uint64, np.uint8, np.int64, np.int64)
 _STATUS = f"/proc/{os.getpid()}/status"
 NS = 1e9
+# Above this many calls in one test, an API's energy is the test's shared by its calls' time:
+# the report's attribution, per call, would cost more than many tests do.
+ATTRIBUTED_CALLS_MAX = 5000
 
 
 class EventSink(_CellSink):
@@ -197,7 +200,8 @@ class Repetition:
 def api_rows(m: Measurement, events: _CellSink,
              sites: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Per API inside the test: calls, time, energy per domain (the report's attribution; none in
-    a test shorter than a sensor's update period, whose energy the sensors cannot split), the
+    a test shorter than a sensor's update period, whose energy the sensors cannot split; the
+    test's energy shared by call time past ATTRIBUTED_CALLS_MAX calls, `energy_by`), the
     bytes its sized calls returned (`result_B`: each site's first call in the test), and
     the host memory its calls added (RSS after − before, summed; sampled every 5 ms, so a short
     call's part may be missed) and rose to above their start."""
@@ -206,9 +210,13 @@ def api_rows(m: Measurement, events: _CellSink,
         return []
     named = {k: events.api_of(k, sites.get(k, {})) for k in set(keys)}
     api_of = np.array([named[k] for k in keys], dtype=object)
-    if m.below_resolution:  # the sensors saw the test as one step: no API's share to tell
+    if m.below_resolution or len(keys) > ATTRIBUTED_CALLS_MAX:
         rows = [{"api": a, "calls": int(mine.sum()), "time_s": float((t1 - t0)[mine].sum() / NS),
                  "energy": {}} for a in sorted(set(api_of)) for mine in [api_of == a]]
+        if not m.below_resolution:  # the test's energy shared by its calls' time
+            for row in rows:
+                row["energy"] = {d: j * row["time_s"] / m.duration_s for d, j in m.energy_J.items()}
+                row["energy_by"] = "time share"
     else:
         rows = api_table(m, events, sites)
     out_bytes = np.concatenate([np.frombuffer(cols[6], np.int64) for _, cols in events.batches])
