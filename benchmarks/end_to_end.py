@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fecomlite.runner.experiment import prepare_program, program_env
+from fecomlite.runner.experiment import prepare_program, program_command, program_env
 from fecomlite.runner.settings import RunSettings
 from fecomlite.server.client import ensure_server
 
@@ -44,7 +44,7 @@ def main() -> None:
     try:
         for name in names:
             script = PROJECTS / name / "train.py"
-            program = prepare_program(script, [], settings, home / "work")
+            program = prepare_program(script, [], settings, home / "work", script.parent)
             run_id, token = client.create_run(
                 program=str(script), argv=[], level="method", settings=settings.to_json(),
                 manifest=program.manifest.get("sites", {}),
@@ -56,7 +56,7 @@ def main() -> None:
                     env = program_env(client, run_id, token, rep, program, False,
                                       home / f"{name}-{rep}.spool", None)
                     client.rep_start(run_id, rep)
-                    measured.append(timed([sys.executable, str(program.script)], env, Path(cwd)))
+                    measured.append(timed(program_command(program), env, Path(cwd)))
                     client.rep_end(run_id, rep, 0)
             client.finish_run(run_id, "finished", 0)
             o, m = statistics.median(original), statistics.median(measured)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from end_to_end import PROJECTS, timed
 
-from fecomlite.runner.experiment import prepare_program, program_env
+from fecomlite.runner.experiment import prepare_program, program_command, program_env
 from fecomlite.runner.settings import RunSettings
 from fecomlite.runtime.layers import ENV
 from fecomlite.server.client import ensure_server
@@ -102,7 +102,7 @@ def main() -> None:
     try:
         for name in args.projects or DEFAULT_PROJECTS:
             script = PROJECTS / name / "train.py"
-            program = prepare_program(script, [], settings, home / "work")
+            program = prepare_program(script, [], settings, home / "work", script.parent)
             runs = {}
             for flag in ("0", "1"):
                 runs[flag] = client.create_run(
@@ -119,7 +119,7 @@ def main() -> None:
                                           home / f"{name}-{flag}-{rep}.spool", None, {ENV: flag})
                         client.rep_start(run_id, rep)
                         before = cpu_s()
-                        times[flag].append(timed([sys.executable, str(program.script)], env,
+                        times[flag].append(timed(program_command(program), env,
                                                   Path(cwd)))
                         cpu[flag].append(cpu_s() - before)
                         client.rep_end(run_id, rep, 0)

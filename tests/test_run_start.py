@@ -1,6 +1,6 @@
-"""What `fecomlite run` does before and around the program: the work copy (instrumented Python,
-linked data, reused while unchanged), a syntax error reported before any server starts, and the
-program's output shown live and logged."""
+"""What `fecomlite run` does before and around the program: the project rewritten into the
+cache (never beside its files, rewritten again only where it changed), a syntax error reported
+before any server starts, and the program's output shown live and logged."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
-from fecomlite.runner.experiment import PROBE_IMPORT, tee_output
-from fecomlite.runner.workcopy import CopyError, ScriptError, check_syntax, work_copy
+from fecomlite.runner.inplace import prepare_in_place
+from fecomlite.runner.output import Output
+from fecomlite.runner.workcopy import CopyError, ScriptError, check_syntax
 from fecomlite.server.client import live_client
 
 
@@ -56,52 +57,69 @@ def project(tmp_path: Path) -> Path:
     return folder
 
 
-def test_the_work_copy_instruments_python_and_links_everything_else(project, tmp_path):
-    copy = work_copy(project / "train.py", tmp_path / "work", [])
-    root = copy.script.parent
-    assert not copy.reused
-    assert PROBE_IMPORT in copy.script.read_text()
-    assert not copy.script.is_symlink() and not (root / "helpers.py").is_symlink()
-    for rel in ("data/big.bin", "config.yaml"):
-        linked = root / rel
-        assert linked.is_symlink(), rel
-        assert os.readlink(linked) == str((project / rel).resolve())
-    assert not any(p.is_symlink() for p in root.rglob("*.py"))
+def files_of(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_an_unchanged_project_reuses_its_copy_and_a_change_remakes_it(project, tmp_path):
-    first = work_copy(project / "train.py", tmp_path / "work", [])
-    again = work_copy(project / "train.py", tmp_path / "work", [])
-    assert again.reused and again.script == first.script
+def rewrites(cache: Path) -> set[Path]:
+    return set((cache / "rewrites").rglob("*.json"))
+
+
+def test_the_project_is_rewritten_into_the_cache_never_beside_its_files(project, tmp_path):
+    before = files_of(project)
+    prepared = prepare_in_place(project / "train.py", tmp_path / "cache", [])
+    assert files_of(project) == before
+    assert prepared.root == project.resolve()
+    assert {site["file"] for site in prepared.manifest["sites"].values()} == {"train.py"}
+    assert json.loads(prepared.manifest_path.read_text()) == prepared.manifest
+    assert prepared.manifest_path.is_relative_to(tmp_path / "cache")
+
+
+def test_an_unchanged_project_rewrites_nothing_and_an_edit_rewrites_that_file(project, tmp_path):
+    cache = tmp_path / "cache"
+    prepare_in_place(project / "train.py", cache, [])
+    first = rewrites(cache)
+    assert len(first) == 2  # train.py, helpers.py
+    prepare_in_place(project / "train.py", cache, [])
+    assert rewrites(cache) == first
     write(project, "helpers.py", "def scale(x):\n    return x * 3\n")
-    changed = work_copy(project / "train.py", tmp_path / "work", [])
-    assert not changed.reused
-    assert "x * 3" in (changed.script.parent / "helpers.py").read_text()
-    write(project, "new.py", "import torch\n")
-    assert not work_copy(project / "train.py", tmp_path / "work", []).reused
-    assert not work_copy(project / "train.py", tmp_path / "work", ["numpy"]).reused
+    prepare_in_place(project / "train.py", cache, [])
+    assert len(rewrites(cache) - first) == 1  # helpers.py alone: its exports did not change
+    prepare_in_place(project / "train.py", cache, ["numpy"])
+    assert len(rewrites(cache)) == 5  # other API roots: every file anew
 
 
-def test_reusing_the_copy_does_not_load_the_rewriter(project, tmp_path):
-    work_copy(project / "train.py", tmp_path / "work", [])
-    script, work = str(project / "train.py"), str(tmp_path / "work")
+def test_a_warm_start_does_not_load_the_rewriter(project, tmp_path):
+    prepare_in_place(project / "train.py", tmp_path / "cache", [])
+    script, cache = str(project / "train.py"), str(tmp_path / "cache")
     code = (
-        "import sys; from pathlib import Path; from fecomlite.runner.workcopy import work_copy\n"
-        f"copy = work_copy(Path({script!r}), Path({work!r}), [])\n"
-        "print(copy.reused, 'libcst' in sys.modules)\n"
+        "import sys; from pathlib import Path; from fecomlite.runner.inplace import "
+        "prepare_in_place\n"
+        f"prepare_in_place(Path({script!r}), Path({cache!r}), [])\n"
+        "print('libcst' in sys.modules)\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
-    assert out.stdout.split() == ["True", "False"]  # libcst: a second of every run's start
+    assert out.stdout.split() == ["False"]  # libcst: a second of every run's start
 
 
-def test_a_helper_that_cannot_be_parsed_is_named_and_left_as_it_is(project, tmp_path):
-    write(project, "old.py", "print 'python 2'\n")
-    copy = work_copy(project / "train.py", tmp_path / "work", [])
-    assert len(copy.skipped) == 1
-    assert copy.skipped[0].startswith(f"{project / 'old.py'}:1:1:")
-    assert (copy.script.parent / "old.py").read_text() == "print 'python 2'\n"
+def test_a_helper_that_cannot_be_parsed_is_named_and_runs_as_it_is(project, tmp_path):
+    write(project, "helpers.py", "print 'python 2'\n")
+    prepared = prepare_in_place(project / "train.py", tmp_path / "cache", [])
+    assert len(prepared.skipped) == 1
+    assert prepared.skipped[0].startswith(f"{project.resolve() / 'helpers.py'}:1:1:")
+
+
+def test_only_what_the_script_imports_is_rewritten_before_the_run(project, tmp_path):
+    write(project, "tests/test_big.py", "import torch\ntorch.ones(1)\n")
+    write(project, "pkg/__init__.py", "")
+    write(project, "pkg/nn.py", "import torch\ndef f():\n    return torch.zeros(1)\n")
+    write(project, "train.py", "from pkg import nn\nimport helpers\nprint(nn.f())\n")
+    prepared = prepare_in_place(project / "train.py", tmp_path / "cache", [])
+    assert {site["file"] for site in prepared.manifest["sites"].values()} == {"pkg/nn.py"}
+    assert len(rewrites(tmp_path / "cache")) == 4  # train, helpers, pkg/__init__, pkg/nn
 
 
 def test_a_syntax_error_names_the_users_file_line_and_column(tmp_path):
@@ -237,26 +255,29 @@ class ClosedTerminalForTests(io.StringIO):
         raise BrokenPipeError(32, "Broken pipe")
 
 
-def test_a_closed_terminal_neither_blocks_the_program_nor_loses_its_log(tmp_path, monkeypatch):
-    monkeypatch.setattr(sys, "stdout", ClosedTerminalForTests())
+def test_a_closed_terminal_neither_blocks_the_program_nor_loses_its_log(tmp_path):
+    read, closed = os.pipe()
+    os.close(read)  # our stdout after `fecomlite run ... | head` has exited: every write fails
     code = "import sys; sys.stdout.write('x' * 1_000_000); print('end', file=sys.stderr)"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    with open(tmp_path / "rep-1.log", "wb") as log:
-        pumps = tee_output(proc, log)
-        assert proc.wait(timeout=120) == 0  # a pipe nobody drained would block at 64 kB
-        for pump in pumps:
-            pump.join(timeout=30)
+    try:
+        with open(tmp_path / "rep-1.log", "wb") as log:
+            output = Output((closed, closed), log)
+            proc = subprocess.Popen(
+                [sys.executable, "-c", code], stdout=output.child[0], stderr=output.child[1]
+            )
+            output.start()
+            assert proc.wait(timeout=120) == 0  # a pipe nobody drained would block at 64 kB
+            output.join(30)
+    finally:
+        os.close(closed)
     logged = (tmp_path / "rep-1.log").read_bytes()
     assert logged.count(b"x") == 1_000_000 and b"end" in logged
 
 
-def test_a_folder_the_instrumenter_refuses_is_a_copy_error(project, tmp_path):
-    (project / ".fecomlite").mkdir()
-    (project / ".fecomlite" / "manifest.json").write_text("{}")
-    with pytest.raises(CopyError, match="already an instrumented copy"):
-        work_copy(project / "train.py", tmp_path / "work", [])
+def test_unreadable_project_settings_are_a_copy_error(project, tmp_path):
+    (project / "pyproject.toml").write_text("[tool.fecomlite]\napi = \"numpy\"\n")
+    with pytest.raises(CopyError, match="api must be a list of strings"):
+        prepare_in_place(project / "train.py", tmp_path / "cache", [])
 
 
 def test_a_traceback_names_the_users_file_not_the_copy(home, tmp_path):
@@ -264,6 +285,16 @@ def test_a_traceback_names_the_users_file_not_the_copy(home, tmp_path):
     result = run_cli(tmp_path, *quick_run(home, script), timeout=300)
     assert result.returncode == 1
     assert f'File "{script}", line 3' in result.stderr
-    assert "-instrumented" not in result.stderr
+    assert "-instrumented" not in result.stderr and "hookmain" not in result.stderr
     log = next((home / "logs").glob("fails-*/rep-1.log")).read_text()
     assert f'File "{script}", line 3' in log
+
+
+def test_a_project_given_must_contain_the_script(project, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with pytest.raises(CopyError, match="does not contain the script"):
+        prepare_in_place(project / "train.py", tmp_path / "cache", [], elsewhere)
+    prepared = prepare_in_place(project / "train.py", tmp_path / "cache", [], tmp_path)
+    assert prepared.root == tmp_path.resolve()
+    assert {site["file"] for site in prepared.manifest["sites"].values()} == {"proj/train.py"}

@@ -10,7 +10,6 @@ import contextlib
 import os
 import signal
 import sys
-from pathlib import Path
 
 from fecomlite.instrument.importhook import install_from_environment, run_script
 
@@ -30,12 +29,12 @@ def main() -> None:
         sys.exit("fecomlite: FECOMLITE_HOOK is not set: nothing to instrument with")
     script, args = sys.argv[1], sys.argv[2:]
     try:
-        run_script(Path(script), args, hook)
+        run_script(script, args, hook)  # a str: `./x.py` stays as typed in sys.argv[0]
     except SystemExit:
         raise
     except BaseException as error:  # noqa: BLE001 - reported as Python reports it
         tb = _script_frames(error.__traceback__) or error.__traceback__
-        sys.excepthook(type(error), error, tb)
+        sys.excepthook(type(error), error.with_traceback(tb), tb)  # Python's prints the former
         if isinstance(error, KeyboardInterrupt):
             _die_of_sigint()
         sys.exit(1)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import importlib.abc
 import importlib.machinery
@@ -61,11 +62,12 @@ def default_cache() -> Path:
 def project_root(script: Path, cwd: Path | None = None) -> Path:
     """The folder whose modules are rewritten: the nearest folder above the script that is the
     working directory or holds `.git`, `pyproject.toml`, `setup.py` or `setup.cfg`; else the
-    script's own folder. Never the user's home folder nor `/` (a dotfiles repository there
-    would make every file of the account "the project")."""
+    script's own folder. Never the user's home folder, the temporary folder nor `/` (a
+    dotfiles repository in the home, or a shell left in /tmp, would make every file there
+    "the project")."""
     folder = Path(os.path.realpath(script)).parent
     here = Path(os.path.realpath(cwd or os.getcwd()))
-    stop = {Path(os.path.realpath(Path.home())), Path(folder.anchor)}
+    stop = {Path(os.path.realpath(p)) for p in (Path.home(), tempfile.gettempdir(), folder.anchor)}
     for candidate in (folder, *folder.parents):
         if candidate in stop:
             break
@@ -82,6 +84,11 @@ def instrumenter_state() -> list[tuple[str, int, int]]:
             stat = os.stat(_INSTRUMENTER / name)
             found.append((name, stat.st_size, stat.st_mtime_ns))
     return found
+
+
+@functools.lru_cache(maxsize=4096)
+def _real_path(folder: str) -> str:
+    return os.path.realpath(folder)
 
 
 def _canonical(value: Any) -> Any:
@@ -121,12 +128,15 @@ class Rewriter:
         self.cache = Path(os.path.abspath(cache_dir or default_cache()))
         self._lock = threading.RLock()
         self._table: tuple[Project | None, str] | None = None
+        self._state_key = ""  # the project's files as found (names, sizes, mtimes)
+        self._files: list[Path] | None = None
         base = json.dumps([_FORMAT, instrumenter_state(), list(self.roots)])
         self._base = hashlib.sha256(base.encode()).hexdigest()
 
     def covers(self, filename: str) -> bool:
         """A Python file of the project (not a virtualenv's, not fecomlite's)."""
-        path = os.path.realpath(filename)
+        folder, name = os.path.split(os.path.abspath(filename))
+        path = os.path.join(_real_path(folder), name)  # the folder's symlinks, once per folder
         inside = path.startswith(str(self.root) + os.sep)
         if not inside or not path.endswith(tuple(_project.PYTHON_SUFFIXES)):
             return False
@@ -135,13 +145,22 @@ class Rewriter:
         parts = Path(path).relative_to(self.root).parts[:-1]
         return not any(p in _project.SKIP_DIRS or p.endswith(".egg-info") for p in parts)
 
+    def inside(self, folder: str) -> bool:
+        """Whether a folder (a package's `__path__` entry) lies in the project."""
+        real = _real_path(folder)
+        return real == str(self.root) or real.startswith(str(self.root) + os.sep)
+
     def rel(self, filename: str) -> str:
         return Path(os.path.realpath(filename)).relative_to(self.root).as_posix()
 
     def python_files(self) -> list[Path]:
-        scratch = _project.InstrumentResult(self.root, self.root, None, ())
-        found = _project._discover(self.root, self.cache, scratch)
-        return [Path(f.path) for f in found if f.kind == "python" and self.covers(f.path)]
+        """The project's Python files (listed once per Rewriter)."""
+        if self._files is None:
+            scratch = _project.InstrumentResult(self.root, self.root, None, ())
+            found = _project._discover(self.root, self.cache, scratch)
+            self._files = [Path(f.path) for f in found
+                           if f.kind == "python" and self.covers(f.path)]
+        return self._files
 
     # --------------------------------------------------------------------- the first pass
 
@@ -161,6 +180,7 @@ class Rewriter:
                 stat = path.stat()
                 state.append((str(path), stat.st_size, stat.st_mtime_ns))
         key = hashlib.sha256(json.dumps([self._base, state]).encode()).hexdigest()
+        self._state_key = key
         cached = self.cache / "tables" / f"{key}.pickle"
         try:
             table, digest = pickle.loads(cached.read_bytes())
@@ -248,12 +268,28 @@ class Rewriter:
             write_atomic(path, marshal.dumps(code))
         return code
 
-    def rewrite_all(self) -> tuple[dict[str, dict[str, Any]], list[list[Any]]]:
-        """Every Python file of the project rewritten (or found in the cache): its sites, and
-        the files that could not be (they run as written)."""
-        sites: dict[str, dict[str, Any]] = {}
-        failures: list[list[Any]] = []
-        for path in self.python_files():
+    def rewrite_all(
+        self, script: Path | None = None
+    ) -> tuple[dict[str, dict[str, Any]], list[list[Any]]]:
+        """The project's Python files rewritten (or found in the cache): their sites, and the
+        files that could not be (they run as written). With `script`, only the modules it
+        imports, directly or not, as far as the source says (`import_closure`): a script in a
+        big repository does not wait for every test file of it to be rewritten. A module
+        imported otherwise (`importlib.import_module(name)`) is rewritten when imported."""
+        self._project_table()
+        real = os.path.realpath(script) if script is not None else ""
+        named = hashlib.sha256(real.encode()).hexdigest()[:16]
+        whole = self.cache / "projects" / f"{self._state_key}-{named}.json"
+        try:
+            sites, failures = json.loads(whole.read_bytes())  # an unchanged project: one read
+            return sites, failures
+        except (OSError, ValueError):
+            pass
+        files = self.python_files() if not real else [
+            path for path in import_closure(Path(real), self.python_files(), self.root)
+            if self.covers(str(path))]
+        sites, failures = {}, []
+        for path in files:
             try:
                 data = path.read_bytes()
             except OSError:
@@ -261,18 +297,82 @@ class Rewriter:
             made = self.entry(str(path), data)
             sites.update(made["sites"])
             failures.extend(made["failures"])
+        with contextlib.suppress(OSError):
+            write_atomic(whole, json.dumps([sites, failures]).encode())
         return sites, failures
+
+
+def import_closure(script: Path, files: list[Path], root: Path) -> list[Path]:
+    """`script` and the project files it imports, directly or through each other, by the names
+    they can be imported under: from the script's folder (`sys.path[0]`), the root (the working
+    directory, usually) and `root/src`. Every import statement counts, conditional or not."""
+    import ast
+
+    by_name: dict[str, Path] = {}
+    bases = [script.parent, root, root / "src"]
+    for path in files:
+        for base in bases:
+            if base in path.parents:
+                parts = list(path.relative_to(base).with_suffix("").parts)
+                if parts[-1] == "__init__":
+                    parts.pop()
+                if parts:
+                    by_name.setdefault(".".join(parts), path)
+    package_of = {path: name.rpartition(".")[0] if path.name != "__init__.py" else name
+                  for name, path in by_name.items()}
+    found = {script}
+    todo = [script]
+    while todo:
+        path = todo.pop()
+        try:
+            tree = ast.parse(path.read_bytes(), str(path))
+        except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for name in _imported_names(tree, package_of.get(path, "")):
+            parts = name.split(".")
+            for cut in range(1, len(parts) + 1):  # a.b.c imports a and a.b first
+                module = by_name.get(".".join(parts[:cut]))
+                if module is not None and module not in found:
+                    found.add(module)
+                    todo.append(module)
+    return sorted(found)
+
+
+def _imported_names(tree: Any, package: str) -> list[str]:
+    """Every dotted name an import statement of `tree` may load (`from a import b`: a, a.b)."""
+    import ast
+
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".") if package else []
+                parts = parts[: len(parts) - (node.level - 1)] if node.level - 1 <= len(parts) \
+                    else []
+                base = ".".join([*parts, base] if base else parts)
+            if base:
+                names.append(base)
+            names.extend(f"{base}.{a.name}" if base else a.name for a in node.names)
+    return names
 
 
 class _RewrittenLoader(importlib.machinery.SourceFileLoader):
     """A project module: the rewritten code, the user's path and source."""
 
-    def __init__(self, fullname: str, path: str, hook: ImportHook) -> None:
+    def __init__(
+        self, fullname: str, path: str, hook: ImportHook, code: types.CodeType
+    ) -> None:
         super().__init__(fullname, path)
         self.hook = hook
+        self._found: types.CodeType | None = code  # what find_spec made: not made twice
 
     def get_code(self, fullname: str) -> types.CodeType | None:  # type: ignore[override]
-        code = self.hook.code_for(self.path)
+        code, self._found = self._found, None
+        if code is None:  # a reload: the file as it is now
+            code = self.hook.code_for(self.path)
         return code if code is not None else super().get_code(fullname)
 
     def exec_module(self, module: types.ModuleType) -> None:
@@ -304,13 +404,20 @@ class ImportHook(importlib.abc.MetaPathFinder):
         return self.rewriter.root
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        """A project module's spec with the rewriting loader; None for anything else, which
+        the finders after this one then find as they would without it."""
+        if path is not None and not any(self.rewriter.inside(str(p)) for p in path):
+            return None  # a submodule of a package outside the project (torch's thousand)
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
         if spec is None or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
-            return spec
+            return None
         origin = spec.origin or ""
-        if not self.rewriter.covers(origin) or self.code_for(origin) is None:
-            return spec
-        spec.loader = _RewrittenLoader(fullname, origin, self)
+        if not self.rewriter.covers(origin):
+            return None
+        code = self.code_for(origin)
+        if code is None:
+            return None
+        spec.loader = _RewrittenLoader(fullname, origin, self, code)
         return spec
 
     def code_for(self, filename: str) -> types.CodeType | None:
@@ -318,6 +425,8 @@ class ImportHook(importlib.abc.MetaPathFinder):
         read or rewritten: Python then loads it as usual)."""
         from fecomlite.runtime import source
 
+        if not self.rewriter.covers(filename):
+            return None
         try:
             data = Path(filename).read_bytes()
         except OSError:
@@ -404,12 +513,13 @@ def install_from_environment() -> ImportHook | None:
         return None
 
 
-def run_script(script: Path, argv: list[str], hook: ImportHook) -> None:
+def run_script(script: Path | str, argv: list[str], hook: ImportHook) -> None:
     """Run `script` as `__main__`, rewritten, as `python script ARGV...` would: `sys.argv` is
     `[script as given, *argv]`, `sys.path[0]` its folder (symlinks resolved), `__file__` its
     absolute path, `__spec__` None. Exceptions propagate from the script's own frames."""
     given = os.fspath(script)
-    filename = os.path.abspath(given)
+    filename = given if os.path.isabs(given) else os.path.join(os.getcwd(), given)  # unnormalised,
+    # as Python makes it: `./x.py` -> `/cwd/./x.py`
     code = hook.code_for(filename)
     rewritten = code is not None
     if code is None:

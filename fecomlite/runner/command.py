@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import functools
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -39,7 +40,7 @@ console: Console  # set by run_command: stderr when stdout carries CSV or JSON
 
 def run_command(
     script: Annotated[
-        Path, typer.Argument(help="The script to measure (original or instrumented).")
+        str, typer.Argument(help="The script to measure (original or instrumented).")
     ],
     args: Annotated[
         list[str] | None, typer.Argument(help="Arguments for the script, after `--`.")
@@ -104,7 +105,8 @@ def run_command(
         typer.Option(
             help="The project whose modules are instrumented as they are imported (default: the "
             "nearest folder above the script that is the working directory or holds .git, "
-            "pyproject.toml, setup.py or setup.cfg; else the script's folder).",
+            "pyproject.toml, setup.py or setup.cfg, short of the home and temporary folders; "
+            "else the script's folder).",
         ),
     ] = None,
     nproc_per_node: Annotated[
@@ -145,9 +147,10 @@ def run_command(
     from fecomlite.store import StoreError, default_home, private_home
 
     try:
-        launch = resolve_launch(script, list(args or []), nproc_per_node)
+        launch = resolve_launch(Path(script), list(args or []), nproc_per_node)
     except LaunchError as exc:
         raise typer.BadParameter(str(exc), param_hint="SCRIPT") from exc
+    typed = script if launch.script == Path(script) else str(launch.script)  # `./x.py` stays
     script, args = launch.script, launch.args
     global console
     console = _console(stderr=output_format is not Format.table)
@@ -190,16 +193,19 @@ def run_command(
         private_home(home)  # before the instrumented copy is written into it
         program = prepare_program(script, list(args or []), settings, home / "work", project)
     except ScriptError as exc:
-        console.print(f"[red]cannot run {script}[/]: a syntax error")
+        console.print(f"[red]cannot run {plain(script)}[/]: a syntax error")
         console.print(str(exc), markup=False, highlight=False)
         raise typer.Exit(2) from exc
     except CopyError as exc:
-        console.print(f"[red]cannot instrument {script.parent}[/]: {exc}", highlight=False)
+        console.print(
+            f"[red]cannot instrument {plain(script.parent)}[/]: {plain(exc)}", highlight=False
+        )
         raise typer.Exit(2) from exc
     except (StoreError, OSError) as exc:  # e.g. a read-only or full home
         console.print(f"[red]error:[/] {plain(exc)}")
         raise typer.Exit(1) from None
     program.launcher = launch.prefix
+    program.argv0 = typed
     for note in program.skipped:
         console.print(f"note: {note}", markup=False, highlight=False)
     try:
@@ -222,7 +228,22 @@ def run_command(
     if settings.mlflow and outcome.status == "finished":
         _log_to_mlflow(client, outcome.run_id)
     if outcome.status != "finished":
-        raise typer.Exit(outcome.exit_code or 1)
+        raise typer.Exit(shell_status(outcome.exit_code))
+
+
+def exit_description(code: int) -> str:
+    """How a shell would say the program ended: `exited with status 3`, `was killed by SIGSEGV`."""
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def shell_status(code: int) -> int:
+    """Our own exit status for the program's: 128 + N for a signal, as a shell gives."""
+    return 128 - code if code < 0 else (code or 1)
 
 
 def _fractions(text: str) -> list[float]:
@@ -251,7 +272,8 @@ def _say_server(client: ServerClient) -> None:
     if client.started:
         console.print(
             "started a measurement server in the background: "
-            f"[bold]{client.view_url}[/] (live view), pid {client.pid}, store {client.store_path}. "
+            f"[bold]{client.view_url}[/] (live view), pid {client.pid}, "
+            f"store {plain(client.store_path)}. "
             "It exits by itself after "
             f"{IDLE_EXIT_S / 60:g} min unused; `fecomlite server stop` stops it now."
         )
@@ -315,10 +337,10 @@ def _measure(
             spools = sorted(log_dir.glob("*.spool"))
             console.print(
                 f"[red]the measurement server stopped answering[/] ({plain(exc)}). What it "
-                f"stored is kept in {client.store_path}"
+                f"stored is kept in {plain(client.store_path)}"
                 + (
-                    f"; the program's events since are in {log_dir}/*.spool: "
-                    f"`fecomlite ingest {log_dir}/*.spool` adds them."
+                    f"; the program's events since are in {plain(log_dir)}/*.spool: "
+                    f"`fecomlite ingest {plain(log_dir)}/*.spool` adds them."
                     if spools
                     else "."
                 ),
@@ -328,7 +350,7 @@ def _measure(
         progress.update(task, completed=len(outcome.repetitions), description="repetitions")
     if outcome.status == "failed":
         console.print(
-            f"[red]the program exited with status {outcome.exit_code}[/]; "
+            f"[red]the program {exit_description(outcome.exit_code)}[/]; "
             f"measurements up to the failure are kept. Log: {plain(outcome.logs[-1])}"
         )
         if options.get("quiet"):  # otherwise its output, the error included, has just shown
@@ -448,7 +470,9 @@ def _log_to_mlflow(client: ServerClient, run_id: int) -> None:
     except ImportError:
         console.print("MLflow is not installed: `pip install 'fecomlite[mlflow]'`; run kept.")
         return
-    console.print(f"logged to MLflow ({mlflow_log.tracking_uri()}): run [bold]{mlflow_id}[/]")
+    console.print(
+        f"logged to MLflow ({plain(mlflow_log.tracking_uri())}): run [bold]{plain(mlflow_id)}[/]"
+    )
 
 
 def _summarise(client: ServerClient, outcome: RunOutcome, output_format: Format) -> None:
@@ -471,8 +495,10 @@ def _summarise(client: ServerClient, outcome: RunOutcome, output_format: Format)
         for note in summary_notes(analysis):
             console.print(note, markup=False, highlight=False)
     console.print(
-        f"run [bold]{outcome.run_id}[/] stored in [bold]{client.store_path}[/]; "
+        f"run [bold]{outcome.run_id}[/] stored in [bold]{plain(client.store_path)}[/]; "
         f"`fecomlite report {outcome.run_id}` renders it."
     )
     if outcome.logs:
-        console.print(f"the program's output is logged in {outcome.logs[0].parent}/rep-N.log")
+        console.print(
+            f"the program's output is logged in {plain(outcome.logs[0].parent)}/rep-N.log"
+        )

@@ -50,6 +50,7 @@ class Program:
     skipped: list[str] = dataclasses.field(default_factory=list)  # files left uninstrumented
     launcher: list[str] = dataclasses.field(default_factory=lambda: [sys.executable])
     hook_env: dict[str, str] | None = None  # run in place: the import hook's environment
+    argv0: str | None = None  # the script as the user typed it (`./x.py`), else `script`
 
 
 @dataclasses.dataclass
@@ -151,7 +152,7 @@ def program_command(program: Program) -> list[str]:
     if program.script.suffix == ".ipynb":
         return [*launcher, "-m", "fecomlite.runner.notebook", script]
     if program.hook_env is not None:
-        return [*launcher, "-m", HOOK_MAIN, script]
+        return [*launcher, "-m", HOOK_MAIN, program.argv0 or script]
     return [*launcher, script]
 
 

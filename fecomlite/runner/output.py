@@ -33,6 +33,7 @@ class Output:
         self._ours: list[tuple[int, int]] = []  # (read end, target)
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._last: dict[int, bytes] = {}  # target -> the last byte copied there
         self._open()
 
     def _open(self) -> None:
@@ -62,9 +63,14 @@ class Output:
             self._threads.append(thread)
 
     def join(self, timeout: float) -> None:
-        """Until the program's output ends (a child it left behind may hold it: not for ever)."""
+        """Until the program's output ends (a child it left behind may hold it: not for ever).
+        A terminal it left in the middle of a line gets a newline, so that fecomlite's next
+        line starts on its own (the log keeps the program's bytes alone)."""
         for thread in self._threads:
             thread.join(timeout=timeout)
+        for target, last in list(self._last.items()):
+            if last != b"\n" and _is_terminal(target):
+                _write_all(target, b"\n")
 
     def close_unstarted(self) -> None:
         """The program did not start: nothing to copy."""
@@ -84,6 +90,7 @@ class Output:
                         keep = False
                 if show:
                     show = _write_all(target, chunk)  # ours closed (`| head`): log it still
+                    self._last[target] = chunk[-1:]
         finally:
             with contextlib.suppress(OSError):
                 os.close(read)

@@ -10,13 +10,15 @@ exits (its exit status is not ours to read). Ctrl-C ends the watch and keeps wha
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -80,6 +82,51 @@ class WatchOutcome:
     status: str  # finished | failed | interrupted
     exit_code: int | None
     pid: int | None
+    counted: dict[int, str] = field(default_factory=dict)  # pid -> command: the tree seen
+
+
+MEMORY_LABELS = {  # what each memory sensor of a watch run is, in the summary (short: a row)
+    "proc:rss": "tree RSS",  # summed over the processes counted
+    "proc:peak_rss": "root VmHWM",  # the root process's own high-water mark
+}
+
+
+class TreeCensus:
+    """The processes of the watched tree, listed as often as the RSS sensor re-lists them: what
+    the tree's RSS summed, said after the summary (`bash -c`, `time`, `uv run` or `torchrun` as
+    the root is then visibly not all that was measured)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.seen: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from fecomlite.sensors.proctree import DEFAULT_REFRESH_S, descendants
+
+        while True:
+            for pid in [self.pid, *descendants(self.pid)]:
+                command = _command_of(pid)  # again each time: a forked child execs later
+                if command:
+                    self.seen[pid] = command
+            if self._stop.wait(DEFAULT_REFRESH_S):
+                return
+
+    def stop(self) -> dict[int, str]:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        return dict(self.seen)
+
+
+def _command_of(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            words = f.read().rstrip(b"\0").split(b"\0")
+    except OSError:
+        return None
+    return shlex.join(os.fsdecode(w) for w in words)
 
 
 def watch(
@@ -105,6 +152,7 @@ def watch(
                                   settings=settings, kind="watch")
     outcome = WatchOutcome(run_id, "finished", None, target.pid)
     proc: subprocess.Popen[bytes] | None = None
+    census: TreeCensus | None = None
     output: Output | None = None
     started = False
     try:
@@ -128,6 +176,7 @@ def watch(
             if output is not None:
                 output.start()
         assert outcome.pid is not None
+        census = TreeCensus(outcome.pid)
         followed = client.watch(run_id, outcome.pid)
         on_start(run_id, outcome.pid, list(followed.get("notes", [])))
         outcome.exit_code = proc.wait() if proc else _wait_for_exit(outcome.pid)
@@ -140,6 +189,8 @@ def watch(
     finally:
         if output is not None:  # the last of its output, before the summary
             output.join(PUMP_DRAIN_S)
+        if census is not None:
+            outcome.counted = census.stop()
         if started:
             client.rep_end(run_id, 1, outcome.exit_code)
             if tail_s > 0 and outcome.status != "interrupted":
@@ -226,7 +277,8 @@ def summary_table(summary: dict[str, Any]) -> Table:
     table.add_column("source")
     for name, m in summary["memory"].items():
         growth = m["peak_B"] - m["start_B"]
-        table.add_row(f"{name}: first → peak", f"{scaled(m['start_B'], 'B')} → "
+        table.add_row(f"{MEMORY_LABELS.get(name, name)}: first → peak",
+                      f"{scaled(m['start_B'], 'B')} → "
                       f"{scaled(m['peak_B'], 'B')} ({scaled(growth, 'B', signed=True)})",
                       m["provenance"])
     for e in summary["energy"]:
@@ -299,10 +351,17 @@ def watch_command(
         raise typer.Exit(2) from exc
     with Store(client.store_path) as store:
         console.print(summary_table(watch_summary(store, outcome.run_id)))
-    ended = {"finished": "exited", "failed": f"exited with status {outcome.exit_code}",
+    from fecomlite.runner.command import exit_description, shell_status
+
+    if outcome.counted:
+        listed = ", ".join(f"{pid} {command}" for pid, command in outcome.counted.items())
+        console.print(f"the tree's RSS counted {len(outcome.counted)} process(es): {listed}",
+                      markup=False, highlight=False)
+
+    ended = {"finished": "exited", "failed": exit_description(outcome.exit_code or 0),
              "interrupted": "watch interrupted"}[outcome.status]
     console.print(f"{ended} after {scaled(time.monotonic() - started_at, 's')}; run "
-                  f"[bold]{outcome.run_id}[/] stored in [bold]{client.store_path}[/]; "
+                  f"[bold]{outcome.run_id}[/] stored in [bold]{plain(client.store_path)}[/]; "
                   f"`fecomlite report {outcome.run_id}` renders it.")
     if outcome.status == "failed" and outcome.exit_code:
-        raise typer.Exit(outcome.exit_code)
+        raise typer.Exit(shell_status(outcome.exit_code))

@@ -1,0 +1,144 @@
+"""`fecomlite run` runs the program in place: the same `__file__`, `sys.argv`, working directory,
+`inspect` source, pickling and child processes as `python script.py`, byte for byte, while its
+framework calls (the spawned child's included) are measured; concurrent runs of one project in
+one home all finish; a program killed by a signal is named by it and exits as a shell says."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+MAIN = """\
+import inspect
+import multiprocessing
+import os
+import pickle
+import sys
+
+import torch
+from model import Net, work
+
+
+def main():
+    print("file", __file__)
+    print("argv", sys.argv)
+    print("cwd", os.getcwd())
+    print("path0", sys.path[0])
+    print("spec", __spec__, __name__)
+    print("source", inspect.getsourcefile(work), inspect.getsource(work).splitlines()[0])
+    print("pickle", pickle.loads(pickle.dumps(Net(3))).total())
+    with open(os.path.join(os.path.dirname(__file__), "..", "data", "x.txt")) as f:
+        print("data", f.read().strip())
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        print("spawn", pool.map(work, [2]))
+    print("[epoch 0] [/abs/path] done", end=" ")
+    print()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+MODEL = """\
+import torch
+
+
+class Net:
+    def __init__(self, n):
+        self.n = n
+
+    def total(self):
+        return torch.ones(self.n).sum().item()
+
+
+def work(n):
+    return torch.zeros(n).sum().item() + n
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A project whose script sits in a subfolder and reads `../data`."""
+    root = tmp_path / "proj"
+    (root / "train").mkdir(parents=True)
+    (root / "data").mkdir()
+    (root / "data" / "x.txt").write_text("hello from data\n")
+    (root / "pyproject.toml").write_text("[project]\nname = 'proj'\n")
+    (root / "train" / "main.py").write_text(MAIN)
+    (root / "train" / "model.py").write_text(MODEL)
+    return root
+
+
+def user_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+@pytest.mark.slow
+def test_the_program_sees_what_python_gives_it_and_is_measured(home, project):
+    plain = subprocess.run(
+        [sys.executable, "./train/main.py", "a", "b"], cwd=project, env=user_env(),
+        capture_output=True, timeout=300, check=True,
+    )
+    assert b"hello from data" in plain.stdout and not plain.stderr
+    result = run_cli(project, "run", "--home", str(home), "--quick", "--quiet", "--format",
+                     "json", "./train/main.py", "a", "b", timeout=600)
+    assert result.returncode == 0, result.stderr
+    log = next((home / "logs").glob("main-*/rep-1.log")).read_bytes()
+    assert log == plain.stdout  # __file__, argv, cwd, sys.path[0], inspect, pickle, spawn
+    calls = {row["api"]: row["calls"] for row in json.loads(result.stdout)["apis"]}
+    assert calls.get("torch.ones") == 1 and calls.get("torch.Tensor.sum") == 2
+    assert calls.get("torch.zeros") == 1  # called in the spawned child only
+    assert not list(project.rglob(".fecomlite"))  # nothing written beside the user's files
+
+
+@pytest.mark.slow
+def test_eight_concurrent_runs_of_one_project_in_one_home_all_finish(home, tmp_path):
+    script = write(tmp_path, "prog.py", """
+        import json
+        for i in range(50):
+            json.dumps({"i": i})
+        print("ok")
+    """)
+    args = ("run", "--home", str(home), "--quick", "--quiet", "--api", "json", "--format",
+            "json", str(script))
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda _: run_cli(tmp_path, *args, timeout=900), range(8)))
+    for result in results:
+        assert result.returncode == 0, result.stderr
+        summary = json.loads(result.stdout)
+        assert summary["status"] == "finished"
+        assert {row["api"]: row["calls"] for row in summary["apis"]}["json.dumps"] == 50
+    assert len({json.loads(r.stdout)["run"] for r in results}) == 8
+
+
+@pytest.mark.parametrize(("how", "name", "status"), [
+    ("os.kill(os.getpid(), signal.SIGKILL)", "SIGKILL", 137),
+    ("ctypes.string_at(0)", "SIGSEGV", 139),
+])
+def test_a_program_killed_by_a_signal_is_named_and_exits_as_a_shell_says(
+    home, tmp_path, how, name, status
+):
+    script = write(tmp_path, "dies.py", f"""
+        import ctypes, faulthandler, json, os, signal
+        faulthandler.disable()
+        json.dumps([1])
+        {how}
+    """)
+    result = run_cli(tmp_path, "run", "--home", str(home), "--quick", "--quiet", "--api", "json",
+                     str(script), timeout=600)
+    assert result.returncode == status, result.stdout + result.stderr
+    assert f"was killed by {name}" in result.stdout
