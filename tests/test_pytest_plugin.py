@@ -202,3 +202,21 @@ def test_repetitions_are_measured_and_one_that_fails_leaves_the_outcome(
     assert by_name["test_second_call_fails"]["repetitions"] == 1
     assert by_name["test_second_call_fails"]["notes"] == [
         "repetition 2 raised AssertionError: later repetitions skipped"]
+
+
+def test_an_instrumented_test_module_keeps_pytests_assert_messages(suite):
+    pytester = suite(10)
+    pytester.makepyfile(test_fails="""
+        import numpy
+
+        def test_sum():
+            total = numpy.ones(2).sum()
+            assert total == 3
+    """)
+    result = pytester.runpytest(*PLUGIN, "--fecomlite", "--fecomlite-json=out.json",
+                                "test_fails.py")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["E       assert *2.0* == 3"])
+    [row] = rows(pytester.path / "out.json").values()
+    assert row["outcome"] == "failed"
+    assert {a["api"] for a in row["apis"]} == {"numpy.ones", "numpy.ndarray.sum"}

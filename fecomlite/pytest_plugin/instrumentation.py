@@ -13,12 +13,13 @@ from __future__ import annotations
 import ast
 import importlib
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fecomlite.instrument.importhook import ImportHook, Rewriter, _RewrittenLoader
+from fecomlite.instrument.importhook import ImportHook, Rewriter
 from fecomlite.instrument.project import InstrumentError
 from fecomlite.pytest_plugin.recorder import PROBE, EventSink
 
@@ -39,31 +40,31 @@ def _pytest_rewrites(fullname: str, filename: str) -> Any:
 
 
 class TestImportHook(ImportHook):
-    """The import hook, for a pytest session."""
+    """The import hook, for a pytest session: test modules keep pytest's assert rewriting."""
 
     def __init__(self, rewriter: Rewriter) -> None:
         super().__init__(rewriter)
-        self.asserts: dict[str, Any] = {}  # filename -> pytest's config, for its asserts
+        self._importing = threading.local()  # the module find_spec is looking for
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        spec = super().find_spec(fullname, path, target)
-        if spec is None or not isinstance(spec.loader, _RewrittenLoader):
-            return None  # not rewritten here: the finders after this one decide
-        rewriter = _pytest_rewrites(fullname, spec.origin)
-        if rewriter is not None:
-            self.asserts[spec.origin] = rewriter.config
-        return spec
+        outer = getattr(self._importing, "name", None)  # rewriting may import other modules
+        self._importing.name = fullname
+        try:
+            return super().find_spec(fullname, path, target)
+        finally:
+            self._importing.name = outer
 
     def code_for(self, filename: str) -> Any:
+        name = getattr(self._importing, "name", None)
         code = super().code_for(filename)
-        config = self.asserts.get(filename)
-        if code is None or config is None:
+        pytest_hook = _pytest_rewrites(name, filename) if code is not None and name else None
+        if pytest_hook is None:
             return code
         from _pytest.assertion.rewrite import rewrite_asserts
 
         text = self.rewriter.entry(filename, Path(filename).read_bytes())["text"]
         tree = ast.parse(text, filename)
-        rewrite_asserts(tree, text.encode(), filename, config)
+        rewrite_asserts(tree, text.encode(), filename, pytest_hook.config)
         return compile(tree, filename, "exec", dont_inherit=True)
 
 
