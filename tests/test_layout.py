@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "fecomlite.analysis.command", "fecomlite.export.command", "fecomlite.instrument.command",
         "fecomlite.model.command", "fecomlite.report.command", "fecomlite.report.merge_command",
         "fecomlite.runner.command", "fecomlite.runner.ingest", "fecomlite.server.command",
-        "fecomlite.server.watch", "fecomlite.store.command")),
+        "fecomlite.server.watch", "fecomlite.store.command", "fecomlite.pytest_plugin")),
 ]
 
 

@@ -29,7 +29,6 @@ from fecomlite.analysis import attribution as at
 from fecomlite.api.measure import Measurement, measure
 from fecomlite.api.sampler import _intervals
 from fecomlite.instrument.names import DEFAULT_ROOTS, Roots
-from fecomlite.instrument.notebook import instrument_notebook
 from fecomlite.runtime.names import adopted, set_roots
 from fecomlite.sensors.estimate import ABOVE_IDLE_MODELS
 
@@ -98,6 +97,8 @@ def instrument_cell(source: str, namespace: dict[str, Any], roots: Roots) -> tup
         {"cell_type": "code", "source": preamble(namespace, roots)},
         {"cell_type": "code", "source": source},
     ]
+    from fecomlite.instrument.notebook import instrument_notebook  # libcst: loaded when needed
+
     rewrite, errors = instrument_notebook(json.dumps({"cells": cells}), CELL, roots)
     if errors:
         raise SyntaxError(str(errors[0]))
