@@ -69,8 +69,10 @@ def test_ddp_bucketed_all_reduce_is_its_own_api_under_backward_on_every_rank(hom
     assert bucket["parent_api"] == "torch.Tensor.backward"  # launched inside backward
     assert sum(bucket["calls_by_rank"].values()) == bucket["calls"]
     assert set(bucket["calls_by_rank"]) == {"0", "1"}
-    for rank in ("0", "1"):  # at least one bucket per backward, and in flight inside it
-        assert bucket["calls_by_rank"][rank] >= backward["calls_by_rank"][rank] == 4 + 1
+    for rank in ("0", "1"):  # at least one bucket per DDP backward, and in flight inside it
+        # 4 + 1 backwards through DDP, and the reference's 4 (on a sum: decided at run time)
+        assert backward["calls_by_rank"][rank] == 4 + 1 + 4
+        assert bucket["calls_by_rank"][rank] >= 4 + 1
         # a bucket ends in the callback of the future DDP waits on before backward returns, and
         # starts once the previous one ended: the buckets' time lies inside the backwards' time
         assert 0 < bucket["time_by_rank"][rank] <= backward["time_by_rank"][rank]

@@ -11,9 +11,20 @@ import torch
 import torch.nn.functional as F  # noqa: N812 - as users write it
 from torch import nn
 
-from fecomlite.runtime.names import adopted, runtime_name, shown_written
+from fecomlite.runtime import names
+from fecomlite.runtime.names import adopted, runtime_name, set_roots, shown_written
 from fecomlite.runtime.sender import Sender
 from fecomlite.store import Store
+
+
+@pytest.fixture(autouse=True)
+def framework_roots():
+    """The roots these names are found under (an earlier test's import hook or notebook magic
+    may have set the process's own), put back after."""
+    before = names._roots
+    set_roots(["tensorflow", "keras", "tf_keras", "torch", "numpy"])
+    yield
+    names._roots = before
 
 
 def resolves(name: str) -> bool:

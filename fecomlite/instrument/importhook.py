@@ -44,6 +44,7 @@ from typing import Any
 
 from fecomlite.instrument import project as _project
 from fecomlite.instrument.exports import Project, ProjectTable, build_table
+from fecomlite.runtime.names import set_roots
 
 HOOK_ENV = "FECOMLITE_HOOK"  # JSON: {"root", "api", "cache"} for child processes
 BOOT_DIR = Path(__file__).resolve().with_name("hookboot")  # holds the children's sitecustomize
@@ -395,6 +396,7 @@ class ImportHook(importlib.abc.MetaPathFinder):
 
     def __init__(self, rewriter: Rewriter) -> None:
         self.rewriter = rewriter
+        set_roots(list(rewriter.roots))  # the probe decides run-time sites by these same roots
         self.sites: dict[str, dict[str, Any]] = {}  # manifest entries of modules rewritten
         self.failures: list[list[Any]] = []  # [rel, line, col, message]: run as written
         self._runpy_code: Any = None

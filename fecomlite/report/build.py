@@ -128,10 +128,11 @@ def build_report(store: Store, run_id: int, method: str = "auto",
     if co2e:
         rows = {"apis": a.apis, "sites": a.sites}
         csv_tables = {k: csv_with_co2e(v, rows[k], co2e["label"]) for k, v in csv_tables.items()}
-    memory_rows = memory_csv(memory)
+    mode = (a.mode or {}).get("mode", "")
+    memory_rows = memory_csv(memory, mode)
     if memory_rows:
         csv_tables["memory"] = memory_rows
-    scaling = datasize_csv(datasize)
+    scaling = datasize_csv(datasize, mode)
     if scaling:
         csv_tables["datasize_apis"] = scaling
     return Report(run_id, a, context, charts, report_json, csv_tables)
@@ -677,8 +678,9 @@ def datasize_api_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def datasize_csv(result: Any) -> str | None:
-    """One row per API and figure: the power law's exponent, its standard error and interval."""
+def datasize_csv(result: Any, run_mode: str) -> str | None:
+    """One row per API and figure: the power law's exponent, its standard error and interval
+    (and the run's `run_mode`, as in the other CSV files)."""
     if not isinstance(result, dict) or not result.get("apis"):
         return None
     from fecomlite.analysis.datasize import API_METRICS
@@ -686,7 +688,7 @@ def datasize_csv(result: Any) -> str | None:
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(["api", "changes", "figure", "domain", "exponent", "exponent_se",
-                     "exponent_ci95_low", "exponent_ci95_high", "r2", "points"])
+                     "exponent_ci95_low", "exponent_ci95_high", "r2", "points", "run_mode"])
     for r in result["apis"]:
         for metric, _, _ in API_METRICS:
             fit = r["fits"].get(metric) or {}
@@ -695,5 +697,5 @@ def datasize_csv(result: Any) -> str | None:
             writer.writerow([r["api"], r["changes"], metric,
                              result.get("domain") if metric == "energy_J" else "",
                              power.get("exponent"), power.get("exponent_se"), *ci,
-                             power.get("r2"), fit.get("points")])
+                             power.get("r2"), fit.get("points"), run_mode])
     return out.getvalue()

@@ -101,14 +101,15 @@ def memory_context(memory: dict[str, Any] | None) -> dict[str, Any] | None:
             "peak": units.scaled(peak, "B") if peak is not None else None}
 
 
-def memory_csv(memory: dict[str, Any] | None) -> str | None:
-    """memory.csv: one row per timeline point of each gauge (seconds since the run started)."""
+def memory_csv(memory: dict[str, Any] | None, run_mode: str) -> str | None:
+    """memory.csv: one row per timeline point of each gauge (seconds since the run started);
+    `run_mode` (quick or careful) on every row, as in the other CSV files."""
     if not memory:
         return None
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(["sensor", "provenance", "t_s", "bytes"])
+    writer.writerow(["sensor", "provenance", "t_s", "bytes", "run_mode"])
     for m in memory["sensors"]:
         for x, y in zip(m["timeline"]["t_s"], m["timeline"]["B"], strict=True):
-            writer.writerow([m["sensor"], m["provenance"], x, y])
+            writer.writerow([m["sensor"], m["provenance"], x, y, run_mode])
     return out.getvalue()
