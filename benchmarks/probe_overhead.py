@@ -17,6 +17,8 @@ import statistics
 import tempfile
 import time
 
+import _results
+
 os.environ.pop("FECOMLITE_URL", None)  # no server: events are spooled, as a standalone run does
 os.environ["FECOMLITE_SPOOL"] = os.path.join(tempfile.mkdtemp(), "bench.spool")
 
@@ -54,6 +56,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=15)
+    _results.add_option(parser, "probe_overhead")
     args = parser.parse_args()
     loops = {"original": original, "instrumented": instrumented, "python": python_fallback}
     times: dict[str, list[float]] = {name: [] for name in loops}
@@ -64,16 +67,19 @@ def main() -> None:
     base = statistics.median(times["original"])
     native = "C hot path" if __fecomlite__._native is not None else "not built"
     print(f"original call:            {base:8.1f} ns")
+    figures = {"calls": args.calls, "rounds": args.rounds, "native": native, "bare_call_ns": base}
     for name, label in (("instrumented", f"probe ({native})"), ("python", "probe (pure Python)")):
         added = statistics.median(
             t - o for t, o in zip(times[name], times["original"], strict=True)
         )
         ratio = statistics.median(times[name]) / base
         print(f"{label:24s}: +{added:7.1f} ns per call, {ratio:5.2f}x the bare call")
+        figures[name] = {"added_ns": added, "ratio_to_bare": ratio, "per_call_ns": times[name]}
     print(
         f"({args.rounds} alternating rounds of {args.calls:,} calls, median; "
         "the flusher thread running; target: +400 ns or less)"
     )
+    _results.write(args.json, "probe_overhead", figures)
 
 
 if __name__ == "__main__":
