@@ -11,10 +11,11 @@ block's steady power × its mixed busy time.
 
 from __future__ import annotations
 
+import argparse
 import csv
-import sys
 from pathlib import Path
 
+import _results
 import numpy as np
 
 from fecomlite.analysis import attribution as at
@@ -41,7 +42,7 @@ def reference_errors(size: np.ndarray, duration: np.ndarray, flop: np.ndarray,
     return err
 
 
-def bursts(fixtures: Path) -> None:
+def bursts(fixtures: Path) -> dict[str, dict[str, float]]:
     d = fixtures / "h200-nvml"
     calls = load_calls(d / "gpu_calls.csv")
     t0, t1 = calls["t_start_ns"].astype(np.int64), calls["t_end_ns"].astype(np.int64)
@@ -59,6 +60,7 @@ def bursts(fixtures: Path) -> None:
           "error against FLOP x pJ/FLOP of the long bursts of the same size")
     print(f"{'input':<14}{'method':<26}{'1-100 ms median':>16}{'p90':>8}{'>=300 ms max':>14}"
           f"{'conservation':>14}")
+    figures: dict[str, dict[str, float]] = {}
     for source, iv in sources.items():
         idle = at.estimate_idle_W(iv, t0, t1)
         rows: dict[str, tuple[np.ndarray, float]] = {}
@@ -79,10 +81,16 @@ def bursts(fixtures: Path) -> None:
             cons = "" if np.isnan(check) else f"{check:+.1e}"
             print(f"{source:<14}{name:<26}{np.median(err[short]):>15.1%}"
                   f"{np.percentile(err[short], 90):>8.0%}{err[long].max():>14.1%}{cons:>14}")
+            figures[f"{source}: {name}"] = {
+                "short_median_error": float(np.median(err[short])),
+                "short_p90_error": float(np.percentile(err[short], 90)),
+                "long_max_error": float(err[long].max()),
+                "conservation": None if np.isnan(check) else float(check)}
     print("targets (issue 4): median <= 20 %, long <= 5 %, conservation within 1 %\n")
+    return figures
 
 
-def mixed(fixtures: Path) -> None:
+def mixed(fixtures: Path) -> dict[str, dict[str, float]]:
     d = fixtures / "h200-nvml-mixed"
     calls = load_calls(d / "gpu_calls.csv")
     t0, t1 = calls["t_start_ns"].astype(np.int64), calls["t_end_ns"].astype(np.int64)
@@ -103,7 +111,7 @@ def mixed(fixtures: Path) -> None:
     print(f"h200-nvml-mixed: {t0.size} calls; per-API mixed-phase energy against calibration "
           "power x mixed busy time")
     print(f"{'method':<24}" + "".join(f"{a:>10}" for a in apis) + f"{'max |err|':>11}")
-    fits = {}
+    fits, figures = {}, {}
     for method in ("overlap", "intensity", "auto"):
         res = at.attribute(iv, t0, t1, idle_W=idle, group=group, method=method)
         got = np.array([res.energy_J[mix & (group == a)].sum() for a in range(apis.size)])
@@ -112,15 +120,21 @@ def mixed(fixtures: Path) -> None:
         print(f"{label:<24}" + "".join(f"{e:>+10.1%}" for e in err)
               + f"{np.abs(err).max():>11.1%}")
         fits[method] = res.fit
+        figures[label] = {str(a): float(e) for a, e in zip(apis, err, strict=True)}
     fit = fits["auto"]
     print(f"{'calibration power W':<24}" + "".join(f"{p:>10.1f}" for p in steady))
     print(f"{'fitted intensity W':<24}" + "".join(f"{p:>10.1f}" for p in fit.intensity_W))
     print(f"{'  its 1 sigma W':<24}" + "".join(f"{p:>10.1f}" for p in fit.sigma_W))
     print(f"auto: {fit.reason}")
     print("target (issue 8): every API within 5 %; overlap alone: -11 % to +23 %")
+    return figures
 
 
 if __name__ == "__main__":
-    root = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT
-    bursts(root)
-    mixed(root)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("fixtures", nargs="?", type=Path, default=DEFAULT)
+    _results.add_option(parser, "attribution_accuracy")
+    options = parser.parse_args()
+    _results.write(options.json, "attribution_accuracy", {
+        "h200-nvml errors": bursts(options.fixtures),
+        "h200-nvml-mixed per-API errors": mixed(options.fixtures)})

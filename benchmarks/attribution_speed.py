@@ -10,9 +10,10 @@ events per second, for each N, side by side.
 
 from __future__ import annotations
 
-import sys
+import argparse
 import time
 
+import _results
 import numpy as np
 
 from fecomlite.analysis import attribution as at
@@ -36,7 +37,8 @@ def generated(n: int, seconds: float = 3600.0, seed: int = 0):
     return reads, counter, t0, t1, thread, rng.integers(0, 50, t0.size)
 
 
-def main(sizes: list[int]) -> None:
+def main(sizes: list[int]) -> dict[str, dict[str, float]]:
+    figures = {}
     print(f"{'events':>10}{'intervals s':>13}{'overlap s':>11}{'auto s':>9}{'events/s':>12}")
     for n in sizes:
         reads, counter, t0, t1, thread, group = generated(n)
@@ -51,7 +53,13 @@ def main(sizes: list[int]) -> None:
         t_auto = time.perf_counter() - start
         print(f"{t0.size:>10}{t_iv:>13.2f}{t_overlap:>11.2f}{t_auto:>9.2f}"
               f"{t0.size / t_auto:>12.0f}")
+        figures[str(t0.size)] = {"intervals_s": t_iv, "overlap_s": t_overlap, "auto_s": t_auto}
+    return figures
 
 
 if __name__ == "__main__":
-    main([int(a) for a in sys.argv[1:]] or [10_000, 100_000, 1_000_000])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sizes", nargs="*", type=int, default=[10_000, 100_000, 1_000_000])
+    _results.add_option(parser, "attribution_speed")
+    options = parser.parse_args()
+    _results.write(options.json, "attribution_speed", {"events": main(options.sizes)})

@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 
+import _results
+
 from fecomlite.cli import COMMANDS
 
 FLOOR = (  # what any typer command pays for its help: typer, and pydantic for its parameters
@@ -37,7 +39,9 @@ def wall(argv: list[str]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
-    rounds = parser.parse_args().rounds
+    _results.add_option(parser, "cli_startup")
+    options = parser.parse_args()
+    rounds = options.rounds
     cli = [sys.executable, "-m", "fecomlite.cli"]
     cases = {
         "python -c pass": [sys.executable, "-c", "pass"],
@@ -57,6 +61,10 @@ def main() -> None:
     for name, values in times.items():
         median = statistics.median(values)
         print(f"{name:<36} {median:>9.3f} {median - bare:>12.3f}")
+    _results.write(options.json, "cli_startup", {
+        "rounds": rounds,
+        "median_s": {name: statistics.median(values) for name, values in times.items()},
+        "walls_s": times})
 
 
 if __name__ == "__main__":

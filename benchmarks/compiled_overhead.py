@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from types import ModuleType
 
+import _results
+
 os.environ.pop("FECOMLITE_URL", None)  # no server: events are spooled, as a standalone run does
 os.environ["FECOMLITE_SPOOL"] = os.path.join(tempfile.mkdtemp(), "bench.spool")
 
@@ -92,6 +94,7 @@ def main() -> None:
     parser.add_argument("--backend", default="aot_eager")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=15)
+    _results.add_option(parser, "compiled_overhead")
     args = parser.parse_args()
     torch.set_num_threads(1)
     copy = Path(tempfile.mkdtemp()) / "copy"
@@ -119,6 +122,11 @@ def main() -> None:
         f"{models['original'].graphs}, step time median of per-round ratios "
         f"{statistics.median(ratios):.3f} (rounds {min(ratios):.3f}-{max(ratios):.3f})"
     )
+    _results.write(args.json, "compiled_overhead", {
+        "backend": args.backend, "steps": args.steps, "rounds": args.rounds,
+        "graphs": {name: model.graphs for name, model in models.items()},
+        "median_ms_per_step": {name: statistics.median(t) for name, t in times.items()},
+        "ratio_median": statistics.median(ratios), "ratios": ratios})
 
 
 if __name__ == "__main__":

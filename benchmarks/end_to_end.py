@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import _results
+
 from fecomlite.runner.experiment import prepare_program, program_command, program_env
 from fecomlite.runner.settings import RunSettings
 from fecomlite.server.client import ensure_server
@@ -35,7 +37,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("projects", nargs="*", help="project folder names (default: all)")
     parser.add_argument("--rounds", type=int, default=3)
+    _results.add_option(parser, "end_to_end")
     args = parser.parse_args()
+    figures: dict[str, dict[str, float]] = {}
     names = args.projects or sorted(p.parent.name for p in PROJECTS.glob("*/train.py"))
     home = Path(tempfile.mkdtemp(prefix="fecomlite-e2e-"))
     client = ensure_server(home)
@@ -62,9 +66,12 @@ def main() -> None:
             o, m = statistics.median(original), statistics.median(measured)
             sites = len(program.manifest.get("sites", {}))
             print(f"{name:24s} {o:8.2f}s {m:8.2f}s {m / o - 1:+8.1%} {sites:6d}")
+            figures[name] = {"original_s": o, "measured_s": m, "slowdown": m / o - 1,
+                             "sites": sites, "originals_s": original, "measureds_s": measured}
     finally:
         client.shutdown()
     print(f"median of {args.rounds} alternating rounds; target: +5 % or less")
+    _results.write(args.json, "end_to_end", {"rounds": args.rounds, "projects": figures})
 
 
 if __name__ == "__main__":

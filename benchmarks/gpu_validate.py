@@ -38,6 +38,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import _results
 import numpy as np
 
 GPUWORK = """
@@ -373,6 +374,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--quick", action="store_true", help="a short plan (smoke test)")
+    _results.add_option(parser, "gpu_validate")
     args = parser.parse_args()
     started = time.perf_counter()
     plan = make_plan(args.device, args.quick)
@@ -421,9 +423,14 @@ def main() -> None:
           f"GPU), backward {e['backward_s']} s, spans (forward, backward) {e['spans']}, clock "
           f"{e['clock']} (expect ('cuda', 'cuda') on a GPU), self + children vs energy: largest "
           f"gap {e['invariant_gap_J']:.2e} J")
-    if args.device == "cuda":
-        print("\n".join(validate_ddp(root)))
+    ddp = validate_ddp(root) if args.device == "cuda" else []
+    if ddp:
+        print("\n".join(ddp))
     print(f"finished in {time.perf_counter() - started:.0f} s")
+    _results.write(args.json, "gpu_validate", {
+        "device": args.device, "quick": args.quick, "bursts": len(plan), "validation": result,
+        "workload_s": {"original": plain, "sync": sync_s, "no_sync": nosync_s},
+        "layers": e, "ddp": ddp, "seconds": time.perf_counter() - started})
 
 
 def sensor_table(home: Path) -> str:

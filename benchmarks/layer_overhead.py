@@ -24,6 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import _results
 import numpy as np
 from end_to_end import PROJECTS, timed
 
@@ -67,7 +68,7 @@ MICRO_STEPS = 2000
 MICRO_LAYER_CALLS = 8 * 2  # per step: 8 modules (not the outer Sequential), forward + backward
 
 
-def micro(rounds: int) -> None:
+def micro(rounds: int) -> dict[str, float]:
     code = MICRO_CHILD.replace("STEPS", str(MICRO_STEPS))
     times: dict[str, list[float]] = {"0": [], "1": []}
     for _ in range(rounds):
@@ -80,6 +81,7 @@ def micro(rounds: int) -> None:
     print(f"MLP step (8 modules, forward+backward): off {off * 1e6:.0f} µs, on {on * 1e6:.0f} µs "
           f"({on / off - 1:+.1%}); {per_call_us:.1f} µs per layer event "
           f"(median of {rounds}, CPU time)")
+    return {"step_off_s": off, "step_on_s": on, "per_layer_event_us": per_call_us}
 
 
 def main() -> None:
@@ -87,10 +89,13 @@ def main() -> None:
     parser.add_argument("projects", nargs="*", help="project folder names")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--micro", action="store_true", help="µs per layer call only")
+    _results.add_option(parser, "layer_overhead")
     args = parser.parse_args()
     if args.micro:
-        micro(args.rounds)
+        _results.write(args.json, "layer_overhead", {"rounds": args.rounds,
+                                                      "micro": micro(args.rounds)})
         return
+    figures: dict[str, dict[str, float]] = {}
     home = Path(tempfile.mkdtemp(prefix="fecomlite-layers-"))
     client = ensure_server(home)
     settings = RunSettings(repeat=args.rounds)
@@ -127,9 +132,12 @@ def main() -> None:
             events = layer_events(home, runs["1"][0]) // args.rounds
             print(f"{name:16s} {off:8.2f}s {on:8.2f}s {on / off - 1:+7.1%} "
                   f"{c_off:8.2f}s {c_on:8.2f}s {c_on / c_off - 1:+7.1%} {events:13,d}")
+            figures[name] = {"wall_off_s": off, "wall_on_s": on, "cpu_off_s": c_off,
+                             "cpu_on_s": c_on, "layer_events": events}
     finally:
         client.shutdown()
     print(f"median of {args.rounds} alternating rounds; layer events per run of the program")
+    _results.write(args.json, "layer_overhead", {"rounds": args.rounds, "projects": figures})
 
 
 if __name__ == "__main__":

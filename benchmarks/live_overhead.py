@@ -22,6 +22,7 @@ import time
 from array import array
 from pathlib import Path
 
+import _results
 import psutil
 
 from fecomlite.runtime import batch_codec
@@ -80,6 +81,7 @@ def scrape(port: int, token: str, stop: threading.Event, sizes: list[int]) -> No
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=8.0)
+    _results.add_option(parser, "live_overhead")
     args = parser.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="fecomlite-bench-"))
@@ -125,6 +127,12 @@ def main() -> None:
               "each on average (the first carries the history)")
     if scraped:
         print(f"scrape: {scraped[-1] / 1e3:.1f} kB")
+    _results.write(args.json, "live_overhead", {
+        "seconds": args.seconds, "events_per_s": EVENTS_PER_S,
+        "server_cpu_share": {"nobody watching": alone, "one live viewer": viewed,
+                             "viewer + scrape every second": scraping},
+        "stream_message_bytes_mean": sum(streamed) / len(streamed) if streamed else None,
+        "scrape_bytes": scraped[-1] if scraped else None})
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ import statistics
 import tempfile
 import time
 
+import _results
+
 os.environ.pop("FECOMLITE_URL", None)  # no server: events are spooled, as a standalone run does
 os.environ["FECOMLITE_SPOOL"] = os.path.join(tempfile.mkdtemp(), "bench.spool")
 
@@ -72,6 +74,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=15)
+    _results.add_option(parser, "probe_overhead")
     args = parser.parse_args()
     loops = {"original": original, "instrumented": instrumented, "python": python_fallback,
              "dcall": passed_through, "dcall_python": passed_through_python}
@@ -83,6 +86,7 @@ def main() -> None:
     base = statistics.median(times["original"])
     native = "C hot path" if __fecomlite__._native is not None else "not built"
     print(f"original call:            {base:8.1f} ns")
+    figures = {"calls": args.calls, "rounds": args.rounds, "native": native, "bare_call_ns": base}
     labels = (("instrumented", f"probe ({native})"), ("python", "probe (pure Python)"),
               ("dcall", f"pass-through ({native})"), ("dcall_python", "pass-through (Python)"))
     for name, label in labels:
@@ -91,10 +95,12 @@ def main() -> None:
         )
         ratio = statistics.median(times[name]) / base
         print(f"{label:24s}: +{added:7.1f} ns per call, {ratio:5.2f}x the bare call")
+        figures[name] = {"added_ns": added, "ratio_to_bare": ratio, "per_call_ns": times[name]}
     print(
         f"({args.rounds} alternating rounds of {args.calls:,} calls, median; "
         "the flusher thread running; targets: probe +400 ns, C pass-through +30 ns or less)"
     )
+    _results.write(args.json, "probe_overhead", figures)
 
 
 if __name__ == "__main__":

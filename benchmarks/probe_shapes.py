@@ -15,6 +15,7 @@ import timeit
 from collections.abc import Callable
 from typing import Any
 
+import _results
 import numpy as np
 
 from fecomlite.runtime.capture import call_shapes, nbytes_of
@@ -40,7 +41,9 @@ def micros(func: Callable[[], Any], repeat: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=2000)
-    n = parser.parse_args().repeat
+    _results.add_option(parser, "probe_shapes")
+    options = parser.parse_args()
+    n, figures = options.repeat, {}
     print(f"{'call':40} {'call µs':>9} {'sizes µs':>9} {'shapes µs':>10} {'shapes÷call':>12}")
     for name, fn, args in cases():
         result = fn(*args)
@@ -48,6 +51,9 @@ def main() -> None:
         sizes = micros(lambda args=args, r=result: (nbytes_of(args, {}), nbytes_of((r,), {})), n)
         shapes = micros(lambda fn=fn, args=args, r=result: call_shapes(fn, args, {}, r), n)
         print(f"{name:40} {call:9.2f} {sizes:9.2f} {shapes:10.2f} {shapes / call:12.2f}")
+        figures[name] = {"call_us": call, "sizes_us": sizes, "shapes_us": shapes,
+                         "shapes_to_call": shapes / call}
+    _results.write(options.json, "probe_shapes", {"repeat": n, "calls": figures})
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ import statistics
 import tempfile
 import time
 
+import _results
+
 os.environ.pop("FECOMLITE_URL", None)
 os.environ["FECOMLITE_RUN"] = "bench"
 os.environ["FECOMLITE_SPOOL"] = os.path.join(tempfile.mkdtemp(), "bench.spool")
@@ -70,6 +72,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=200_000)
+    _results.add_option(parser, "region_overhead")
     args = parser.parse_args()
     loops = {"bare": bare, "region": with_region, "decorator": decorated, "probe": probed}
     times = alternate(loops, args.calls, args.rounds)
@@ -84,6 +87,11 @@ def main() -> None:
         ratio = added[name] / added["probe"]
         print(f"{label:26s} +{added[name]:7.1f} ns per region, {ratio:4.2f}x the probe")
     print(f"({args.rounds} alternating rounds of {args.calls:,}, median; target: +300 ns or less)")
+    _results.write(args.json, "region_overhead", {
+        "calls": args.calls, "rounds": args.rounds, "native": native,
+        "bare_ns": statistics.median(times["bare"]), "added_ns": added,
+        "ratio_to_probe": {name: added[name] / added["probe"] for name in ("region", "decorator")},
+        "per_iteration_ns": times})
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import _results
 import numpy as np
 
 from fecomlite.analysis.run_analysis import analyse_run
@@ -130,6 +131,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--keep", type=Path, help="build the store and reports here, keep them")
+    _results.add_option(parser, "report_scale")
     args = parser.parse_args()
     folder = args.keep or Path(tempfile.mkdtemp(prefix="fecomlite-report-scale-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -164,6 +166,10 @@ def main() -> None:
           f"ratio {total / TARGET_S:.2f} of the budget")
     print(f"index.html {html / 1e3:.0f} kB; report.json "
           f"{(folder / 'report' / 'report.json').stat().st_size / 1e3:.0f} kB")
+    _results.write(args.json, "report_scale", {
+        "events": args.events, "report_s": total, "analyse_run_s": t_analysis,
+        "build_report_s": t_build, "render_s": t_render, "index_html_bytes": html,
+        "report_json_bytes": (folder / "report" / "report.json").stat().st_size})
     if args.keep is None:
         shutil.rmtree(folder)
 

@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import _results
+
 from fecomlite.runner.inplace import prepare_in_place
 from fecomlite.runner.workcopy import work_copy
 
@@ -56,6 +58,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=3)
+    _results.add_option(parser, "run_in_place")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
@@ -73,16 +76,22 @@ def main() -> None:
             (project / "mod1.py").write_text((project / "mod1.py").read_text() + "\n# edited\n")
             edited = seconds(lambda: prepare(cache))  # noqa: B023
             rows.append((name, cold, warm, edited))
-        print(f"{args.files + 1} modules, {sum(1 for _ in project.glob('*.py')) * 120} lines")
+        lines = sum(1 for _ in project.glob("*.py")) * 120
+        print(f"{args.files + 1} modules, {lines} lines")
         print(f"{'prepare':10s} {'cold':>8s} {'warm':>8s} {'1 edit':>8s}")
         for name, cold, warm, edited in rows:
             print(f"{name:10s} {cold:7.2f}s {warm:7.3f}s {edited:7.2f}s")
-        for label, text in (("a trivial script", "print('hello')\n"),
-                            ("a script importing torch", "import torch\n")):
-            start_up(base, label, text, args.rounds)
+        starts = {label: start_up(base, label, text, args.rounds)
+                  for label, text in (("a trivial script", "print('hello')\n"),
+                                      ("a script importing torch", "import torch\n"))}
+    _results.write(args.json, "run_in_place", {
+        "modules": args.files + 1, "lines": lines, "rounds": args.rounds,
+        "prepare_s": {name: {"cold": cold, "warm": warm, "one_edit": edited}
+                      for name, cold, warm, edited in rows},
+        "start_s": starts})
 
 
-def start_up(base: Path, label: str, text: str, rounds: int) -> None:
+def start_up(base: Path, label: str, text: str, rounds: int) -> dict[str, float]:
     """`python script.py` against hookmain, alternating: machine noise hits both alike."""
     script = base / f"{len(text)}.py"
     script.write_text(text)
@@ -99,6 +108,8 @@ def start_up(base: Path, label: str, text: str, rounds: int) -> None:
                 command, env=env, check=True, capture_output=True)))  # noqa: B023
     a, b = (statistics.median(v) for v in times.values())
     print(f"start of {label}: python {a:.3f}s, hookmain {b:.3f}s ({b - a:+.3f}s)")
+    return {"python": a, "hookmain": b}
+
 
 if __name__ == "__main__":
     main()

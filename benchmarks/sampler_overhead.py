@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import _results
 import psutil
 
 from fecomlite.server.client import ServerClient, ensure_server
@@ -113,6 +114,7 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=5)
     parser.add_argument("--watched", choices=sorted(WATCHED), default="sleeping",
                         help="what the watched process does")
+    _results.add_option(parser, "sampler_overhead")
     args = parser.parse_args()
     window = args.seconds / args.windows
 
@@ -155,6 +157,10 @@ def main() -> None:
     for phase in PHASES[1:3]:
         ratio = statistics.median(r / b for r, b in zip(shares[phase], bare, strict=True) if b)
         print(f"{phase} / bare loop, window by window (median): {ratio:.2f}x")
+    _results.write(args.json, "sampler_overhead", {
+        "watched": args.watched, "windows": args.windows, "window_s": window,
+        "cpu_share": {phase: values for phase, values in ((PHASES[0], [parked]), *shares.items())},
+        "samples_per_s": {name: n / (rep_s / 1e9) for name, n in rows}})
 
 
 if __name__ == "__main__":

@@ -22,20 +22,25 @@ gpu-memory (device memory used), process-gpu-memory, utilisation. Provenance is 
 "estimated" with `model` naming one of `MODELS` (fecomlite/sensors/estimate.py documents them).
 """
 
-from fecomlite.sensors.base import (
-    COUNTER,
-    ESTIMATED,
-    GAUGE,
-    MEASURED,
-    POWER,
-    BaseSensor,
-    PeriodMeasurement,
-    Sensor,
-    measure_period,
-)
-from fecomlite.sensors.discovery import discover, discover_process
-from fecomlite.sensors.estimate import MODELS
-from fecomlite.sensors.replay import ReplaySensor, Trace, fixture_sensors, load_trace
+from importlib import import_module
+from typing import Any
+
+# Loaded on first use: a summary that needs one constant of `estimate` does not pay for
+# discovering sensors (NVML, RAPL, psutil).
+_WHERE = {
+    **dict.fromkeys(("COUNTER", "ESTIMATED", "GAUGE", "MEASURED", "POWER", "BaseSensor",
+                     "PeriodMeasurement", "Sensor", "measure_period"), "base"),
+    **dict.fromkeys(("discover", "discover_process"), "discovery"),
+    "MODELS": "estimate",
+    **dict.fromkeys(("ReplaySensor", "Trace", "fixture_sensors", "load_trace"), "replay"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
+
 
 __all__ = [
     "COUNTER",

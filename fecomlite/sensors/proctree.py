@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 
-import psutil
-
 from fecomlite.sensors._files import KernelFile, monotonic
 
 DEFAULT_REFRESH_S = 0.5
@@ -34,6 +32,8 @@ def descendants(pid: int) -> list[int]:
 
 def _children(pid: int) -> list[int]:
     if not _HAS_CHILDREN_FILES:  # kernel built without CONFIG_PROC_CHILDREN: psutil scans /proc
+        import psutil  # only here: every summary imports this module, and psutil costs ~40 ms
+
         try:
             return [p.pid for p in psutil.Process(pid).children()]
         except psutil.Error:
