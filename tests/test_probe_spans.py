@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import fecomlite.runtime.probe as probe
-from fecomlite.runtime import batch_codec, regions
+from fecomlite.runtime import batch_codec, names, regions
 
 NAP_NS = 10_000_000  # 10 ms
 CALLS = [probe.call, probe._python_call]
@@ -87,10 +87,27 @@ def test_sized_calls_then_fast_calls_each_cover_the_call(call):
     assert sized[probe.SLOW_CALLS_PER_SITE:] == [-1, -1]
 
 
-def test_the_sized_path_alone_covers_the_call():
-    callee = Callee()
-    assert probe._sized_call("spans.py:2:0", callee, (7,), {}) == 7
-    assert_covers(events("spans.py:2:0"), callee.stamps)
+DCALLS = [probe.dcall, probe._python_dcall]
+
+
+@pytest.mark.parametrize("dcall", DCALLS, ids=IDS)
+def test_a_call_decided_at_run_time_covers_a_framework_call_and_passes_others(dcall):
+    """A framework callee (here: one whose class is defined under a root) is timed like `call`;
+    any other callee runs untimed."""
+    site = f"spans.py:2:{IDS[DCALLS.index(dcall)]}"
+    before = names._roots
+    names.set_roots([__name__.split(".", 1)[0]])
+    probe.forget_decisions()
+    try:
+        assert dcall(site + "#other", time.sleep, 0.001) is None
+        assert site + "#other" not in probe.drain_columns()[0]  # passed through: no event
+        callee = Callee()
+        for i in range(probe.SLOW_CALLS_PER_SITE + 1):
+            assert dcall(site, callee, i) == i
+    finally:
+        names._roots = before
+        probe.forget_decisions()
+    assert_covers(events(site), callee.stamps)
 
 
 @pytest.mark.parametrize("call", CALLS, ids=IDS)
