@@ -352,7 +352,7 @@ def _measure(
             )
             raise typer.Exit(3) from exc
         progress.update(task, completed=len(outcome.repetitions), description="repetitions")
-    if outcome.status == "failed":
+    if outcome.status == "failed" or outcome.status == "incomplete" and outcome.exit_code:
         console.print(
             f"[red]the program {exit_description(outcome.exit_code)}[/]; "
             f"measurements up to the failure are kept. Log: {plain(outcome.logs[-1])}"
@@ -361,12 +361,21 @@ def _measure(
             _print_log_tail(outcome.logs[-1])
     elif outcome.status == "interrupted":
         console.print("[yellow]interrupted[/]: measurements so far are kept.")
-    elif outcome.status == "incomplete":
-        console.print(
-            f"[red]incomplete[/]: {outcome.lost_events} events could be neither sent nor "
-            "spooled (see the program's log: a full disk?); the figures miss them."
-        )
+    if outcome.status == "incomplete":
+        console.print(f"[red]incomplete[/]: {_lost_reasons(outcome)}; the figures miss them.")
     return outcome
+
+
+def _lost_reasons(outcome: RunOutcome) -> str:
+    """Why events are missing: a process's death (counted by the runner), a failed send."""
+    reasons = []
+    if outcome.lost_at_exit:
+        reasons.append(f"{outcome.lost_at_exit} events recorded by a process that died before "
+                       "sending them")
+    if unsent := outcome.lost_events - outcome.lost_at_exit:
+        reasons.append(f"{unsent} events could be neither sent nor spooled (see the program's "
+                       "log: a full disk?)")
+    return "; ".join(reasons) or "the store refused some events"
 
 
 def _print_calibration(client: ServerClient, run_id: int) -> None:

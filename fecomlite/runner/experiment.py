@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from fecomlite.runner.output import Output, stream_fd
 from fecomlite.runner.settings import RunSettings
 from fecomlite.runtime import batch_codec
+from fecomlite.runtime.event_counter import lost_counts
 from fecomlite.runtime.layers import layer_env
 
 if TYPE_CHECKING:
@@ -69,6 +70,7 @@ class RunOutcome:
     repetitions: list[RepetitionResult]
     logs: list[Path]
     lost_events: int = 0
+    lost_at_exit: int = 0  # of lost_events: recorded by a process that died before sending them
 
 
 def is_instrumented(script: Path) -> bool:
@@ -293,9 +295,11 @@ def run_experiment(
         for spool in log_dir.glob("*.spool"):  # events the probe could not post
             if client.ingest_report(spool).get("whole"):  # else kept: torn records' events
                 spool.unlink()
-        finished = client.finish_run(run_id, outcome.status, outcome.exit_code)
+        finished = client.finish_run(run_id, outcome.status, outcome.exit_code,
+                                     lost_counts(log_dir))  # every process has ended
         outcome.status = str(finished.get("status", outcome.status))
         outcome.lost_events = int(finished.get("lost_events", 0))
+        outcome.lost_at_exit = int(finished.get("lost_at_exit", 0))
         if settings.params:
             client.hyperparams(run_id, settings.params)
     return outcome

@@ -34,6 +34,11 @@ typedef struct {
 } Buffer;
 
 static Buffer buf;
+/* Events recorded so far, in a file-backed shared mapping that outlives the process
+ * (`set_counter`): one memory write a record, no syscall, so a run can count the events of a
+ * process that died before sending them. NULL: not counted. */
+static volatile uint64_t *recorded = NULL;
+static Py_buffer recorded_view; /* holds the mapping while `recorded` points into it */
 static PyObject *fast_sites = NULL;  /* set of sites on the timestamps-only path */
 /* python: before(site, fn, args, kwargs) -> (args, kwargs, state), or None: call it plainly */
 static PyObject *before_call = NULL;
@@ -150,6 +155,7 @@ static int append(PyObject *site, int64_t t0, int64_t t1, uint64_t tid, int stat
     buf.status[i] = (uint8_t)status;
     buf.in_bytes[i] = in_bytes;
     buf.out_bytes[i] = out_bytes;
+    if (recorded) (*recorded)++;
     return 0;
 }
 
@@ -474,6 +480,27 @@ static PyObject *probe_configure(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* set_counter(buffer or None): count each recorded event in the first 8 bytes of a writable
+ * buffer (an mmap of the run's counter file); None stops counting. */
+static PyObject *probe_set_counter(PyObject *self, PyObject *target) {
+    Py_buffer view;
+    if (target != Py_None) {
+        if (PyObject_GetBuffer(target, &view, PyBUF_WRITABLE) < 0) return NULL;
+        if (view.len < (Py_ssize_t)sizeof(uint64_t) || ((uintptr_t)view.buf & 7)) {
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_ValueError, "the counter needs 8 aligned writable bytes");
+            return NULL;
+        }
+    }
+    if (recorded) PyBuffer_Release(&recorded_view);
+    recorded = NULL;
+    if (target != Py_None) {
+        recorded_view = view;
+        recorded = (volatile uint64_t *)view.buf;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *probe_now(PyObject *self, PyObject *unused) {
     return PyLong_FromLongLong(now_ns());
 }
@@ -591,6 +618,8 @@ static PyMethodDef methods[] = {
     {"configure", probe_configure, METH_VARARGS,
      "configure(fast_sites, before, after, sync=None, decide=None): the sized path's helpers "
      "for sites not in fast_sites, the GPU wait around every call, and dcall's judge."},
+    {"set_counter", probe_set_counter, METH_O,
+     "set_counter(buffer or None): count recorded events in its first 8 bytes (shared memory)."},
     {"now", probe_now, METH_NOARGS, "CLOCK_MONOTONIC in ns (time.monotonic_ns)."},
     {NULL, NULL, 0, NULL},
 };

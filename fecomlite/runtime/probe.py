@@ -32,6 +32,7 @@ from typing import Any
 
 from fecomlite.runtime import capture as _capture
 from fecomlite.runtime import compilers as _compilers
+from fecomlite.runtime import event_counter as _event_counter
 from fecomlite.runtime import names as _names
 from fecomlite.runtime import positions as _positions
 from fecomlite.runtime import site_handlers as _site_handlers
@@ -57,6 +58,7 @@ class _PythonBuffer:
 
     def __init__(self) -> None:
         self.flat: list[Any] = []
+        self.counter: _event_counter.EventCounter | None = None  # counts what is recorded
 
     def record(
         self,
@@ -70,6 +72,8 @@ class _PythonBuffer:
     ) -> None:
         """tid: the thread the span belongs to; 0, this one."""
         self.flat.extend((site, t0, t1, tid or _thread_id(), status, in_bytes, out_bytes))
+        if self.counter is not None:
+            self.counter.recorded()
 
     def drain(self) -> tuple[Any, ...]:
         n = len(self.flat) // self.STRIDE * self.STRIDE
@@ -358,12 +362,25 @@ def _start_flusher() -> None:
     ).start()
 
 
+def _count_events() -> None:
+    """Inside a run, count this process's recorded and delivered events in its own counter
+    file (`event_counter`), so the runner learns what a sudden death lost."""
+    counter = _event_counter.open_counter(_config.spool) if _config.run else None
+    if _native is not None:
+        _native.set_counter(counter.map if counter is not None else None)
+    else:
+        _buffer.counter = counter
+    _sender.counter = counter
+
+
 def _after_fork_in_child() -> None:
-    """A forked worker (e.g. a DataLoader worker) gets its own buffer, sender and flusher."""
+    """A forked worker (e.g. a DataLoader worker) gets its own buffer, counter, sender and
+    flusher."""
     global _sender
     _discard()
     _forget_open()
     _sender = Sender(_config, open_calls)
+    _count_events()
     _start_flusher()
 
 
@@ -421,6 +438,7 @@ class _Config:
 
 _config = _Config(os.environ)
 _sender = Sender(_config, open_calls)
+_count_events()
 _special.update(
     _site_handlers.special_handlers(
         _config.manifest, _config.datasize, _sender, record, _config.calibrate)

@@ -268,7 +268,8 @@ def _events(svc: MeasurementService, m: re.Match[str], body: bytes) -> Any:
 @_route("POST", RUN + "/finish", "admin")
 def _finish(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
     return svc.finish_run(_path_int(m, "run"), str(body.get("status", "finished")),
-                          _bounded(body, "exit_code", *EXIT_CODES))
+                          _bounded(body, "exit_code", *EXIT_CODES),
+                          _bounded(body, "lost_at_exit", 0, 2**62) or 0)
 
 
 @_route("POST", "/api/ingest", "admin")

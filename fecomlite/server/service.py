@@ -229,12 +229,15 @@ class MeasurementService:
         self._register(self._db(), run_id, sensors)
         return {"sensors": [s.name for s in sensors], "notes": notes}
 
-    def finish_run(self, run_id: int, status: str, exit_code: int | None) -> dict[str, Any]:
+    def finish_run(self, run_id: int, status: str, exit_code: int | None,
+                   lost_at_exit: int = 0) -> dict[str, Any]:
         """Stop recording (after writing every sample read so far) and close the run; a run
         that lost events (`lost_events`) or batches the store refused ends `incomplete` rather
-        than `finished`. A store that cannot record the end (a full disk) gets the disk space
-        kept in reserve, else the end is kept and written when it can (watchdog, shutdown); the
-        reply says so."""
+        than `finished`. `lost_at_exit`: events recorded by processes that died before sending
+        them (counted by the runner, `runtime.event_counter`); they are lost events too, and
+        make a `failed` run (the program's death lost them) `incomplete` as well. A store that
+        cannot record the end (a full disk) gets the disk space kept in reserve, else the end is
+        kept and written when it can (watchdog, shutdown); the reply says so."""
         run = self._run(run_id)
         if status not in FINISHED_STATUSES:
             raise ValueError(f"status must be one of {FINISHED_STATUSES}")
@@ -242,12 +245,15 @@ class MeasurementService:
         self.sampler.stop_recording(run_id)
         with self._lock:
             totals = dict(run.totals)
-        lost = self._db().lost_events(run_id, totals)
-        if (lost or run.store_error) and status == "finished":
+        lost = self._db().lost_events(run_id, totals) + lost_at_exit
+        if ((lost or run.store_error) and status == "finished"
+                or lost_at_exit and status == "failed"):
             status = "incomplete"
         end = {"status": status, "exit_code": exit_code, "t_end_ns": time.monotonic_ns(),
-               "lost": lost, "store_error": run.store_error}
+               "lost": lost, "lost_at_exit": lost_at_exit, "store_error": run.store_error}
         reply: dict[str, Any] = {"ok": True, "status": status, "lost_events": lost}
+        if lost_at_exit:
+            reply["lost_at_exit"] = lost_at_exit
         if run.store_error:
             reply["store_error"] = run.store_error
         error = self._record_end(run_id, end)
@@ -282,7 +288,8 @@ class MeasurementService:
         store = self._db()
         with store.transaction():
             if end["lost"]:
-                store.put_result(run_id, "lost_events", {"events": end["lost"]})
+                store.put_result(run_id, "lost_events", {"events": end["lost"],
+                                                         "at_exit": end.get("lost_at_exit", 0)})
             if end["store_error"]:
                 store.put_result(run_id, "store_error", {"reason": end["store_error"]})
             store.update_run(run_id, status=end["status"], exit_code=end["exit_code"],

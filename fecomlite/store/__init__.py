@@ -379,12 +379,14 @@ class Store(StoreReads):
         self.db.execute("UPDATE runs SET hyperparams=? WHERE id=?", (json.dumps(merged), run_id))
 
     def run(self, run_id: int) -> dict[str, Any]:
-        """The run's row, with `lost_events`: events its probes could neither send nor spool."""
+        """The run's row, with `lost_events`: events its probes could neither send nor spool,
+        and of them `lost_at_exit`: those of processes that died before sending them."""
         row = self.db.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
         if row is None:
             raise StoreError(f"no run {run_id} in {self.path}")
         lost = self.result(run_id, "lost_events") or {}
-        return {**_decode(row), "lost_events": int(lost.get("events", 0))}
+        return {**_decode(row), "lost_events": int(lost.get("events", 0)),
+                "lost_at_exit": int(lost.get("at_exit", 0))}
 
     def runs(self) -> list[dict[str, Any]]:
         return [_decode(r) for r in self.db.execute("SELECT * FROM runs ORDER BY id")]
