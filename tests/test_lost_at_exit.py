@@ -4,7 +4,10 @@ a program that ends normally loses nothing. No counter file is left behind."""
 
 from __future__ import annotations
 
+import subprocess
 import textwrap
+from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import run_cli
@@ -14,7 +17,7 @@ from fecomlite.store import Store
 
 CALLS = 50_000
 
-PROGRAM = """\
+LOOP = """\
 import os, signal
 import numpy as np
 
@@ -23,6 +26,37 @@ for _ in range({calls}):
 {end}
 """
 
+FORKED_CHILD_DIES = """\
+import os
+import numpy as np
+
+for _ in range(20_000):
+    np.abs(-1)
+pid = os.fork()
+if pid == 0:  # a forked worker that dies unflushed
+    for _ in range(30_000):
+        np.abs(-1)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+def _run(home: Path, folder: Path, program: str) -> tuple[subprocess.CompletedProcess[str],
+                                                        dict[str, Any], int]:
+    """`fecomlite run` of the program, quickly: its result, its run's row, the events stored."""
+    script = folder / "loop.py"
+    script.write_text(program)
+    result = run_cli(folder, "run", "--home", str(home), "--api", "numpy", "--repeat", "1",
+                     "--idle", "0", "--tail", "0", "--no-gate", "--quiet", str(script))
+    client = live_client(home)
+    assert client is not None, result.stdout + result.stderr
+    with Store(client.store_path) as store:
+        run_id = store.latest_run_id()
+        run, stored = store.run(run_id), store.event_count(run_id)
+    assert not list(home.rglob("*.count"))  # the counter files are removed
+    assert sorted(p.name for p in folder.iterdir()) == ["loop.py"]  # nothing beside the script
+    return result, run, stored
+
 
 @pytest.mark.parametrize(("end", "exit_status", "status"), [
     ("os._exit(3)", 3, "incomplete"),
@@ -30,23 +64,21 @@ for _ in range({calls}):
     ("", 0, "finished"),
 ])
 def test_every_call_is_stored_or_counted_lost(home, tmp_path, end, exit_status, status):
-    script = tmp_path / "loop.py"
-    script.write_text(PROGRAM.format(calls=CALLS, end=textwrap.dedent(end)))
-    result = run_cli(tmp_path, "run", "--home", str(home), "--api", "numpy", "--repeat", "1",
-                     "--idle", "0", "--tail", "0", "--no-gate", "--quiet", str(script))
+    result, run, stored = _run(home, tmp_path, LOOP.format(calls=CALLS, end=textwrap.dedent(end)))
     assert result.returncode == exit_status, result.stdout + result.stderr
-    client = live_client(home)
-    assert client is not None
-    with Store(client.store_path) as store:
-        run_id = store.latest_run_id()
-        run, stored = store.run(run_id), store.event_count(run_id)
     assert run["status"] == status
     assert stored + run["lost_events"] == CALLS
     assert run["lost_at_exit"] == run["lost_events"]
     if status == "finished":
         assert run["lost_events"] == 0
     else:
-        assert run["lost_events"] > 0  # the last ~200 ms of calls were still in the buffer
+        assert run["lost_events"] > 0  # the last calls were still in the buffer
         assert f"{run['lost_events']} events recorded by a process that died" in result.stdout
-    assert not list(home.rglob("*.count"))  # the counter files are removed
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["loop.py"]  # nothing beside the script
+
+
+def test_a_forked_child_that_dies_unflushed_is_counted_too(home, tmp_path):
+    result, run, stored = _run(home, tmp_path, FORKED_CHILD_DIES)
+    assert result.returncode == 1  # the program exited 0, but the run is incomplete
+    assert run["status"] == "incomplete"
+    assert stored + run["lost_events"] == 50_000 and run["lost_events"] >= 1
+    assert stored >= 20_000  # the parent's calls, all sent at its exit

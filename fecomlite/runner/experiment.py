@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from fecomlite.runner.output import Output, stream_fd
 from fecomlite.runner.settings import RunSettings
 from fecomlite.runtime import batch_codec
-from fecomlite.runtime.event_counter import lost_counts
+from fecomlite.runtime.event_counter import recorded_counts
 from fecomlite.runtime.layers import layer_env
 
 if TYPE_CHECKING:
@@ -296,7 +296,7 @@ def run_experiment(
             if client.ingest_report(spool).get("whole"):  # else kept: torn records' events
                 spool.unlink()
         finished = client.finish_run(run_id, outcome.status, outcome.exit_code,
-                                     lost_counts(log_dir))  # every process has ended
+                                     recorded_counts(log_dir))  # every process has ended
         outcome.status = str(finished.get("status", outcome.status))
         outcome.lost_events = int(finished.get("lost_events", 0))
         outcome.lost_at_exit = int(finished.get("lost_at_exit", 0))

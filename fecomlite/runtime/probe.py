@@ -363,14 +363,13 @@ def _start_flusher() -> None:
 
 
 def _count_events() -> None:
-    """Inside a run, count this process's recorded and delivered events in its own counter
-    file (`event_counter`), so the runner learns what a sudden death lost."""
-    counter = _event_counter.open_counter(_config.spool) if _config.run else None
+    """Inside a run, count this process's recorded events in its own counter file
+    (`event_counter`), so the run learns exactly what a sudden death lost."""
+    counter = _event_counter.open_counter(_config.spool, _sender.proc) if _config.run else None
     if _native is not None:
         _native.set_counter(counter.map if counter is not None else None)
     else:
         _buffer.counter = counter
-    _sender.counter = counter
 
 
 def _after_fork_in_child() -> None:

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from fecomlite.runtime import batch_codec
-from fecomlite.runtime.event_counter import EventCounter
 from fecomlite.runtime.identity import rank_fields
 
 if TYPE_CHECKING:
@@ -67,7 +66,6 @@ class Sender:
         self._seq = 0
         self._total = 0  # events put in batches so far
         self.lost = 0  # events neither posted nor spooled, so far
-        self.counter: EventCounter | None = None  # adds the events delivered (`event_counter`)
         self._lost_told = 0  # `lost` when a batch last reached the server
         url = urlsplit(config.url) if config.url else None
         self._host = url.hostname if url else None
@@ -145,7 +143,6 @@ class Sender:
             if self._host and self._post(batch_codec.encode(meta, names, tuple(columns)), final):
                 self._lost_told = self.lost
                 self._open_sent = open_now
-                self._delivered(n)
                 return
             meta.pop("open", None)  # a spool is read after the run: nothing is in progress then
             if self.config.run:
@@ -155,7 +152,6 @@ class Sender:
             failure = self._spool(batch_codec.encode(meta, names, tuple(columns)))
             if failure is None:
                 self._lost_told = self.lost  # the spooled record's `total` tells it
-                self._delivered(n)
                 return
             if not self.lost:
                 _tell(
@@ -163,11 +159,6 @@ class Sender:
                     "(counted, and the run is marked incomplete)"
                 )
             self.lost += n
-            self._delivered(n)  # counted here, and in the next batch's `total`, not twice
-
-    def _delivered(self, n: int) -> None:
-        if self.counter is not None and n:
-            self.counter.delivered(n)
 
     def _in_progress(self) -> list[dict[str, Any]]:
         """The calls in progress as the header's `open` field: per thread, its depth and the

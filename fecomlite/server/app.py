@@ -62,6 +62,8 @@ MAX_ID = 2**62  # run and repetition numbers in URLs (SQLite holds 64-bit intege
 MAX_NS = 2**62  # monotonic clock stamps (as batch_codec.MAX_NS)
 MAX_REP = 10**6 - 1  # as a batch header's rep (batch_codec)
 EXIT_CODES = (-(2**31), 2**31 - 1)  # a process's status, or minus the signal that ended it
+PROC_ID = re.compile(r"[0-9a-f]{16}")  # a probe's batch id (`Sender.proc`)
+MAX_PROCESSES = 100_000  # counter files a run's finish may name
 
 
 class ServerConfigError(ValueError):
@@ -268,8 +270,17 @@ def _events(svc: MeasurementService, m: re.Match[str], body: bytes) -> Any:
 @_route("POST", RUN + "/finish", "admin")
 def _finish(svc: MeasurementService, m: re.Match[str], body: dict[str, Any]) -> Any:
     return svc.finish_run(_path_int(m, "run"), str(body.get("status", "finished")),
-                          _bounded(body, "exit_code", *EXIT_CODES),
-                          _bounded(body, "lost_at_exit", 0, 2**62) or 0)
+                          _bounded(body, "exit_code", *EXIT_CODES), _recorded(body))
+
+
+def _recorded(body: dict[str, Any]) -> dict[str, int]:
+    """The `recorded` field: batch id (`proc`, 16 hex digits) -> events the process recorded."""
+    value = body.get("recorded") or {}
+    if not isinstance(value, dict) or len(value) > MAX_PROCESSES or not all(
+            isinstance(k, str) and PROC_ID.fullmatch(k) and isinstance(n, int)
+            and not isinstance(n, bool) and 0 <= n < 2**63 for k, n in value.items()):
+        raise ValueError("recorded must map process ids (16 hex digits) to event counts")
+    return value
 
 
 @_route("POST", "/api/ingest", "admin")

@@ -166,12 +166,12 @@ class ServerClient:
         self._call("POST", f"/api/runs/{run_id}/hyperparams", {"params": params})
 
     def finish_run(self, run_id: int, status: str, exit_code: int | None,
-                   lost_at_exit: int = 0) -> dict[str, Any]:
+                   recorded: dict[str, int] | None = None) -> dict[str, Any]:
         """Close the run: {status (`incomplete` when events were lost), lost_events, and
-        lost_at_exit when the runner counted events of processes that died before sending them
-        (`runtime.event_counter`)}."""
+        lost_at_exit: of them, those of processes that died before sending them}. `recorded`:
+        proc -> events each process recorded (`runtime.event_counter`)."""
         return self._call("POST", f"/api/runs/{run_id}/finish",
-                          {"status": status, "exit_code": exit_code, "lost_at_exit": lost_at_exit})
+                          {"status": status, "exit_code": exit_code, "recorded": recorded or {}})
 
     def ingest_report(self, path: Path, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
         """Ingest a spool file or directory: {events, runs, files, bad_lines}."""

@@ -230,14 +230,15 @@ class MeasurementService:
         return {"sensors": [s.name for s in sensors], "notes": notes}
 
     def finish_run(self, run_id: int, status: str, exit_code: int | None,
-                   lost_at_exit: int = 0) -> dict[str, Any]:
+                   recorded: dict[str, int] | None = None) -> dict[str, Any]:
         """Stop recording (after writing every sample read so far) and close the run; a run
         that lost events (`lost_events`) or batches the store refused ends `incomplete` rather
-        than `finished`. `lost_at_exit`: events recorded by processes that died before sending
-        them (counted by the runner, `runtime.event_counter`); they are lost events too, and
-        make a `failed` run (the program's death lost them) `incomplete` as well. A store that
-        cannot record the end (a full disk) gets the disk space kept in reserve, else the end is
-        kept and written when it can (watchdog, shutdown); the reply says so."""
+        than `finished`. `recorded`: proc -> events each process recorded (read by the runner from
+        `runtime.event_counter`'s files): those never stored, nor told by a batch's `total`, were
+        lost by a process that died before sending them (`lost_at_exit`); they are lost events
+        too, and make a `failed` run (the program's death lost them) `incomplete` as well. A
+        store that cannot record the end (a full disk) gets the disk space kept in reserve, else
+        the end is kept and written when it can (watchdog, shutdown); the reply says so."""
         run = self._run(run_id)
         if status not in FINISHED_STATUSES:
             raise ValueError(f"status must be one of {FINISHED_STATUSES}")
@@ -245,7 +246,11 @@ class MeasurementService:
         self.sampler.stop_recording(run_id)
         with self._lock:
             totals = dict(run.totals)
-        lost = self._db().lost_events(run_id, totals) + lost_at_exit
+        told = self._db().lost_events(run_id, totals)
+        for proc, n in (recorded or {}).items():
+            totals[proc] = max(totals.get(proc, 0), n)
+        lost = self._db().lost_events(run_id, totals)
+        lost_at_exit = lost - told
         if ((lost or run.store_error) and status == "finished"
                 or lost_at_exit and status == "failed"):
             status = "incomplete"
