@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from conftest import run_cli
 
-from fecomlite.server.client import live_client
+from fecomlite.server.client import ServerError, ensure_server, live_client
 from fecomlite.store import Store
 
 CALLS = 50_000
@@ -82,3 +82,13 @@ def test_a_forked_child_that_dies_unflushed_is_counted_too(home, tmp_path):
     assert run["status"] == "incomplete"
     assert stored + run["lost_events"] == 50_000 and run["lost_events"] >= 1
     assert stored >= 20_000  # the parent's calls, all sent at its exit
+
+
+def test_a_finish_naming_bad_counts_is_refused(home):
+    client = ensure_server(home)
+    run, _ = client.create_run("x.py", [], "method", {})
+    for bad in ({"not-a-proc": 1}, {"0123456789abcdef": -1}, {"0123456789abcdef": True}):
+        with pytest.raises(ServerError, match="recorded must map"):
+            client.finish_run(run, "finished", 0, bad)
+    reply = client.finish_run(run, "finished", 0, {"0123456789abcdef": 7})  # none stored
+    assert (reply["status"], reply["lost_events"], reply["lost_at_exit"]) == ("incomplete", 7, 7)
