@@ -339,8 +339,10 @@ def _measure(
             )
         except ServerError as exc:
             spools = sorted(log_dir.glob("*.spool"))
+            what = ("stopped answering" if exc.status is None  # unreachable: no HTTP status
+                    else "refused a request")  # it answered, e.g. 507 on a full disk
             console.print(
-                f"[red]the measurement server stopped answering[/] ({plain(exc)}). What it "
+                f"[red]the measurement server {what}[/] ({plain(exc)}). What it "
                 f"stored is kept in {plain(client.store_path)}"
                 + (
                     f"; the program's events since are in {plain(log_dir)}/*.spool: "
