@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,7 +18,6 @@ if TYPE_CHECKING:
     from fecomlite.instrument.project import Failure
 
 STAMP = Path(".fecomlite") / "source-state.json"  # what the copy was made from
-_INSTRUMENTER = Path(__file__).resolve().parents[1] / "instrument"
 
 
 class CopyError(Exception):
@@ -54,6 +52,7 @@ def work_copy(script: Path, work_dir: Path, api: list[str]) -> WorkCopy:
 
 
 def _make_or_reuse(script: Path, project: Path, out: Path, api: list[str]) -> WorkCopy:
+    from fecomlite.instrument.importhook import instrumenter_state
     from fecomlite.instrument.project import (
         MANIFEST,
         configured_roots,
@@ -64,7 +63,7 @@ def _make_or_reuse(script: Path, project: Path, out: Path, api: list[str]) -> Wo
     copied = out / script.relative_to(project)
     key = json.dumps(
         {
-            "instrumenter": _instrumenter_state(),
+            "instrumenter": instrumenter_state(),
             "roots": list(configured_roots(project, api)),
             "files": source_state(project, out),
         }
@@ -98,13 +97,3 @@ def check_syntax(script: Path) -> None:
 
 def _named(project: Path, failure: Failure) -> str:
     return f"{project / failure.path}:{failure.line}:{failure.col}: {failure.message}"
-
-
-def _instrumenter_state() -> list[tuple[str, int, int]]:
-    """A changed instrumenter (an upgrade, a developer's edit) makes new copies."""
-    found = []
-    for name in sorted(os.listdir(_INSTRUMENTER)):
-        if name.endswith(".py"):
-            stat = os.stat(_INSTRUMENTER / name)
-            found.append((name, stat.st_size, stat.st_mtime_ns))
-    return found
