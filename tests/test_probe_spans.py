@@ -61,6 +61,22 @@ def assert_covers(spans: list[tuple[int, int, int]], stamps: list[tuple[int, int
         assert t1 - t0 >= NAP_NS
 
 
+@pytest.fixture(autouse=True, params=["tsc", "monotonic"])
+def _clock(request):
+    """Every test on each clock the C path stamps with (the TSC only where it is invariant),
+    each site's first calls sized again."""
+    probe.forget_decisions()
+    if probe._native is None or request.param == "tsc" and not probe._tsc_invariant():
+        if request.param == "tsc":
+            pytest.skip("the C path stamps with CLOCK_MONOTONIC here")
+        yield
+        return
+    before = probe._native.clock()
+    probe._native.use_tsc(request.param == "tsc")
+    yield
+    probe._native.use_tsc(before == "tsc")
+
+
 @pytest.fixture(autouse=True)
 def _empty_buffer(monkeypatch):
     """The probe's flusher thread neither takes the events (every 200 ms) nor sends sites back

@@ -1,10 +1,14 @@
-/* The probe's hot path in C: time a call and append it to a column buffer.
+/* The probe's hot path in C: time a call and append it to the event buffer.
  *
  * Why C: a Python wrapper costs ~400 ns a call on a 2-core machine (argument packing, two
  * time.monotonic_ns() calls, a tuple, thread id), and serialising the events again costs as much.
- * Here the call is forwarded with vectorcall (no packing), the clock is clock_gettime
- * (CLOCK_MONOTONIC, the clock time.monotonic_ns reads), and events land in C arrays that drain()
- * hands over as bytes, ready to send. fecomlite/runtime/probe.py falls back to pure Python without it.
+ * Here the call is forwarded with vectorcall (no packing) and a call costs, besides the callee:
+ * the site's id from a cache keyed by the site key object's address (no hashing), two stamps of
+ * the TSC where it is invariant (else CLOCK_MONOTONIC, the clock time.monotonic_ns reads), a push
+ * and pop on this thread's stack of calls in progress (a thread-local pointer, no hashing), and one
+ * fixed-size record written to the buffer. drain() turns the records into columns (sites by
+ * name, stamps in CLOCK_MONOTONIC ns), ready to send. fecomlite/runtime/probe.py falls back to
+ * pure Python without it.
  * All state is touched with the GIL held, so appends and drains never interleave.
  * To compilers the module is invisible: compilers.py registers `call` and `dcall` with dynamo as
  * the plain fn(*args, **kwargs).
@@ -25,21 +29,210 @@
 #include <string.h>
 #include <time.h>
 
+/* Sites by number: the first time a site key object is seen it gets a small id (equal keys share
+ * one), kept in `site_names` with a reference for the process's life; the hot path finds it in a
+ * direct-mapped cache by the key object's address (a site key is a constant of the user's code:
+ * one object per site), one compare on a hit. The slot holds a reference to the key, so its
+ * address cannot be reused while it is cached. Each id has a flag byte: SITE_FAST, the site is
+ * past its sized calls (probe.py's `_fast`, mirrored here by `set_fast`). */
+#define SITE_CACHE_SLOTS 4096
+#define SITE_FAST 1
 typedef struct {
-    PyObject **site;
-    int64_t *t0, *t1, *in_bytes, *out_bytes;
-    uint64_t *tid;
-    uint8_t *status;
-    Py_ssize_t len, cap;
-} Buffer;
+    PyObject *site;
+    uint32_t id;
+} SiteSlot;
 
-static Buffer buf;
+static SiteSlot site_cache[SITE_CACHE_SLOTS];
+static PyObject *site_ids = NULL; /* site key -> id (int) */
+static PyObject **site_names = NULL; /* id -> site key (a reference) */
+static uint8_t *site_flags = NULL;   /* id -> SITE_* bits */
+static uint32_t n_sites = 0, sites_cap = 0;
+
+static int new_site_id(PyObject *site, uint32_t *id) {
+    if (n_sites == sites_cap) {
+        uint32_t cap = sites_cap ? sites_cap * 2 : 1024;
+        PyObject **names = PyMem_Realloc(site_names, (size_t)cap * sizeof(PyObject *));
+        if (!names) { PyErr_NoMemory(); return -1; }
+        site_names = names;
+        uint8_t *flags = PyMem_Realloc(site_flags, cap);
+        if (!flags) { PyErr_NoMemory(); return -1; }
+        site_flags = flags;
+        sites_cap = cap;
+    }
+    PyObject *number = PyLong_FromUnsignedLong(n_sites);
+    if (!number || PyDict_SetItem(site_ids, site, number) < 0) {
+        Py_XDECREF(number);
+        return -1;
+    }
+    Py_DECREF(number);
+    site_names[n_sites] = Py_NewRef(site);
+    site_flags[n_sites] = 0;
+    *id = n_sites++;
+    return 0;
+}
+
+/* The id of an equal key seen before (or a new one), put in the key object's cache slot. */
+static int site_id_slow(PyObject *site, SiteSlot *slot, uint32_t *id) {
+    if (!site_ids && !(site_ids = PyDict_New())) return -1;
+    PyObject *known = PyDict_GetItemWithError(site_ids, site);
+    if (known) *id = (uint32_t)PyLong_AsUnsignedLong(known);
+    else if (PyErr_Occurred() || new_site_id(site, id) < 0) return -1;
+    Py_INCREF(site);
+    Py_XSETREF(slot->site, site);
+    slot->id = *id;
+    return 0;
+}
+
+static inline int site_id(PyObject *site, uint32_t *id) {
+    SiteSlot *slot = &site_cache[((uintptr_t)site >> 4) & (SITE_CACHE_SLOTS - 1)];
+    if (slot->site == site) {
+        *id = slot->id;
+        return 0;
+    }
+    return site_id_slow(site, slot, id);
+}
+
+/* The clock. CLOCK_MONOTONIC (what time.monotonic_ns reads) through the vDSO costs ~22 ns a
+ * read here; the TSC ~10 ns. Where the TSC is invariant (probe.py checks `constant_tsc` and
+ * `nonstop_tsc`, and `use_tsc` turns it on) the fast path stamps calls in TSC ticks, and every
+ * tick is turned into CLOCK_MONOTONIC ns before it leaves the probe (`drain`, `open_calls`):
+ * each drain reads a fresh pair (tick, ns) — an anchor — and a tick is placed by linear
+ * interpolation between the two anchors around it, so the conversion follows CLOCK_MONOTONIC's
+ * own rate (NTP slews it) with an error of the anchors' reading jitter (a few ns). Elsewhere,
+ * or with FECOMLITE_CLOCK=monotonic, every stamp is CLOCK_MONOTONIC ns: the fallback. */
+static inline int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#define HAVE_TSC 1
+static inline int64_t ticks(void) { return (int64_t)__rdtsc(); }
+#else
+#define HAVE_TSC 0
+static inline int64_t ticks(void) { return now_ns(); }
+#endif
+
+enum { CLOCK_NS = 0, CLOCK_TICKS = 1 }; /* what a stamp counts */
+static int stamp_clock = CLOCK_NS;
+
+/* A stamp of the active clock (CLOCK_TICKS or CLOCK_NS). */
+static inline int64_t stamp(void) { return stamp_clock == CLOCK_TICKS ? ticks() : now_ns(); }
+
+typedef struct {
+    int64_t tick, ns;
+} Anchor;
+
+/* The anchors kept: the first one read, and a ring of the latest (one per drain, the newest
+ * replaced while it is younger than ANCHOR_MERGE_NS, so back-to-back drains do not push the
+ * older ones out). */
+#define ANCHORS 64
+#define ANCHOR_MERGE_NS 50000000LL
+static Anchor first_anchor, anchors[ANCHORS];
+static int n_anchors = 0, newest_anchor = -1;
+
+/* (tick, ns) read together: the narrowest of a few tick-ns-tick reads, the ns placed mid-way. */
+static Anchor read_anchor(void) {
+    Anchor best = {0, 0};
+    int64_t width = INT64_MAX;
+    for (int k = 0; k < 8; k++) {
+        int64_t a = ticks(), ns = now_ns(), b = ticks();
+        if (b - a < width) {
+            width = b - a;
+            best.tick = a + (b - a) / 2;
+            best.ns = ns;
+        }
+    }
+    return best;
+}
+
+static void push_anchor(void) {
+    Anchor now = read_anchor();
+    if (n_anchors == 0) first_anchor = now;
+    if (n_anchors >= 2) {
+        Anchor *older = &anchors[(newest_anchor + ANCHORS - 1) % ANCHORS];
+        if (now.ns - older->ns < ANCHOR_MERGE_NS) {
+            anchors[newest_anchor] = now;
+            return;
+        }
+    }
+    newest_anchor = (newest_anchor + 1) % ANCHORS;
+    anchors[newest_anchor] = now;
+    if (n_anchors < ANCHORS) n_anchors++;
+}
+
+static inline int64_t between(const Anchor *lo, const Anchor *hi, int64_t tick) {
+    if (hi->tick == lo->tick) return lo->ns;
+    return lo->ns + (int64_t)((double)(tick - lo->tick) * (double)(hi->ns - lo->ns) /
+                              (double)(hi->tick - lo->tick));
+}
+
+/* A tick in CLOCK_MONOTONIC ns: between the kept anchors around it (the newest segment first:
+ * most ticks are in it); past the newest, along the newest segment; before the oldest kept, on
+ * the line from the first anchor to it. Call push_anchor() first: there are two anchors then. */
+static int64_t tick_ns(int64_t tick) {
+    const Anchor *hi = &anchors[newest_anchor];
+    for (int k = 1; k < n_anchors; k++) {
+        const Anchor *lo = &anchors[(newest_anchor + ANCHORS - k) % ANCHORS];
+        if (tick >= lo->tick || k == n_anchors - 1) {
+            if (tick < lo->tick && first_anchor.tick < lo->tick) return between(&first_anchor, lo, tick);
+            return between(lo, hi, tick);
+        }
+        hi = lo;
+    }
+    return between(&first_anchor, hi, tick); /* one anchor: n_anchors == 1 */
+}
+
+static inline int64_t stamp_ns(int64_t value, int clock) {
+    return clock == CLOCK_TICKS ? tick_ns(value) : value;
+}
+
+/* The event buffer: one fixed-size record a call, written in one go. */
+typedef struct {
+    int64_t t0, t1;
+    uint64_t tid;
+    int64_t in_bytes, out_bytes;
+    uint32_t site;  /* a site id */
+    uint8_t status; /* RAISED | CONTINUES (batch_codec) */
+    uint8_t clock;  /* CLOCK_NS or CLOCK_TICKS: what t0 and t1 count */
+    uint8_t pad[2];
+} Record;
+
+static Record *records = NULL;
+static Py_ssize_t n_records = 0, records_cap = 0;
 /* Events recorded so far, in a file-backed shared mapping that outlives the process
  * (`set_counter`): one memory write a record, no syscall, so a run can count the events of a
  * process that died before sending them. NULL: not counted. */
 static volatile uint64_t *recorded = NULL;
 static Py_buffer recorded_view; /* holds the mapping while `recorded` points into it */
-static PyObject *fast_sites = NULL;  /* set of sites on the timestamps-only path */
+
+static int grow(void) {
+    Py_ssize_t cap = records_cap ? records_cap * 2 : 4096;
+    Record *more = PyMem_Realloc(records, (size_t)cap * sizeof(Record));
+    if (!more) { PyErr_NoMemory(); return -1; }
+    records = more;
+    records_cap = cap;
+    return 0;
+}
+
+static inline int append_id(uint32_t site, int64_t t0, int64_t t1, uint64_t tid, int status,
+                            int clock, int64_t in_bytes, int64_t out_bytes) {
+    if (n_records == records_cap && grow() < 0) return -1;
+    Record *r = &records[n_records++];
+    *r = (Record){t0, t1, tid, in_bytes, out_bytes, site, (uint8_t)status, (uint8_t)clock, {0, 0}};
+    if (recorded) (*recorded)++;
+    return 0;
+}
+
+static int append(PyObject *site, int64_t t0, int64_t t1, uint64_t tid, int status,
+                  int64_t in_bytes, int64_t out_bytes) {
+    uint32_t id;
+    if (site_id(site, &id) < 0) return -1;
+    return append_id(id, t0, t1, tid, status, CLOCK_NS, in_bytes, out_bytes);
+}
+
 /* python: before(site, fn, args, kwargs) -> (args, kwargs, state), or None: call it plainly */
 static PyObject *before_call = NULL;
 /* python: after(site, fn, args, kwargs, result, raised, t0, t1, state); never raises */
@@ -49,18 +242,19 @@ static PyObject *decide_call = NULL; /* python: decide(fn) -> True for a framewo
 static PyObject *decisions = NULL;   /* dcall sites: site -> (callee key, True | False) */
 
 /* The calls in progress, per thread, for the live view (`open_calls`): a fixed table of thread
- * slots, each a short stack of (site, start). A call pushes before it runs and pops when it
- * returns, with the GIL held; the flusher reads the table between calls. A thread holds a slot
- * only while its stack is not empty, so threads that come and go never hold memory. Calls past
- * OPEN_DEPTH on one thread, or on more than OPEN_SLOTS threads at once, are not shown (the first
- * only counted in depth). */
+ * slots, each a short stack of (site id, start stamp). A call pushes before it runs and pops
+ * when it returns, with the GIL held; the flusher reads the table between calls. A thread holds
+ * a slot only while its stack is not empty, so threads that come and go never hold memory. Calls
+ * past OPEN_DEPTH on one thread, or on more than OPEN_SLOTS threads at once, are not shown (the
+ * first only counted in depth). */
 #define OPEN_SLOTS 64
 #define OPEN_DEPTH 8
 typedef struct {
     uint64_t tid;  /* 0: free */
     Py_ssize_t depth;
-    PyObject *site[OPEN_DEPTH]; /* a reference held while the call runs */
     int64_t t0[OPEN_DEPTH];
+    uint32_t site[OPEN_DEPTH];
+    uint8_t clock[OPEN_DEPTH];
 } OpenSlot;
 
 static OpenSlot open_slots[OPEN_SLOTS];
@@ -73,31 +267,35 @@ static inline OpenSlot *held_slot(void) {
     return my_generation == open_generation ? my_slot : NULL;
 }
 
-static inline void open_push(uint64_t tid, PyObject *site, int64_t t0) {
-    OpenSlot *s = held_slot();
-    if (!s) {
-        size_t h = (size_t)((tid * 0x9E3779B97F4A7C15ULL) >> 58); /* 6 bits: OPEN_SLOTS */
-        for (size_t k = 0; k < OPEN_SLOTS && !s; k++) {
-            OpenSlot *c = &open_slots[(h + k) & (OPEN_SLOTS - 1)];
-            if (c->tid == 0) s = c;
+static OpenSlot *take_slot(uint64_t tid) {
+    size_t h = (size_t)((tid * 0x9E3779B97F4A7C15ULL) >> 58); /* 6 bits: OPEN_SLOTS */
+    for (size_t k = 0; k < OPEN_SLOTS; k++) {
+        OpenSlot *s = &open_slots[(h + k) & (OPEN_SLOTS - 1)];
+        if (s->tid == 0) {
+            s->tid = tid;
+            s->depth = 0;
+            my_slot = s;
+            my_generation = open_generation;
+            return s;
         }
-        if (!s) return; /* every slot taken: this call is not shown */
-        s->tid = tid;
-        s->depth = 0;
-        my_slot = s;
-        my_generation = open_generation;
     }
+    return NULL; /* every slot taken: this call is not shown */
+}
+
+static inline void open_push(uint64_t tid, uint32_t site, int64_t t0, int clock) {
+    OpenSlot *s = held_slot();
+    if (!s && !(s = take_slot(tid))) return;
     if (s->depth < OPEN_DEPTH) {
-        Py_INCREF(site);
         s->site[s->depth] = site;
         s->t0[s->depth] = t0;
+        s->clock[s->depth] = (uint8_t)clock;
     }
     s->depth++;
 }
 
 /* Pops this call; a call that ends out of order (a greenlet switched stacks) is taken out from
  * where it is. */
-static inline void open_pop(PyObject *site, int64_t t0) {
+static inline void open_pop(uint32_t site, int64_t t0) {
     OpenSlot *s = held_slot();
     if (!s || s->depth <= 0) return;
     Py_ssize_t top = s->depth - 1;
@@ -105,58 +303,14 @@ static inline void open_pop(PyObject *site, int64_t t0) {
         Py_ssize_t i = top;
         while (i >= 0 && !(s->t0[i] == t0 && s->site[i] == site)) i--;
         if (i < 0) return; /* not among this thread's calls */
-        Py_DECREF(s->site[i]);
-        memmove(s->site + i, s->site + i + 1, (size_t)(top - i) * sizeof(PyObject *));
+        memmove(s->site + i, s->site + i + 1, (size_t)(top - i) * sizeof(uint32_t));
         memmove(s->t0 + i, s->t0 + i + 1, (size_t)(top - i) * sizeof(int64_t));
-    } else if (top < OPEN_DEPTH) {
-        Py_DECREF(s->site[top]);
+        memmove(s->clock + i, s->clock + i + 1, (size_t)(top - i));
     }
     if (--s->depth == 0) {
         s->tid = 0;
         my_slot = NULL;
     }
-}
-
-static inline int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static int grow(void) {
-    Py_ssize_t cap = buf.cap ? buf.cap * 2 : 4096;
-#define GROW(field, type)                                                   \
-    do {                                                                    \
-        type *p = PyMem_Realloc(buf.field, (size_t)cap * sizeof(type));     \
-        if (!p) { PyErr_NoMemory(); return -1; }                            \
-        buf.field = p;                                                      \
-    } while (0)
-    GROW(site, PyObject *);
-    GROW(t0, int64_t);
-    GROW(t1, int64_t);
-    GROW(in_bytes, int64_t);
-    GROW(out_bytes, int64_t);
-    GROW(tid, uint64_t);
-    GROW(status, uint8_t);
-#undef GROW
-    buf.cap = cap;
-    return 0;
-}
-
-static int append(PyObject *site, int64_t t0, int64_t t1, uint64_t tid, int status,
-                  int64_t in_bytes, int64_t out_bytes) {
-    if (buf.len == buf.cap && grow() < 0) return -1;
-    Py_ssize_t i = buf.len++;
-    Py_INCREF(site);
-    buf.site[i] = site;
-    buf.t0[i] = t0;
-    buf.t1[i] = t1;
-    buf.tid[i] = tid;
-    buf.status[i] = (uint8_t)status;
-    buf.in_bytes[i] = in_bytes;
-    buf.out_bytes[i] = out_bytes;
-    if (recorded) (*recorded)++;
-    return 0;
 }
 
 /* The GPU wait around a call (FECOMLITE_SYNC); a failing wait is the probe's, never the user's:
@@ -171,16 +325,17 @@ static void gpu_sync(void) {
 }
 
 /* fn(*args) timed: the fast path. */
-static PyObject *timed_call(PyObject *site, PyObject *fn, PyObject *const *args, Py_ssize_t nargs,
+static PyObject *timed_call(uint32_t site, PyObject *fn, PyObject *const *args, Py_ssize_t nargs,
                             PyObject *kwnames, uint64_t tid) {
     gpu_sync();
-    int64_t t0 = now_ns();
-    open_push(tid, site, t0);
+    int clock = stamp_clock;
+    int64_t t0 = stamp();
+    open_push(tid, site, t0, clock);
     PyObject *result = PyObject_Vectorcall(fn, args, nargs, kwnames);
     gpu_sync();
-    int64_t t1 = now_ns();
+    int64_t t1 = stamp();
     open_pop(site, t0);
-    if (append(site, t0, t1, tid, result == NULL, -1, -1) < 0) {
+    if (append_id(site, t0, t1, tid, result == NULL, clock, -1, -1) < 0) {
         /* out of memory: the event is lost, the user's result is not */
         if (result) PyErr_Clear(); else return NULL;
     }
@@ -225,8 +380,8 @@ static void call_after(PyObject *site, PyObject *fn, PyObject *prepared, PyObjec
 
 /* The sized path: before(), then fn called from here (no Python frame of the probe in between),
  * then after(). before() answering None (a tracer's call), or failing, leaves the fast path. */
-static PyObject *sized_call(PyObject *site, PyObject *fn, PyObject *const *args, Py_ssize_t nargs,
-                            PyObject *kwnames, uint64_t tid) {
+static PyObject *sized_call(PyObject *site, uint32_t id, PyObject *fn, PyObject *const *args,
+                            Py_ssize_t nargs, PyObject *kwnames, uint64_t tid) {
     PyObject *tuple = as_tuple(args, nargs);
     PyObject *kwargs = tuple ? as_kwargs(args, nargs, kwnames) : NULL;
     PyObject *prepared = NULL;
@@ -239,14 +394,16 @@ static PyObject *sized_call(PyObject *site, PyObject *fn, PyObject *const *args,
         !PyTuple_CheckExact(PyTuple_GET_ITEM(prepared, 0)) ||
         !PyDict_CheckExact(PyTuple_GET_ITEM(prepared, 1))) {
         Py_XDECREF(prepared);
-        return timed_call(site, fn, args, nargs, kwnames, tid);
+        return timed_call(id, fn, args, nargs, kwnames, tid);
     }
+    /* after() records the event with CLOCK_MONOTONIC stamps (it may stamp the end again) */
+    int64_t open_t0 = stamp();
     int64_t t0 = now_ns();
-    open_push(tid, site, t0);
+    open_push(tid, id, open_t0, stamp_clock);
     PyObject *result = PyObject_Call(fn, PyTuple_GET_ITEM(prepared, 0),
                                      PyTuple_GET_ITEM(prepared, 1));
     int64_t t1 = now_ns();
-    open_pop(site, t0);
+    open_pop(id, open_t0);
     call_after(site, fn, prepared, result, t0, t1);
     Py_DECREF(prepared);
     return result;
@@ -255,9 +412,14 @@ static PyObject *sized_call(PyObject *site, PyObject *fn, PyObject *const *args,
 static PyObject *probe_call_at(PyObject *site, PyObject *fn, PyObject *const *args,
                                Py_ssize_t nargs, PyObject *kwnames) {
     uint64_t tid = PyThread_get_thread_ident();
-    if (before_call && after_call && (!fast_sites || PySet_Contains(fast_sites, site) != 1))
-        return sized_call(site, fn, args, nargs, kwnames, tid);
-    return timed_call(site, fn, args, nargs, kwnames, tid);
+    uint32_t id;
+    if (site_id(site, &id) < 0) { /* no event (out of memory, an unhashable site) */
+        PyErr_Clear();
+        return PyObject_Vectorcall(fn, args, nargs, kwnames);
+    }
+    if (before_call && after_call && !(site_flags[id] & SITE_FAST))
+        return sized_call(site, id, fn, args, nargs, kwnames, tid);
+    return timed_call(id, fn, args, nargs, kwnames, tid);
 }
 
 /* call(site, fn, /, *args, **kwargs) -> fn(*args, **kwargs), timed. */
@@ -373,57 +535,57 @@ static PyObject *probe_record(PyObject *self, PyObject *args, PyObject *kwargs) 
     Py_RETURN_NONE;
 }
 
-/* drain() -> (site_names, site_index int32, t0, t1, tid, status, in_bytes, out_bytes) as bytes */
+/* drain() -> (site_names, site_index int32, t0, t1, tid, status, in_bytes, out_bytes) as bytes,
+ * the stamps in CLOCK_MONOTONIC ns; a site's index is its place in site_names (first seen first) */
 static PyObject *probe_drain(PyObject *self, PyObject *unused) {
-    Py_ssize_t n = buf.len;
-    PyObject *names = PyList_New(0), *index = PyDict_New(), *out = NULL;
-    PyObject *idx_bytes = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int32_t));
-    if (!names || !index || !idx_bytes) goto done;
-    int32_t *idx = (int32_t *)PyBytes_AS_STRING(idx_bytes);
+    Py_ssize_t n = n_records;
+    PyObject *names = PyList_New(0), *out = NULL;
+    PyObject *col[7] = {NULL};
+    static const Py_ssize_t width[7] = {4, 8, 8, 8, 1, 8, 8};
+    int32_t *index = PyMem_Malloc(((size_t)n_sites + 1) * sizeof(int32_t));
+    if (!names || !index) goto done;
+    for (int c = 0; c < 7; c++)
+        if (!(col[c] = PyBytes_FromStringAndSize(NULL, n * width[c]))) goto done;
+    memset(index, 0xff, ((size_t)n_sites + 1) * sizeof(int32_t));
+    if (stamp_clock == CLOCK_TICKS || n_anchors) push_anchor();
+    int32_t *site = (int32_t *)PyBytes_AS_STRING(col[0]);
+    int64_t *t0 = (int64_t *)PyBytes_AS_STRING(col[1]), *t1 = (int64_t *)PyBytes_AS_STRING(col[2]);
+    uint64_t *tid = (uint64_t *)PyBytes_AS_STRING(col[3]);
+    uint8_t *status = (uint8_t *)PyBytes_AS_STRING(col[4]);
+    int64_t *in = (int64_t *)PyBytes_AS_STRING(col[5]), *outb = (int64_t *)PyBytes_AS_STRING(col[6]);
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *found = PyDict_GetItemWithError(index, buf.site[i]);
-        if (found) {
-            idx[i] = (int32_t)PyLong_AsLong(found);
-            continue;
+        const Record *r = &records[i];
+        if (index[r->site] < 0) {
+            index[r->site] = (int32_t)PyList_GET_SIZE(names);
+            if (PyList_Append(names, site_names[r->site]) < 0) goto done;
         }
-        if (PyErr_Occurred()) goto done;
-        PyObject *k = PyLong_FromSsize_t(PyList_GET_SIZE(names));
-        if (!k || PyDict_SetItem(index, buf.site[i], k) < 0 || PyList_Append(names, buf.site[i]) < 0) {
-            Py_XDECREF(k);
-            goto done;
-        }
-        idx[i] = (int32_t)PyLong_AsLong(k);
-        Py_DECREF(k);
+        site[i] = index[r->site];
+        t0[i] = stamp_ns(r->t0, r->clock);
+        t1[i] = stamp_ns(r->t1, r->clock);
+        tid[i] = r->tid;
+        status[i] = r->status;
+        in[i] = r->in_bytes;
+        outb[i] = r->out_bytes;
     }
-    out = Py_BuildValue(
-        "(OOy#y#y#y#y#y#)", names, idx_bytes,
-        (const char *)buf.t0, n * (Py_ssize_t)sizeof(int64_t),
-        (const char *)buf.t1, n * (Py_ssize_t)sizeof(int64_t),
-        (const char *)buf.tid, n * (Py_ssize_t)sizeof(uint64_t),
-        (const char *)buf.status, n,
-        (const char *)buf.in_bytes, n * (Py_ssize_t)sizeof(int64_t),
-        (const char *)buf.out_bytes, n * (Py_ssize_t)sizeof(int64_t));
-    if (out) {
-        for (Py_ssize_t i = 0; i < n; i++) Py_DECREF(buf.site[i]);
-        buf.len = 0;
-    }
+    out = PyTuple_Pack(8, names, col[0], col[1], col[2], col[3], col[4], col[5], col[6]);
+    if (out) n_records = 0;
 done:
+    PyMem_Free(index);
     Py_XDECREF(names);
-    Py_XDECREF(index);
-    Py_XDECREF(idx_bytes);
+    for (int c = 0; c < 7; c++) Py_XDECREF(col[c]);
     return out;
 }
 
 static PyObject *probe_discard(PyObject *self, PyObject *unused) {
-    for (Py_ssize_t i = 0; i < buf.len; i++) Py_DECREF(buf.site[i]);
-    buf.len = 0;
+    n_records = 0;
     Py_RETURN_NONE;
 }
 
-/* open_calls() -> [(tid, depth, [(site, t0), ...] outermost first)] for every thread in a call */
+/* open_calls() -> [(tid, depth, [(site, t0 ns), ...] outermost first)] for every thread in a call */
 static PyObject *probe_open_calls(PyObject *self, PyObject *unused) {
     PyObject *out = PyList_New(0);
     if (!out) return NULL;
+    if (stamp_clock == CLOCK_TICKS || n_anchors) push_anchor();
     for (size_t k = 0; k < OPEN_SLOTS; k++) {
         OpenSlot *s = &open_slots[k];
         if (s->tid == 0 || s->depth <= 0) continue;
@@ -431,7 +593,8 @@ static PyObject *probe_open_calls(PyObject *self, PyObject *unused) {
         PyObject *stack = PyList_New(shown);
         if (!stack) goto fail;
         for (Py_ssize_t i = 0; i < shown; i++) {
-            PyObject *item = Py_BuildValue("(OL)", s->site[i], (long long)s->t0[i]);
+            PyObject *item = Py_BuildValue("(OL)", site_names[s->site[i]],
+                                           (long long)stamp_ns(s->t0[i], s->clock[i]));
             if (!item) { Py_DECREF(stack); goto fail; }
             PyList_SET_ITEM(stack, i, item);
         }
@@ -448,29 +611,63 @@ fail:
 /* forget_open(): a forked child runs none of its parent's calls (its threads are gone, and the
  * forking thread's calls, like a worker's, usually never return there). */
 static PyObject *probe_forget_open(PyObject *self, PyObject *unused) {
-    for (size_t k = 0; k < OPEN_SLOTS; k++) {
-        OpenSlot *s = &open_slots[k];
-        for (Py_ssize_t i = 0; s->tid && i < s->depth && i < OPEN_DEPTH; i++) Py_DECREF(s->site[i]);
-    }
     memset(open_slots, 0, sizeof(open_slots));
     open_generation++;
     Py_RETURN_NONE;
 }
 
 static PyObject *probe_pending(PyObject *self, PyObject *unused) {
-    return PyLong_FromSsize_t(buf.len);
+    return PyLong_FromSsize_t(n_records);
 }
 
-/* configure(fast_sites, before, after, sync=None, decide=None) */
+/* set_fast(site, fast): whether the site is past its sized calls (probe.py's `_fast`) */
+static PyObject *probe_set_fast(PyObject *self, PyObject *args) {
+    PyObject *site;
+    int fast;
+    uint32_t id;
+    if (!PyArg_ParseTuple(args, "Op", &site, &fast) || site_id(site, &id) < 0) return NULL;
+    site_flags[id] = fast ? site_flags[id] | SITE_FAST : site_flags[id] & ~SITE_FAST;
+    Py_RETURN_NONE;
+}
+
+/* clear_fast(): every site takes its sized calls again (a resample) */
+static PyObject *probe_clear_fast(PyObject *self, PyObject *unused) {
+    for (uint32_t i = 0; i < n_sites; i++) site_flags[i] &= ~SITE_FAST;
+    Py_RETURN_NONE;
+}
+
+/* use_tsc(on) -> whether the fast path now stamps with the TSC (False where there is none) */
+static PyObject *probe_use_tsc(PyObject *self, PyObject *arg) {
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+    stamp_clock = on && HAVE_TSC ? CLOCK_TICKS : CLOCK_NS;
+    if (stamp_clock == CLOCK_TICKS && n_anchors == 0) push_anchor();
+    return PyBool_FromLong(stamp_clock == CLOCK_TICKS);
+}
+
+/* clock() -> "tsc" or "monotonic": what the fast path stamps with */
+static PyObject *probe_clock(PyObject *self, PyObject *unused) {
+    return PyUnicode_FromString(stamp_clock == CLOCK_TICKS ? "tsc" : "monotonic");
+}
+
+/* stamp() -> a raw stamp of the active clock; stamp_ns(stamp) -> it in CLOCK_MONOTONIC ns, as
+ * drain() converts it now (tests check the conversion against clock_gettime) */
+static PyObject *probe_stamp(PyObject *self, PyObject *unused) {
+    return PyLong_FromLongLong(stamp());
+}
+
+static PyObject *probe_stamp_ns(PyObject *self, PyObject *arg) {
+    long long value = PyLong_AsLongLong(arg);
+    if (value == -1 && PyErr_Occurred()) return NULL;
+    if (stamp_clock == CLOCK_TICKS) push_anchor();
+    return PyLong_FromLongLong(stamp_ns(value, stamp_clock));
+}
+
+/* configure(before, after, sync=None, decide=None) */
 static PyObject *probe_configure(PyObject *self, PyObject *args) {
-    PyObject *fast, *before, *after, *sync = Py_None, *decide = Py_None;
-    if (!PyArg_ParseTuple(args, "OOO|OO", &fast, &before, &after, &sync, &decide)) return NULL;
-    if (!PyAnySet_Check(fast)) {
-        PyErr_SetString(PyExc_TypeError, "fast sites must be a set");
-        return NULL;
-    }
+    PyObject *before, *after, *sync = Py_None, *decide = Py_None;
+    if (!PyArg_ParseTuple(args, "OO|OO", &before, &after, &sync, &decide)) return NULL;
     if (!decisions && !(decisions = PyDict_New())) return NULL;
-    Py_XSETREF(fast_sites, Py_NewRef(fast));
     Py_XSETREF(before_call, Py_NewRef(before));
     Py_XSETREF(after_call, Py_NewRef(after));
     Py_XSETREF(sync_call, sync == Py_None ? NULL : Py_NewRef(sync));
@@ -616,8 +813,16 @@ static PyMethodDef methods[] = {
      "The calls in progress: [(tid, depth, [(site, t0_ns), ...] outermost first)]."},
     {"forget_open", probe_forget_open, METH_NOARGS, "Clear the calls in progress (a forked child)."},
     {"configure", probe_configure, METH_VARARGS,
-     "configure(fast_sites, before, after, sync=None, decide=None): the sized path's helpers "
-     "for sites not in fast_sites, the GPU wait around every call, and dcall's judge."},
+     "configure(before, after, sync=None, decide=None): the sized path's helpers (for sites "
+     "not set_fast), the GPU wait around every call, and dcall's judge."},
+    {"set_fast", probe_set_fast, METH_VARARGS,
+     "set_fast(site, fast): whether the site is past its sized calls (timestamps only)."},
+    {"clear_fast", probe_clear_fast, METH_NOARGS, "Every site takes its sized calls again."},
+    {"use_tsc", probe_use_tsc, METH_O,
+     "use_tsc(on) -> whether the fast path now stamps with the TSC (invariant TSC only)."},
+    {"clock", probe_clock, METH_NOARGS, "What the fast path stamps with: 'tsc' or 'monotonic'."},
+    {"stamp", probe_stamp, METH_NOARGS, "A raw stamp of the fast path's clock."},
+    {"stamp_ns", probe_stamp_ns, METH_O, "A raw stamp in CLOCK_MONOTONIC ns, as drain() has it."},
     {"set_counter", probe_set_counter, METH_O,
      "set_counter(buffer or None): count recorded events in its first 8 bytes (shared memory)."},
     {"now", probe_now, METH_NOARGS, "CLOCK_MONOTONIC in ns (time.monotonic_ns)."},

@@ -46,7 +46,29 @@ FLUSH_EVERY_S = 0.2
 FLUSH_EVENTS = 65_536  # flushed sooner past this many buffered events (45 B each in the buffer)
 CHECK_EVERY_S = 0.05  # how often the flusher looks at the buffer's size
 
-_fast: set[str] = set()  # sites past their sized calls: timestamps only
+
+
+class _FastSites(set):
+    """The sites past their sized calls (timestamps only); the C path keeps the same as a flag
+    byte per site id, set here (`add`, `discard`, `clear` are the only changes made to it)."""
+
+    def add(self, site: str) -> None:
+        super().add(site)
+        if _native is not None:
+            _native.set_fast(site, True)
+
+    def discard(self, site: str) -> None:
+        super().discard(site)
+        if _native is not None:
+            _native.set_fast(site, False)
+
+    def clear(self) -> None:
+        super().clear()
+        if _native is not None:
+            _native.clear_fast()
+
+
+_fast = _FastSites()
 _slow_counts: dict[str, int] = {}
 _special: dict[str, Any] = {}  # site -> handler (hyperparameters, data-size cuts): always slow
 
@@ -433,6 +455,19 @@ class _Config:
         self.sync = env.get("FECOMLITE_SYNC", "") == "1"
         self.datasize = env.get("FECOMLITE_DATASIZE", "")
         self.calibrate = env.get("FECOMLITE_CALIBRATE", "")  # sites to replay at exit (JSON)
+        self.clock = env.get("FECOMLITE_CLOCK", "")  # "monotonic": never the TSC
+
+
+def _tsc_invariant(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether the TSC ticks at one rate in every power state (`constant_tsc` and
+    `nonstop_tsc`), so that the C path may stamp calls with it (~10 ns a read against ~22 ns
+    for clock_gettime) and convert to CLOCK_MONOTONIC when it drains."""
+    try:
+        with open(cpuinfo, encoding="ascii", errors="replace") as info:
+            flags = next((line for line in info if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return "constant_tsc" in flags and "nonstop_tsc" in flags
 
 
 _config = _Config(os.environ)
@@ -444,8 +479,9 @@ _special.update(
 )
 
 if _native is not None:
-    _native.configure(_fast, _before, _after, _capture.gpu_sync if _config.sync else None,
+    _native.configure(_before, _after, _capture.gpu_sync if _config.sync else None,
                       _names.is_framework)
+    _native.use_tsc(_config.clock != "monotonic" and _tsc_invariant())
     call, dcall = _native.call, _native.dcall
 else:
     call, dcall = _python_call, _python_dcall
