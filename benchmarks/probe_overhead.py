@@ -75,10 +75,12 @@ def instrumented_monotonic(n: int) -> float:
         __fecomlite__._native.use_tsc(tsc)
 
 
-def per_call_ns(loop, n: int) -> float:
-    start = time.perf_counter_ns()
+def per_call_ns(loop, n: int) -> tuple[float, float]:
+    """Wall ns and the calling thread's CPU ns per call (the CPU time is what the probe itself
+    costs, whatever the load: it leaves out time the thread was not running)."""
+    start, cpu = time.perf_counter_ns(), time.thread_time_ns()
     loop(n)
-    return (time.perf_counter_ns() - start) / n
+    return (time.perf_counter_ns() - start) / n, (time.thread_time_ns() - cpu) / n
 
 
 def main() -> None:
@@ -92,9 +94,12 @@ def main() -> None:
     if __fecomlite__._native is not None:
         loops["monotonic"] = instrumented_monotonic
     times: dict[str, list[float]] = {name: [] for name in loops}
+    cpu: dict[str, list[float]] = {name: [] for name in loops}
     for _ in range(args.rounds):
         for name, loop in loops.items():
-            times[name].append(per_call_ns(loop, args.calls))
+            wall, on_cpu = per_call_ns(loop, args.calls)
+            times[name].append(wall)
+            cpu[name].append(on_cpu)
         __fecomlite__.flush()
     base = statistics.median(times["original"])
     native = (f"C, {__fecomlite__._native.clock()}" if __fecomlite__._native is not None
@@ -108,9 +113,15 @@ def main() -> None:
         added = statistics.median(
             t - o for t, o in zip(times[name], times["original"], strict=True)
         )
+        added_cpu = statistics.median(t - o for t, o in zip(cpu[name], cpu["original"],
+                                                             strict=True))
         ratio = statistics.median(times[name]) / base
-        print(f"{label:24s}: +{added:7.1f} ns per call, {ratio:5.2f}x the bare call")
-        figures[name] = {"added_ns": added, "ratio_to_bare": ratio, "per_call_ns": times[name]}
+        print(f"{label:24s}: +{added:7.1f} ns per call, {ratio:5.2f}x the bare call "
+              f"(+{added_cpu:.1f} ns of the thread's CPU)")
+        figures[name] = {"added_ns": added, "added_cpu_ns": added_cpu, "ratio_to_bare": ratio,
+                         "per_call_ns": times[name], "per_call_cpu_ns": cpu[name]}
+    print(f"load average: {os.getloadavg()[0]:.2f}")
+    figures["load"] = os.getloadavg()[0]
     print(
         f"({args.rounds} alternating rounds of {args.calls:,} calls, median; "
         "the flusher thread running; targets: C probe +50 ns, C pass-through +30 ns or less)"

@@ -189,6 +189,29 @@ static inline int64_t stamp_ns(int64_t value, int clock) {
     return clock == CLOCK_TICKS ? tick_ns(value) : value;
 }
 
+/* tick_ns for many stamps: those in the newest segment (most of a drain's) by one multiply. */
+typedef struct {
+    Anchor lo;
+    double slope;
+} Segment;
+
+static Segment newest_segment(void) {
+    Segment s = {anchors[newest_anchor], 0.0};
+    if (n_anchors < 2) return s;
+    const Anchor *hi = &anchors[newest_anchor];
+    s.lo = anchors[(newest_anchor + ANCHORS - 1) % ANCHORS];
+    if (hi->tick != s.lo.tick)
+        s.slope = (double)(hi->ns - s.lo.ns) / (double)(hi->tick - s.lo.tick);
+    return s;
+}
+
+static inline int64_t segment_ns(const Segment *s, int64_t value, int clock) {
+    if (clock != CLOCK_TICKS) return value;
+    if (value >= s->lo.tick && s->slope > 0.0)
+        return s->lo.ns + (int64_t)((double)(value - s->lo.tick) * s->slope);
+    return tick_ns(value);
+}
+
 /* The event buffer: one fixed-size record a call, written in one go. */
 typedef struct {
     int64_t t0, t1;
@@ -263,6 +286,14 @@ static uint64_t open_generation = 1; /* forget_open() starts a new one: cached s
 static __thread OpenSlot *my_slot __attribute__((tls_model("initial-exec")));
 static __thread uint64_t my_generation __attribute__((tls_model("initial-exec")));
 
+/* PyThread_get_thread_ident(), read once per thread (a fork keeps the forking thread's). */
+static __thread uint64_t my_tid __attribute__((tls_model("initial-exec")));
+
+static inline uint64_t this_thread(void) {
+    if (!my_tid) my_tid = PyThread_get_thread_ident();
+    return my_tid;
+}
+
 static inline OpenSlot *held_slot(void) {
     return my_generation == open_generation ? my_slot : NULL;
 }
@@ -315,13 +346,16 @@ static inline void open_pop(uint32_t site, int64_t t0) {
 
 /* The GPU wait around a call (FECOMLITE_SYNC); a failing wait is the probe's, never the user's:
  * an exception in flight is kept as it was. */
-static void gpu_sync(void) {
-    if (!sync_call) return;
+static void gpu_wait(void) {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyObject *done = PyObject_CallNoArgs(sync_call);
     if (done) Py_DECREF(done); else PyErr_Clear();
     PyErr_Restore(type, value, tb);
+}
+
+static inline void gpu_sync(void) {
+    if (sync_call) gpu_wait();
 }
 
 /* fn(*args) timed: the fast path. */
@@ -411,7 +445,7 @@ static PyObject *sized_call(PyObject *site, uint32_t id, PyObject *fn, PyObject 
 
 static PyObject *probe_call_at(PyObject *site, PyObject *fn, PyObject *const *args,
                                Py_ssize_t nargs, PyObject *kwnames) {
-    uint64_t tid = PyThread_get_thread_ident();
+    uint64_t tid = this_thread();
     uint32_t id;
     if (site_id(site, &id) < 0) { /* no event (out of memory, an unhashable site) */
         PyErr_Clear();
@@ -548,6 +582,7 @@ static PyObject *probe_drain(PyObject *self, PyObject *unused) {
         if (!(col[c] = PyBytes_FromStringAndSize(NULL, n * width[c]))) goto done;
     memset(index, 0xff, ((size_t)n_sites + 1) * sizeof(int32_t));
     if (stamp_clock == CLOCK_TICKS || n_anchors) push_anchor();
+    Segment segment = newest_segment();
     int32_t *site = (int32_t *)PyBytes_AS_STRING(col[0]);
     int64_t *t0 = (int64_t *)PyBytes_AS_STRING(col[1]), *t1 = (int64_t *)PyBytes_AS_STRING(col[2]);
     uint64_t *tid = (uint64_t *)PyBytes_AS_STRING(col[3]);
@@ -560,8 +595,8 @@ static PyObject *probe_drain(PyObject *self, PyObject *unused) {
             if (PyList_Append(names, site_names[r->site]) < 0) goto done;
         }
         site[i] = index[r->site];
-        t0[i] = stamp_ns(r->t0, r->clock);
-        t1[i] = stamp_ns(r->t1, r->clock);
+        t0[i] = segment_ns(&segment, r->t0, r->clock);
+        t1[i] = segment_ns(&segment, r->t1, r->clock);
         tid[i] = r->tid;
         status[i] = r->status;
         in[i] = r->in_bytes;
