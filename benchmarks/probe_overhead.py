@@ -4,7 +4,8 @@ A loop of `math.sqrt(i)` is instrumented with `--api math` semantics by hand (th
 shape the instrumenter emits) and timed against the original loop, alternating rounds so that
 machine noise hits both alike. Prints the median added ns per call for the C hot path and the
 pure-Python fallback, and the ratio to the bare call. The C path stamps with the TSC where it is
-invariant; the same loop on its fallback clock (CLOCK_MONOTONIC) is timed too.
+invariant; the same loop on its fallback clock (CLOCK_MONOTONIC) is timed too, and with its records
+in a ring file (inside a run, so that a dead process's events are recovered).
 
 The same loop through `dcall` (a call whose callee the instrumenter could not name, decided at
 run time) with `math` not a root measures the pass-through path a non-framework callee takes:
@@ -28,6 +29,7 @@ os.environ.pop("FECOMLITE_URL", None)  # no server: events are spooled, as a sta
 os.environ["FECOMLITE_SPOOL"] = os.path.join(tempfile.mkdtemp(), "bench.spool")
 
 import fecomlite.runtime.probe as __fecomlite__  # noqa: E402 - after the environment is set
+from fecomlite.runtime import event_ring  # noqa: E402
 
 
 def original(n: int) -> float:
@@ -75,6 +77,19 @@ def instrumented_monotonic(n: int) -> float:
         __fecomlite__._native.use_tsc(tsc)
 
 
+_RING = event_ring.open_ring(os.environ["FECOMLITE_SPOOL"], "0" * 16, {})
+
+
+def instrumented_ring(n: int) -> float:
+    """The C path keeping its records in a ring file, as inside a run (`runtime.event_ring`;
+    one ring for the whole benchmark, as one for a process's life)."""
+    __fecomlite__._native.set_ring(_RING.map, _RING.sites_fd)
+    try:
+        return instrumented(n)
+    finally:
+        __fecomlite__._native.set_ring(None)  # what was not drained moves to memory
+
+
 def per_call_ns(loop, n: int) -> tuple[float, float]:
     """Wall ns and the calling thread's CPU ns per call (the CPU time is what the probe itself
     costs, whatever the load: it leaves out time the thread was not running)."""
@@ -93,6 +108,7 @@ def main() -> None:
              "dcall": passed_through, "dcall_python": passed_through_python}
     if __fecomlite__._native is not None:
         loops["monotonic"] = instrumented_monotonic
+        loops["ring"] = instrumented_ring
     times: dict[str, list[float]] = {name: [] for name in loops}
     cpu: dict[str, list[float]] = {name: [] for name in loops}
     for _ in range(args.rounds):
@@ -107,6 +123,7 @@ def main() -> None:
     print(f"original call:            {base:8.1f} ns")
     figures = {"calls": args.calls, "rounds": args.rounds, "native": native, "bare_call_ns": base}
     labels = (("instrumented", f"probe ({native})"), ("monotonic", "probe (C, monotonic)"),
+              ("ring", f"probe ({native}, ring file)"),
               ("python", "probe (pure Python)"), ("dcall", f"pass-through ({native})"),
               ("dcall_python", "pass-through (Python)"))
     for name, label in (item for item in labels if item[0] in times):

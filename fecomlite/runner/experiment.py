@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from fecomlite.runner.output import Output, stream_fd
 from fecomlite.runner.settings import RunSettings
 from fecomlite.runtime import batch_codec
-from fecomlite.runtime.event_counter import recorded_counts
+from fecomlite.runtime.event_ring import recorded_counts, recover_unsent
 from fecomlite.runtime.layers import layer_env
 
 if TYPE_CHECKING:
@@ -292,6 +292,7 @@ def run_experiment(
     except KeyboardInterrupt:
         outcome.status, outcome.exit_code = "interrupted", 130
     finally:
+        recover_unsent(log_dir)  # a dead process's unsent events, spooled from its ring
         for spool in log_dir.glob("*.spool"):  # events the probe could not post
             if client.ingest_report(spool).get("whole"):  # else kept: torn records' events
                 spool.unlink()

@@ -28,6 +28,8 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <pthread.h>
 
 /* Sites by number: the first time a site key object is seen it gets a small id (equal keys share
  * one), kept in `site_names` with a reference for the process's life; the hot path finds it in a
@@ -48,6 +50,28 @@ static PyObject **site_names = NULL; /* id -> site key (a reference) */
 static uint8_t *site_flags = NULL;   /* id -> SITE_* bits */
 static uint32_t n_sites = 0, sites_cap = 0;
 
+static int sites_fd = -1; /* the run's site table file: each new site's key is appended */
+
+/* Appends a site's key (u32 length, UTF-8) to the site table file, in one write, before any
+ * record names its id; a failed write stops the table (records then name ids it lacks, and the
+ * runner counts them lost). */
+static int site_to_file(PyObject *site) {
+    if (sites_fd < 0) return 0;
+    PyObject *text = PyObject_Str(site);
+    Py_ssize_t size;
+    const char *utf8 = text ? PyUnicode_AsUTF8AndSize(text, &size) : NULL;
+    if (!utf8) { Py_XDECREF(text); return -1; }
+    char *entry = PyMem_Malloc((size_t)size + 4);
+    if (!entry) { Py_DECREF(text); PyErr_NoMemory(); return -1; }
+    uint32_t length = (uint32_t)size;
+    memcpy(entry, &length, 4);
+    memcpy(entry + 4, utf8, (size_t)size);
+    if (write(sites_fd, entry, (size_t)size + 4) != size + 4) sites_fd = -1;
+    PyMem_Free(entry);
+    Py_DECREF(text);
+    return 0;
+}
+
 static int new_site_id(PyObject *site, uint32_t *id) {
     if (n_sites == sites_cap) {
         uint32_t cap = sites_cap ? sites_cap * 2 : 1024;
@@ -65,6 +89,7 @@ static int new_site_id(PyObject *site, uint32_t *id) {
         return -1;
     }
     Py_DECREF(number);
+    if (site_to_file(site) < 0) return -1;
     site_names[n_sites] = Py_NewRef(site);
     site_flags[n_sites] = 0;
     *id = n_sites++;
@@ -133,6 +158,8 @@ typedef struct {
 static Anchor first_anchor, anchors[ANCHORS];
 static int n_anchors = 0, newest_anchor = -1;
 
+static void anchor_to_ring(void);
+
 /* (tick, ns) read together: the narrowest of a few tick-ns-tick reads, the ns placed mid-way. */
 static Anchor read_anchor(void) {
     Anchor best = {0, 0};
@@ -155,12 +182,14 @@ static void push_anchor(void) {
         Anchor *older = &anchors[(newest_anchor + ANCHORS - 1) % ANCHORS];
         if (now.ns - older->ns < ANCHOR_MERGE_NS) {
             anchors[newest_anchor] = now;
+            anchor_to_ring();
             return;
         }
     }
     newest_anchor = (newest_anchor + 1) % ANCHORS;
     anchors[newest_anchor] = now;
     if (n_anchors < ANCHORS) n_anchors++;
+    anchor_to_ring();
 }
 
 static inline int64_t between(const Anchor *lo, const Anchor *hi, int64_t tick) {
@@ -223,13 +252,38 @@ typedef struct {
     uint8_t pad[2];
 } Record;
 
-static Record *records = NULL;
+/* Where records go: inside a run, a ring in a file mapped shared (`set_ring`, laid out by
+ * fecomlite/runtime/event_ring.py), which outlives the process: after an os._exit, a SIGKILL,
+ * a SIGSEGV or an OOM kill the runner reads the records not yet sent (from `sent` to `ring_end`)
+ * and stores them. A record is written whole before `ring_end` moves past it (crash-consistent:
+ * a store by this thread, seen in this order by anyone who reads the file after the death). A
+ * record that finds the ring full (the flusher fell behind by a ring's worth), or no ring, goes
+ * to `overflow`, in memory; once the overflow holds records, later ones follow them there until
+ * a drain, so the order is kept. `recorded` counts every record: what a death lost is then
+ * exactly recorded - stored. */
+typedef struct {
+    char magic[8];
+    uint32_t record_size, capacity; /* capacity: a power of two */
+    uint64_t recorded;               /* every record, ring or overflow */
+    uint64_t ring_end;               /* records written to the ring so far */
+    uint64_t sent;                   /* ring records whose batch was posted, spooled or lost */
+    int64_t seq;                     /* id of the latest batch taken (-1: none) */
+    uint64_t batch_end;              /* that batch's ring records end here */
+    uint32_t anchor_newest, n_anchors; /* n_anchors: 0, or 1 when the anchors below are set */
+    Anchor first_anchor, anchors[2]; /* the first and (anchors[anchor_newest]) the newest */
+} RingHeader;
+
+#define RING_HEADER_SIZE 128
+static RingHeader *ring_head = NULL;
+static Record *ring = NULL;
+static uint64_t ring_mask = 0;
+static uint64_t drained = 0, drain_end = 0; /* ring records taken by drain() */
+static Py_buffer ring_view;
+static int ring_held = 0; /* ring_view holds the mapping (a forked child's too, unused) */
+static uint64_t uncounted_recorded = 0; /* `recorded` without a ring */
+
+static Record *records = NULL; /* the overflow */
 static Py_ssize_t n_records = 0, records_cap = 0;
-/* Events recorded so far, in a file-backed shared mapping that outlives the process
- * (`set_counter`): one memory write a record, no syscall, so a run can count the events of a
- * process that died before sending them. NULL: not counted. */
-static volatile uint64_t *recorded = NULL;
-static Py_buffer recorded_view; /* holds the mapping while `recorded` points into it */
 
 static int grow(void) {
     Py_ssize_t cap = records_cap ? records_cap * 2 : 4096;
@@ -242,11 +296,34 @@ static int grow(void) {
 
 static inline int append_id(uint32_t site, int64_t t0, int64_t t1, uint64_t tid, int status,
                             int clock, int64_t in_bytes, int64_t out_bytes) {
+    Record r = {t0, t1, tid, in_bytes, out_bytes, site, (uint8_t)status, (uint8_t)clock, {0, 0}};
+    RingHeader *h = ring_head;
+    if (h && n_records == 0) {
+        uint64_t end = h->ring_end;
+        if (end - h->sent <= ring_mask) {
+            ring[end & ring_mask] = r;
+            __atomic_store_n(&h->ring_end, end + 1, __ATOMIC_RELEASE);
+            h->recorded++;
+            return 0;
+        }
+    }
     if (n_records == records_cap && grow() < 0) return -1;
-    Record *r = &records[n_records++];
-    *r = (Record){t0, t1, tid, in_bytes, out_bytes, site, (uint8_t)status, (uint8_t)clock, {0, 0}};
-    if (recorded) (*recorded)++;
+    records[n_records++] = r;
+    if (h) h->recorded++; else uncounted_recorded++;
     return 0;
+}
+
+/* The first and the newest anchor in the ring's header too: the runner converts a dead
+ * process's ticks along the line through them. The newest is written to the slot not in use,
+ * then named: a death in between leaves the previous one. */
+static void anchor_to_ring(void) {
+    RingHeader *h = ring_head;
+    if (!h || n_anchors == 0) return;
+    uint32_t next = (h->anchor_newest + 1) & 1;
+    h->first_anchor = first_anchor;
+    h->anchors[next] = anchors[newest_anchor];
+    __atomic_store_n(&h->anchor_newest, next, __ATOMIC_RELEASE);
+    h->n_anchors = 1;
 }
 
 static int append(PyObject *site, int64_t t0, int64_t t1, uint64_t tid, int status,
@@ -571,8 +648,13 @@ static PyObject *probe_record(PyObject *self, PyObject *args, PyObject *kwargs) 
 
 /* drain() -> (site_names, site_index int32, t0, t1, tid, status, in_bytes, out_bytes) as bytes,
  * the stamps in CLOCK_MONOTONIC ns; a site's index is its place in site_names (first seen first) */
+static inline uint64_t ring_records(void) {
+    return ring_head ? __atomic_load_n(&ring_head->ring_end, __ATOMIC_ACQUIRE) - drained : 0;
+}
+
 static PyObject *probe_drain(PyObject *self, PyObject *unused) {
-    Py_ssize_t n = n_records;
+    uint64_t from_ring = ring_records();
+    Py_ssize_t n = (Py_ssize_t)from_ring + n_records;
     PyObject *names = PyList_New(0), *out = NULL;
     PyObject *col[7] = {NULL};
     static const Py_ssize_t width[7] = {4, 8, 8, 8, 1, 8, 8};
@@ -589,7 +671,8 @@ static PyObject *probe_drain(PyObject *self, PyObject *unused) {
     uint8_t *status = (uint8_t *)PyBytes_AS_STRING(col[4]);
     int64_t *in = (int64_t *)PyBytes_AS_STRING(col[5]), *outb = (int64_t *)PyBytes_AS_STRING(col[6]);
     for (Py_ssize_t i = 0; i < n; i++) {
-        const Record *r = &records[i];
+        const Record *r = (uint64_t)i < from_ring ? &ring[(drained + (uint64_t)i) & ring_mask]
+                                                  : &records[i - (Py_ssize_t)from_ring];
         if (index[r->site] < 0) {
             index[r->site] = (int32_t)PyList_GET_SIZE(names);
             if (PyList_Append(names, site_names[r->site]) < 0) goto done;
@@ -603,7 +686,11 @@ static PyObject *probe_drain(PyObject *self, PyObject *unused) {
         outb[i] = r->out_bytes;
     }
     out = PyTuple_Pack(8, names, col[0], col[1], col[2], col[3], col[4], col[5], col[6]);
-    if (out) n_records = 0;
+    if (out) {
+        n_records = 0;
+        drained += from_ring;
+        drain_end = drained;
+    }
 done:
     PyMem_Free(index);
     Py_XDECREF(names);
@@ -611,8 +698,27 @@ done:
     return out;
 }
 
+/* sending(seq): the batch drained last goes out as `seq` (a dead process's records from there
+ * on are recovered under this id: the store keeps an id once, so none is stored twice) */
+static PyObject *probe_sending(PyObject *self, PyObject *arg) {
+    long long seq = PyLong_AsLongLong(arg);
+    if (seq == -1 && PyErr_Occurred()) return NULL;
+    if (ring_head) {
+        ring_head->seq = seq;
+        __atomic_store_n(&ring_head->batch_end, drain_end, __ATOMIC_RELEASE);
+    }
+    Py_RETURN_NONE;
+}
+
+/* sent(): the batch drained last was posted, spooled, or counted lost: its ring records go */
+static PyObject *probe_sent(PyObject *self, PyObject *unused) {
+    if (ring_head) __atomic_store_n(&ring_head->sent, drain_end, __ATOMIC_RELEASE);
+    Py_RETURN_NONE;
+}
+
 static PyObject *probe_discard(PyObject *self, PyObject *unused) {
     n_records = 0;
+    drained += ring_records();
     Py_RETURN_NONE;
 }
 
@@ -651,8 +757,17 @@ static PyObject *probe_forget_open(PyObject *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+/* pending() -> records not drained yet; the flusher asks every 50 ms, which keeps the anchors
+ * (and the ring's, for a dead process's ticks) fresh between drains */
 static PyObject *probe_pending(PyObject *self, PyObject *unused) {
-    return PyLong_FromSsize_t(n_records);
+    if (stamp_clock == CLOCK_TICKS && now_ns() - anchors[newest_anchor].ns >= ANCHOR_MERGE_NS)
+        push_anchor();
+    return PyLong_FromSsize_t((Py_ssize_t)ring_records() + n_records);
+}
+
+/* recorded() -> events recorded so far (the ring's count, or this process's without one) */
+static PyObject *probe_recorded(PyObject *self, PyObject *unused) {
+    return PyLong_FromUnsignedLongLong(ring_head ? ring_head->recorded : uncounted_recorded);
 }
 
 /* set_fast(site, fast): whether the site is past its sized calls (probe.py's `_fast`) */
@@ -676,7 +791,11 @@ static PyObject *probe_use_tsc(PyObject *self, PyObject *arg) {
     int on = PyObject_IsTrue(arg);
     if (on < 0) return NULL;
     stamp_clock = on && HAVE_TSC ? CLOCK_TICKS : CLOCK_NS;
-    if (stamp_clock == CLOCK_TICKS && n_anchors == 0) push_anchor();
+    if (stamp_clock == CLOCK_TICKS && n_anchors == 0) { /* a first rate: two anchors 1 ms apart */
+        push_anchor();
+        while (now_ns() - first_anchor.ns < 1000000) continue;
+        push_anchor();
+    }
     return PyBool_FromLong(stamp_clock == CLOCK_TICKS);
 }
 
@@ -712,25 +831,77 @@ static PyObject *probe_configure(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* set_counter(buffer or None): count each recorded event in the first 8 bytes of a writable
- * buffer (an mmap of the run's counter file); None stops counting. */
-static PyObject *probe_set_counter(PyObject *self, PyObject *target) {
+/* The ring's records not drained yet, moved in front of the overflow (nothing is lost when a
+ * ring is let go). */
+static int ring_to_memory(void) {
+    Py_ssize_t moved = (Py_ssize_t)ring_records();
+    if (moved == 0) return 0;
+    while (records_cap < n_records + moved)
+        if (grow() < 0) return -1;
+    memmove(records + moved, records, (size_t)n_records * sizeof(Record));
+    for (Py_ssize_t i = 0; i < moved; i++) records[i] = ring[(drained + (uint64_t)i) & ring_mask];
+    n_records += moved;
+    drained += (uint64_t)moved;
+    return 0;
+}
+
+static void ring_release(void) {
+    ring_head = NULL;
+    ring = NULL;
+    ring_mask = 0;
+    sites_fd = -1;
+    if (ring_held) PyBuffer_Release(&ring_view);
+    ring_held = 0;
+}
+
+/* set_ring(buffer, sites_fd) or set_ring(None): records (and their count) go to the ring laid
+ * out in a writable buffer (an mmap of the run's ring file, header written by event_ring.py),
+ * each new site's key to the file sites_fd, after every site known so far. */
+static PyObject *probe_set_ring(PyObject *self, PyObject *args) {
+    PyObject *target;
+    int fd = -1;
+    if (!PyArg_ParseTuple(args, "O|i", &target, &fd)) return NULL;
     Py_buffer view;
     if (target != Py_None) {
         if (PyObject_GetBuffer(target, &view, PyBUF_WRITABLE) < 0) return NULL;
-        if (view.len < (Py_ssize_t)sizeof(uint64_t) || ((uintptr_t)view.buf & 7)) {
+        RingHeader *h = (RingHeader *)view.buf;
+        if (view.len < RING_HEADER_SIZE || ((uintptr_t)view.buf & 7) ||
+            h->record_size != sizeof(Record) || h->capacity == 0 ||
+            (h->capacity & (h->capacity - 1)) ||
+            view.len < RING_HEADER_SIZE + (Py_ssize_t)h->capacity * (Py_ssize_t)sizeof(Record)) {
             PyBuffer_Release(&view);
-            PyErr_SetString(PyExc_ValueError, "the counter needs 8 aligned writable bytes");
+            PyErr_SetString(PyExc_ValueError, "not a ring laid out for this probe");
             return NULL;
         }
     }
-    if (recorded) PyBuffer_Release(&recorded_view);
-    recorded = NULL;
-    if (target != Py_None) {
-        recorded_view = view;
-        recorded = (volatile uint64_t *)view.buf;
+    if (ring_to_memory() < 0) {
+        if (target != Py_None) PyBuffer_Release(&view);
+        return NULL;
     }
+    ring_release();
+    if (target == Py_None) Py_RETURN_NONE;
+    sites_fd = fd;
+    for (uint32_t i = 0; i < n_sites; i++) site_to_file(site_names[i]);
+    if (PyErr_Occurred()) PyErr_Clear();
+    ring_view = view;
+    ring_held = 1;
+    ring_head = (RingHeader *)view.buf;
+    ring = (Record *)((char *)view.buf + RING_HEADER_SIZE);
+    ring_mask = ring_head->capacity - 1;
+    drained = drain_end = ring_head->ring_end;
+    uncounted_recorded = 0;
+    anchor_to_ring();
     Py_RETURN_NONE;
+}
+
+/* A forked child writes nothing into its parent's ring (the mapping is shared) until it has its
+ * own; its parent's unsent records are its parent's. */
+static void ring_forget_in_child(void) {
+    ring_head = NULL;
+    ring = NULL;
+    ring_mask = 0;
+    sites_fd = -1;
+    drained = drain_end = 0;
 }
 
 static PyObject *probe_now(PyObject *self, PyObject *unused) {
@@ -858,8 +1029,12 @@ static PyMethodDef methods[] = {
     {"clock", probe_clock, METH_NOARGS, "What the fast path stamps with: 'tsc' or 'monotonic'."},
     {"stamp", probe_stamp, METH_NOARGS, "A raw stamp of the fast path's clock."},
     {"stamp_ns", probe_stamp_ns, METH_O, "A raw stamp in CLOCK_MONOTONIC ns, as drain() has it."},
-    {"set_counter", probe_set_counter, METH_O,
-     "set_counter(buffer or None): count recorded events in its first 8 bytes (shared memory)."},
+    {"set_ring", probe_set_ring, METH_VARARGS,
+     "set_ring(buffer, sites_fd) or set_ring(None): keep records in a ring in shared memory "
+     "(a mapped file) and new sites' keys in a file, so a dead process's are recovered."},
+    {"sending", probe_sending, METH_O, "sending(seq): the batch drained last goes out as seq."},
+    {"sent", probe_sent, METH_NOARGS, "The batch drained last was posted, spooled or lost."},
+    {"recorded", probe_recorded, METH_NOARGS, "Events recorded so far."},
     {"now", probe_now, METH_NOARGS, "CLOCK_MONOTONIC in ns (time.monotonic_ns)."},
     {NULL, NULL, 0, NULL},
 };
@@ -870,6 +1045,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__fastprobe(void) {
     if (PyType_Ready(&RegionType) < 0) return NULL;
+    if (pthread_atfork(NULL, NULL, ring_forget_in_child) != 0) return PyErr_NoMemory();
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     Py_INCREF(&RegionType);

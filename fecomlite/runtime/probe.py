@@ -32,12 +32,13 @@ from typing import Any
 
 from fecomlite.runtime import capture as _capture
 from fecomlite.runtime import compilers as _compilers
-from fecomlite.runtime import event_counter as _event_counter
+from fecomlite.runtime import event_ring as _event_ring
 from fecomlite.runtime import names as _names
 from fecomlite.runtime import positions as _positions
 from fecomlite.runtime import site_handlers as _site_handlers
 from fecomlite.runtime import source as _source
 from fecomlite.runtime.batch_codec import CONTINUES, RAISED
+from fecomlite.runtime.identity import rank_fields
 from fecomlite.runtime.sender import Sender
 
 SLOW_CALLS_PER_SITE = 3  # sized calls per site, again after each resample
@@ -80,7 +81,7 @@ class _PythonBuffer:
 
     def __init__(self) -> None:
         self.flat: list[Any] = []
-        self.counter: _event_counter.EventCounter | None = None  # counts what is recorded
+        self.counter: _event_ring.EventRing | None = None  # counts what is recorded
 
     def record(
         self,
@@ -384,14 +385,21 @@ def _start_flusher() -> None:
     ).start()
 
 
-def _count_events() -> None:
-    """Inside a run, count this process's recorded events in its own counter file
-    (`event_counter`), so the run learns exactly what a sudden death lost."""
-    counter = _event_counter.open_counter(_config.spool, _sender.proc) if _config.run else None
+def _keep_events() -> None:
+    """Inside a run, the C probe keeps this process's records in a ring file the runner reads
+    if the process dies before sending them (`event_ring`); the pure-Python probe only counts
+    them there, so the run learns exactly what a sudden death lost."""
+    ring = None
+    if _config.run:
+        meta = {"rep": _config.rep, "pid": os.getpid(), "run": _config.run, **rank_fields()}
+        if _sender.store:
+            meta["store"] = _sender.store
+        ring = _event_ring.open_ring(_config.spool, _sender.proc, meta)
     if _native is not None:
-        _native.set_counter(counter.map if counter is not None else None)
+        _native.set_ring(*((ring.map, ring.sites_fd) if ring is not None else (None,)))
+        _sender.on_sending, _sender.on_sent = _native.sending, _native.sent
     else:
-        _buffer.counter = counter
+        _buffer.counter = ring
 
 
 def _after_fork_in_child() -> None:
@@ -401,7 +409,7 @@ def _after_fork_in_child() -> None:
     _discard()
     _forget_open()
     _sender = Sender(_config, open_calls)
-    _count_events()
+    _keep_events()
     _start_flusher()
 
 
@@ -472,7 +480,7 @@ def _tsc_invariant(cpuinfo: str = "/proc/cpuinfo") -> bool:
 
 _config = _Config(os.environ)
 _sender = Sender(_config, open_calls)
-_count_events()
+_keep_events()
 _special.update(
     _site_handlers.special_handlers(
         _config.manifest, _config.datasize, _sender, record, _config.calibrate)

@@ -67,6 +67,8 @@ class Sender:
         self._total = 0  # events put in batches so far
         self.lost = 0  # events neither posted nor spooled, so far
         self._lost_told = 0  # `lost` when a batch last reached the server
+        self.on_sending: Callable[[int], None] = _nothing  # the probe's ring (`event_ring`)
+        self.on_sent: Callable[[], None] = _nothing
         url = urlsplit(config.url) if config.url else None
         self._host = url.hostname if url else None
         self._port = url.port if url else None
@@ -109,56 +111,65 @@ class Sender:
 
     def send(self, drain: Callable[[], tuple[Any, ...]], final: bool = False) -> None:
         """Drain the probe's buffer and send it as one batch (docs/internals.md §2); `final`:
-        the process's last, posted whatever the server last answered."""
+        the process's last, posted whatever the server last answered. The probe's ring
+        (`event_ring`) learns the batch's id before it goes (`on_sending`) and that it is gone
+        (`on_sent`: posted, spooled or counted lost)."""
         with self._lock:
             names, *columns = drain()
-            shapes = self._take_shapes()
-            callees = self._take_names()
-            extra = {k: v for k, take in self.extra_headers.items() if (v := take())}
-            open_now = self._in_progress()
-            if open_now != self._open_sent:
-                extra["open"] = open_now
-            if (not names and not self.hyperparams and not shapes and not callees and not extra
-                    and self.lost == self._lost_told):
-                return  # (after losses, even an empty batch goes: its `total` tells them)
-            n = len(columns[0]) // 4
-            self._total += n
-            meta: dict[str, Any] = {
-                "rep": self.config.rep,
-                "pid": os.getpid(),
-                **rank_fields(),
-                "proc": self.proc,
-                "seq": self._seq,
-                **extra,
-            }
-            self._seq += 1
-            meta["total"] = self._total
-            if self.hyperparams:
-                meta["hyperparams"] = self.hyperparams
-                self.hyperparams = {}
-            if shapes:
-                meta["shapes"] = shapes
-            if callees:
-                meta["names"] = callees
-            if self._host and self._post(batch_codec.encode(meta, names, tuple(columns)), final):
-                self._lost_told = self.lost
-                self._open_sent = open_now
-                return
-            meta.pop("open", None)  # a spool is read after the run: nothing is in progress then
-            if self.config.run:
-                meta["run"] = self.config.run
-            if self.store:
-                meta["store"] = self.store
-            failure = self._spool(batch_codec.encode(meta, names, tuple(columns)))
-            if failure is None:
-                self._lost_told = self.lost  # the spooled record's `total` tells it
-                return
-            if not self.lost:
-                _tell(
-                    f"fecomlite probe: {failure}; events from now on may be lost "
-                    "(counted, and the run is marked incomplete)"
-                )
-            self.lost += n
+            try:
+                self._send_drained(names, columns, final)
+            finally:
+                self.on_sent()
+
+    def _send_drained(self, names: list[str], columns: list[bytes], final: bool) -> None:
+        shapes = self._take_shapes()
+        callees = self._take_names()
+        extra = {k: v for k, take in self.extra_headers.items() if (v := take())}
+        open_now = self._in_progress()
+        if open_now != self._open_sent:
+            extra["open"] = open_now
+        if (not names and not self.hyperparams and not shapes and not callees and not extra
+                and self.lost == self._lost_told):
+            return  # (after losses, even an empty batch goes: its `total` tells them)
+        n = len(columns[0]) // 4
+        self._total += n
+        meta: dict[str, Any] = {
+            "rep": self.config.rep,
+            "pid": os.getpid(),
+            **rank_fields(),
+            "proc": self.proc,
+            "seq": self._seq,
+            **extra,
+        }
+        self.on_sending(self._seq)
+        self._seq += 1
+        meta["total"] = self._total
+        if self.hyperparams:
+            meta["hyperparams"] = self.hyperparams
+            self.hyperparams = {}
+        if shapes:
+            meta["shapes"] = shapes
+        if callees:
+            meta["names"] = callees
+        if self._host and self._post(batch_codec.encode(meta, names, tuple(columns)), final):
+            self._lost_told = self.lost
+            self._open_sent = open_now
+            return
+        meta.pop("open", None)  # a spool is read after the run: nothing is in progress then
+        if self.config.run:
+            meta["run"] = self.config.run
+        if self.store:
+            meta["store"] = self.store
+        failure = self._spool(batch_codec.encode(meta, names, tuple(columns)))
+        if failure is None:
+            self._lost_told = self.lost  # the spooled record's `total` tells it
+            return
+        if not self.lost:
+            _tell(
+                f"fecomlite probe: {failure}; events from now on may be lost "
+                "(counted, and the run is marked incomplete)"
+            )
+        self.lost += n
 
     def _in_progress(self) -> list[dict[str, Any]]:
         """The calls in progress as the header's `open` field: per thread, its depth and the
@@ -231,6 +242,10 @@ class Sender:
             return f"cannot spool to {path}: {exc}"
         finally:
             os.close(fd)
+
+
+def _nothing(*_: Any) -> None:
+    """No ring to tell (the pure-Python probe, outside a run)."""
 
 
 def _tell(message: str) -> None:

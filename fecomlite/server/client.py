@@ -169,7 +169,7 @@ class ServerClient:
                    recorded: dict[str, int] | None = None) -> dict[str, Any]:
         """Close the run: {status (`incomplete` when events were lost), lost_events, and
         lost_at_exit: of them, those of processes that died before sending them}. `recorded`:
-        proc -> events each process recorded (`runtime.event_counter`)."""
+        proc -> events each process recorded (`runtime.event_ring`)."""
         return self._call("POST", f"/api/runs/{run_id}/finish",
                           {"status": status, "exit_code": exit_code, "recorded": recorded or {}})
 

@@ -234,7 +234,7 @@ class MeasurementService:
         """Stop recording (after writing every sample read so far) and close the run; a run
         that lost events (`lost_events`) or batches the store refused ends `incomplete` rather
         than `finished`. `recorded`: proc -> events each process recorded (read by the runner from
-        `runtime.event_counter`'s files): those never stored, nor told by a batch's `total`, were
+        `runtime.event_ring`'s files): those never stored, nor told by a batch's `total`, were
         lost by a process that died before sending them (`lost_at_exit`); they are lost events
         too, and make a `failed` run (the program's death lost them) `incomplete` as well. A
         store that cannot record the end (a full disk) gets the disk space kept in reserve, else
