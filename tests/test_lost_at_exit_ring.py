@@ -7,6 +7,7 @@ off the site table."""
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 import textwrap
@@ -103,3 +104,15 @@ def test_the_pure_python_probe_counts_what_it_cannot_keep(tmp_path):
     die(tmp_path, "os._exit(3)", python_only=True)
     assert event_ring.recover_unsent(tmp_path) == 0
     assert list(event_ring.recorded_counts(tmp_path).values()) == [EXPECTED]
+
+
+def test_a_batch_in_flight_at_the_death_is_recovered_under_its_own_id(tmp_path):
+    """Died while posting batch 4 (records 0-99): those records go out as batch 4 (the store
+    keeps an id once: stored already, they are not stored twice), the rest as batch 5."""
+    die(tmp_path, "os._exit(3)")
+    (ring,) = tmp_path.glob("*.events")
+    with ring.open("r+b") as f:  # sent, seq, batch_end (event_ring's header layout)
+        f.seek(32)
+        f.write(struct.pack("=QqQ", 0, 4, 100))
+    assert event_ring.recover_unsent(tmp_path) == EXPECTED
+    assert [(h["seq"], h["n"]) for h, _ in recovered(tmp_path)] == [(4, 100), (5, EXPECTED - 100)]

@@ -159,6 +159,7 @@ static Anchor first_anchor, anchors[ANCHORS];
 static int n_anchors = 0, newest_anchor = -1;
 
 static void anchor_to_ring(void);
+static void first_rate(void);
 
 /* (tick, ns) read together: the narrowest of a few tick-ns-tick reads, the ns placed mid-way. */
 static Anchor read_anchor(void) {
@@ -280,7 +281,6 @@ static uint64_t ring_mask = 0;
 static uint64_t drained = 0, drain_end = 0; /* ring records taken by drain() */
 static Py_buffer ring_view;
 static int ring_held = 0; /* ring_view holds the mapping (a forked child's too, unused) */
-static uint64_t uncounted_recorded = 0; /* `recorded` without a ring */
 
 static Record *records = NULL; /* the overflow */
 static Py_ssize_t n_records = 0, records_cap = 0;
@@ -309,7 +309,7 @@ static inline int append_id(uint32_t site, int64_t t0, int64_t t1, uint64_t tid,
     }
     if (n_records == records_cap && grow() < 0) return -1;
     records[n_records++] = r;
-    if (h) h->recorded++; else uncounted_recorded++;
+    if (h) h->recorded++;
     return 0;
 }
 
@@ -765,10 +765,6 @@ static PyObject *probe_pending(PyObject *self, PyObject *unused) {
     return PyLong_FromSsize_t((Py_ssize_t)ring_records() + n_records);
 }
 
-/* recorded() -> events recorded so far (the ring's count, or this process's without one) */
-static PyObject *probe_recorded(PyObject *self, PyObject *unused) {
-    return PyLong_FromUnsignedLongLong(ring_head ? ring_head->recorded : uncounted_recorded);
-}
 
 /* set_fast(site, fast): whether the site is past its sized calls (probe.py's `_fast`) */
 static PyObject *probe_set_fast(PyObject *self, PyObject *args) {
@@ -791,11 +787,8 @@ static PyObject *probe_use_tsc(PyObject *self, PyObject *arg) {
     int on = PyObject_IsTrue(arg);
     if (on < 0) return NULL;
     stamp_clock = on && HAVE_TSC ? CLOCK_TICKS : CLOCK_NS;
-    if (stamp_clock == CLOCK_TICKS && n_anchors == 0) { /* a first rate: two anchors 1 ms apart */
-        push_anchor();
-        while (now_ns() - first_anchor.ns < 1000000) continue;
-        push_anchor();
-    }
+    if (stamp_clock == CLOCK_TICKS && n_anchors == 0) push_anchor();
+    first_rate();
     return PyBool_FromLong(stamp_clock == CLOCK_TICKS);
 }
 
@@ -889,9 +882,17 @@ static PyObject *probe_set_ring(PyObject *self, PyObject *args) {
     ring = (Record *)((char *)view.buf + RING_HEADER_SIZE);
     ring_mask = ring_head->capacity - 1;
     drained = drain_end = ring_head->ring_end;
-    uncounted_recorded = 0;
     anchor_to_ring();
+    first_rate();
     Py_RETURN_NONE;
+}
+
+/* A ring on the tick clock gets a second anchor 1 ms after the first at once: the runner then has
+ * a rate to convert the ticks of a process that dies before the flusher reads anchors (50 ms). */
+static void first_rate(void) {
+    if (stamp_clock != CLOCK_TICKS || !ring_head || n_anchors != 1) return;
+    while (now_ns() - first_anchor.ns < 1000000) continue;
+    push_anchor();
 }
 
 /* A forked child writes nothing into its parent's ring (the mapping is shared) until it has its
@@ -1034,7 +1035,6 @@ static PyMethodDef methods[] = {
      "(a mapped file) and new sites' keys in a file, so a dead process's are recovered."},
     {"sending", probe_sending, METH_O, "sending(seq): the batch drained last goes out as seq."},
     {"sent", probe_sent, METH_NOARGS, "The batch drained last was posted, spooled or lost."},
-    {"recorded", probe_recorded, METH_NOARGS, "Events recorded so far."},
     {"now", probe_now, METH_NOARGS, "CLOCK_MONOTONIC in ns (time.monotonic_ns)."},
     {NULL, NULL, 0, NULL},
 };
