@@ -1,9 +1,11 @@
 """The probe runtime that instrumented code calls: `call(site, fn, *args, **kwargs)`
 (`acall` for an awaited call).
 
-A probe never reads a sensor (DESIGN.md rule 1): it takes two CLOCK_MONOTONIC stamps and appends
-to a column buffer. The hot path is C (`_fastprobe.c`) when it was built, else the pure-Python
-`_python_call` below, with the same behaviour. A daemon thread sends the buffer to the
+A probe never reads a sensor (DESIGN.md rule 1): it takes two clock stamps and appends one record
+to a buffer. The hot path is C (`_fastprobe.c`: the TSC where it is invariant, converted to
+CLOCK_MONOTONIC ns when drained; inside a run its buffer is a ring file that outlives the process,
+`event_ring`) when it was built, else the pure-Python `_python_call` below, with the same
+behaviour. A daemon thread sends the buffer to the
 measurement server every 200 ms, and at exit and on SIGTERM; with no server reachable the events
 go to a spool file. The first calls of each site (and a few again every few seconds) take a slower
 path that also names the callee that ran (`runtime.names`), records argument and result sizes and
