@@ -71,6 +71,31 @@ def test_every_call_is_stored_even_after_a_sudden_death(home, tmp_path, end, exi
     assert (stored, run["lost_events"], run["lost_at_exit"]) == (CALLS, 0, 0)
 
 
+PAST_THE_RING = """\
+import os
+import numpy as np
+import fecomlite.runtime.probe as probe
+from fecomlite.runtime import event_ring
+
+probe.FLUSH_EVERY_S, probe.FLUSH_EVENTS = 3600, 10**9  # the flusher falls a ring behind
+for _ in range(event_ring.CAPACITY + {beyond}):
+    np.abs(-1)
+os._exit(3)
+"""
+
+
+def test_events_past_a_full_ring_are_counted_lost_exactly(home, tmp_path):
+    """Unsent records that found the ring full wait in memory: a death loses them, and the run
+    counts them, exactly, and says so."""
+    from fecomlite.runtime.event_ring import CAPACITY
+
+    result, run, stored = _run(home, tmp_path, PAST_THE_RING.format(beyond=5_000))
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert (stored, run["lost_events"], run["status"]) == (CAPACITY, 5_000, "incomplete")
+    assert run["lost_at_exit"] == run["lost_events"] == 5_000  # the sized first calls: in the ring
+    assert "5000 events recorded by a process that died" in result.stdout
+
+
 def test_a_forked_child_that_dies_unflushed_keeps_its_events_too(home, tmp_path):
     result, run, stored = _run(home, tmp_path, FORKED_CHILD_DIES)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -149,8 +149,8 @@ def _batches(ring: _Ring, sites: list[str], meta: dict[str, Any]) -> list[bytes]
             struct.pack(f"<{len(kept)}q", *(r[3] for r, _ in kept)),
             struct.pack(f"<{len(kept)}q", *(r[4] for r, _ in kept)),
         )
-        header = {**meta, "seq": seq, "total": ring.recorded}
-        out.append(batch_codec.encode(header, names, columns))
+        # no `total`: the store counts what a death lost as recorded − stored (`lost_at_exit`)
+        out.append(batch_codec.encode({**meta, "seq": seq}, names, columns))
     return out
 
 
