@@ -32,7 +32,8 @@ from fecomlite.runtime import batch_codec
 MAGIC = b"FCLRING1"
 HEADER_SIZE = 128
 RECORD_SIZE = 48  # the C `Record`
-CAPACITY = 1 << 17  # records (6 MB of file, its pages made as they are written)
+CAPACITY = 1 << 17  # records (6 MB of file)
+MIN_CAPACITY = 64  # on a disk without room for CAPACITY
 _FIELDS = struct.Struct("=8sIIQQQqQII")  # magic .. n_anchors (the C `RingHeader`)
 _ANCHORS = struct.Struct("=6q")  # first (tick, ns), anchors[0], anchors[1]
 RECORDED_SLOT = 2  # header[16:24] as the 3rd u64: the count the pure-Python probe keeps
@@ -50,11 +51,11 @@ class EventRing:
         events = stem.with_name(f"{stem.name}.{proc}.events")
         fd = os.open(events, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            os.ftruncate(fd, HEADER_SIZE + CAPACITY * RECORD_SIZE)
+            capacity = _allocate(fd)
             self.map = mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)
-        self.map[: _FIELDS.size] = _FIELDS.pack(MAGIC, RECORD_SIZE, CAPACITY, 0, 0, 0, -1, 0, 0, 0)
+        self.map[: _FIELDS.size] = _FIELDS.pack(MAGIC, RECORD_SIZE, capacity, 0, 0, 0, -1, 0, 0, 0)
         self.header = memoryview(self.map)[:HEADER_SIZE].cast("Q")
         sites = stem.with_name(f"{stem.name}.{proc}.sites")
         self.sites_fd = os.open(sites, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
@@ -63,6 +64,19 @@ class EventRing:
     def recorded(self) -> None:
         """One more event recorded (the pure-Python buffer; the C one counts itself)."""
         self.header[RECORDED_SLOT] += 1
+
+
+def _allocate(fd: int) -> int:
+    """Gives the ring file its blocks now (a write into a hole of a mapped file on a full disk
+    would be a SIGBUS in the user's program): CAPACITY records, else a ring too small to keep
+    much that still counts every record; its capacity."""
+    for capacity in (CAPACITY, MIN_CAPACITY):
+        try:
+            os.posix_fallocate(fd, 0, HEADER_SIZE + capacity * RECORD_SIZE)  # sets the size too
+            return capacity
+        except OSError:
+            os.ftruncate(fd, 0)
+    raise OSError("no room for the event ring")
 
 
 def _write_entry(fd: int, data: bytes) -> None:
