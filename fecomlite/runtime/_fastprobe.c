@@ -260,12 +260,12 @@ typedef struct {
  * a store by this thread, seen in this order by anyone who reads the file after the death). A
  * record that finds the ring full (the flusher fell behind by a ring's worth), or no ring, goes
  * to `overflow`, in memory; once the overflow holds records, later ones follow them there until
- * a drain, so the order is kept. `recorded` counts every record: what a death lost is then
- * exactly recorded - stored. */
+ * a drain, so the order is kept. `ring_end` + `overflowed` counts every record: what a death lost
+ * is then exactly that less what was stored. */
 typedef struct {
     char magic[8];
     uint32_t record_size, capacity; /* capacity: a power of two */
-    uint64_t recorded;               /* every record, ring or overflow */
+    uint64_t overflowed;             /* records that went to the overflow */
     uint64_t ring_end;               /* records written to the ring so far */
     uint64_t sent;                   /* ring records whose batch was posted, spooled or lost */
     int64_t seq;                     /* id of the latest batch taken (-1: none) */
@@ -303,13 +303,12 @@ static inline int append_id(uint32_t site, int64_t t0, int64_t t1, uint64_t tid,
         if (end - h->sent <= ring_mask) {
             ring[end & ring_mask] = r;
             __atomic_store_n(&h->ring_end, end + 1, __ATOMIC_RELEASE);
-            h->recorded++;
             return 0;
         }
     }
     if (n_records == records_cap && grow() < 0) return -1;
     records[n_records++] = r;
-    if (h) h->recorded++;
+    if (h) h->overflowed++;
     return 0;
 }
 

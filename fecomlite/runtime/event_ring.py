@@ -1,14 +1,16 @@
 """A process's unsent events where its death cannot erase them: a ring of records in a file
 mapped shared, and its site table in a file beside it.
 
-The C probe writes each record into the ring, then moves the ring's end past it, and counts it
-(`recorded`); the flusher marks what it has posted or spooled (`sent`), and the id of the batch
-it is sending (`seq`, up to `batch_end`). The file's pages belong to the kernel's page cache, so
-after an `os._exit`, a SIGKILL, a SIGSEGV or an OOM kill the runner reads the records from `sent`
-to the ring's end (`recover_unsent`) and spools them as batches with the ids the process would
-have used: the store keeps each id once, so a batch stored just before the death is not stored
-twice. What cannot be recovered (records past a full ring, kept in memory; the pure-Python
-probe's, which only counts) is counted: recorded − stored = lost (`recorded_counts`).
+The C probe writes each record into the ring, then moves the ring's end past it (a record that
+finds the ring full waits in memory, and is counted in `overflowed`); the flusher marks what it
+has posted or spooled (`sent`), and the id of the batch it is sending (`seq`, up to
+`batch_end`). The file's pages belong to the kernel's page cache, so after an `os._exit`, a
+SIGKILL, a SIGSEGV or an OOM kill the runner reads the records from `sent` to the ring's end
+(`recover_unsent`) and spools them as batches with the ids the process would have used: the
+store keeps each id once, so a batch stored just before the death is not stored twice. What
+cannot be recovered (records past a full ring, kept in memory; the pure-Python probe's, which
+only counts) is counted: recorded (ring end + overflowed) − stored = lost
+(`recorded_counts`).
 
 Files, beside the run's spool in its private log folder, named by the process's batch id
 (`Sender.proc`): `<spool stem>.<proc>.events` (the ring) and `<spool stem>.<proc>.sites` (u32
@@ -36,7 +38,7 @@ CAPACITY = 1 << 17  # records (6 MB of file)
 MIN_CAPACITY = 64  # on a disk without room for CAPACITY
 _FIELDS = struct.Struct("=8sIIQQQqQII")  # magic .. n_anchors (the C `RingHeader`)
 _ANCHORS = struct.Struct("=6q")  # first (tick, ns), anchors[0], anchors[1]
-RECORDED_SLOT = 2  # header[16:24] as the 3rd u64: the count the pure-Python probe keeps
+OVERFLOWED_SLOT = 2  # header[16:24] as the 3rd u64: the pure-Python probe counts its records there
 CLOCK_TICKS = 1
 RECORD = [("t0", "=i8"), ("t1", "=i8"), ("tid", "=u8"), ("in_bytes", "=i8"), ("out_bytes", "=i8"),
           ("site", "=u4"), ("status", "u1"), ("clock", "u1"), ("pad", "V2")]  # the C `Record`
@@ -63,7 +65,7 @@ class EventRing:
 
     def recorded(self) -> None:
         """One more event recorded (the pure-Python buffer; the C one counts itself)."""
-        self.header[RECORDED_SLOT] += 1
+        self.header[OVERFLOWED_SLOT] += 1
 
 
 def _allocate(fd: int) -> int:
@@ -112,7 +114,7 @@ class _Ring:
 
     def __init__(self, path: Path) -> None:
         data = path.read_bytes()
-        (magic, size, self.capacity, self.recorded, self.end, self.sent, self.seq,
+        (magic, size, self.capacity, _, self.end, self.sent, self.seq,
          self.batch_end, newest, self.n_anchors) = _FIELDS.unpack_from(data)
         if magic != MAGIC or size != RECORD_SIZE or len(data) < HEADER_SIZE + self.capacity * size:
             raise ValueError(f"{path.name} is not a probe's ring")
@@ -202,7 +204,8 @@ def recorded_counts(folder: Path) -> dict[str, int]:
         with contextlib.suppress(OSError), path.open("rb") as ring:
             fields = ring.read(_FIELDS.size)
             if name and len(fields) == _FIELDS.size and fields[:8] == MAGIC:
-                counts[name[1]] = counts.get(name[1], 0) + _FIELDS.unpack(fields)[3]
+                overflowed, ring_end = _FIELDS.unpack(fields)[3:5]
+                counts[name[1]] = counts.get(name[1], 0) + overflowed + ring_end
         for gone in (path, path.with_suffix(".sites")):
             with contextlib.suppress(OSError):
                 gone.unlink()
