@@ -33,6 +33,7 @@ import numpy as np
 from fecomlite.analysis import attribution as at
 from fecomlite.analysis.run_analysis import choose_energy_sensors, idle_baseline
 from fecomlite.runtime.batch_codec import RAISED
+from fecomlite.server import overview as ov
 from fecomlite.server.series import StoredSensor
 from fecomlite.store import Store
 
@@ -74,10 +75,19 @@ class Track(StoredSensor):
     _index: int | None = None
     _a: float = 0.0  # energy (J), or the bin's sum or peak
     _b: float = 0.0  # seconds covered, or the number of values
+    overview: ov.Overview | None = None  # the followed run's whole chart
 
     @property
     def energetic(self) -> bool:
         return self.kind in ENERGY_KINDS and self.unit in ("J", "W")
+
+    def follow(self, origin_ns: int) -> None:
+        """Keep a whole-run chart from `origin_ns` (a run's start), from the bins kept since."""
+        how = ov.ENERGY if self.energetic else ov.PEAK if self.domain in PEAK_DOMAINS else ov.MEAN
+        self.overview = ov.Overview(origin_ns, how, BIN_NS)
+        for b in self.bins:
+            self.overview.add(b.start_ns, *((b.energy_J, b.seconds) if how == ov.ENERGY
+                                            else (b.value, 1.0)))
 
     def add(self, t: int, v: float, seq: Callable[[], int]) -> None:
         """One sample; a sample at or before the last one is the same read stored for another
@@ -111,6 +121,8 @@ class Track(StoredSensor):
                 value = self._a if self.domain in PEAK_DOMAINS else self._a / self._b
                 energy, seconds = 0.0, 0.0
             self.bins.append(Bin(seq, self._index * BIN_NS, value, energy, seconds))
+            if self.overview is not None:
+                self.overview.add(self._index * BIN_NS, self._a, self._b)
         self._a = self._b = 0.0
 
     def now(self, t_ns: int) -> float | None:
@@ -142,10 +154,12 @@ class ApiStats:
     energy_J: dict[str, float] = field(default_factory=dict)  # domain -> live overlap estimate
     node: str = ""  # a distributed run's node (GROUP_RANK) and rank; "" for a process without
     rank: str = ""
+    self_s: float = 0.0  # time its calls were the innermost, over the steps attributed so far
 
     def add(self, other: ApiStats) -> None:
         self.calls += other.calls
         self.seconds += other.seconds
+        self.self_s += other.self_s
         for domain, joules in other.energy_J.items():
             self.energy_J[domain] = self.energy_J.get(domain, 0.0) + joules
 
@@ -342,6 +356,8 @@ class RunView:
         parent, _ = at.nesting(t0, t1, ev[inside, 2])
         ngroups = max(len(self.api_index), 1)
         leaf = at.leaf_time(edges, t0, t1, ev[inside, 3], parent, ngroups)
+        for key, seconds in zip(self.api_index, leaf.sum(axis=0), strict=False):
+            self.apis[key].self_s += float(seconds)
         program_s, tail_s = _window_seconds(edges, self.row.get("repetitions") or [])
         busy = leaf.sum(axis=1)
         outside = np.maximum(program_s - busy, 0.0)  # the program's own time between calls
@@ -419,6 +435,7 @@ class Monitor:
         self._tracks: dict[str, Track] = {}
         self._seq = 0
         self._run: RunView | None = None
+        self._charted: tuple[int, int] | None = None  # (run, start) the overviews follow
         self._snapshot: Snapshot | None = None
         self._refreshed = 0
         self.refreshes = 0  # how often the store was read: zero while nobody asks
@@ -429,6 +446,7 @@ class Monitor:
             now = self._clock()
             if self._snapshot is None or now - self._refreshed >= MIN_REFRESH_S * 1e9:
                 store = self._db()
+                self._chart_run(store)
                 self._read_samples(store)
                 notes = self._follow_run(store, now)
                 self._snapshot = self._build(store, now, notes)
@@ -439,6 +457,19 @@ class Monitor:
     def _next_seq(self) -> int:
         self._seq += 1
         return self._seq
+
+    def _chart_run(self, store: Store) -> None:
+        """Point every sensor's whole-run chart at the run now recording, from its start (before
+        its samples are read, so a viewer who comes late still gets the whole run)."""
+        recording = self._recording()
+        if not recording or (self._charted and self._charted[0] == max(recording)):
+            return
+        start = store.run(max(recording)).get("t_start_ns")
+        if start is None:
+            return
+        self._charted = (max(recording), int(start))
+        for track in self._tracks.values():
+            track.follow(int(start))
 
     def _read_samples(self, store: Store) -> None:
         while True:
@@ -461,6 +492,8 @@ class Monitor:
             track = self._tracks.get(name)
             if track is None:
                 track = self._tracks[name] = Track(*row[1:])
+                if self._charted is not None:
+                    track.follow(self._charted[1])
             self._sensor_ids[sensor_id] = track
             self._sensor_max = max(self._sensor_max, sensor_id)
 
@@ -496,8 +529,8 @@ class Monitor:
              "idle_w": idle_baseline(row, {"name": t.name, "model": t.model})[0]}
             for name, t in sorted(self._tracks.items()) if name in view.sensor_names
         ]
-        ranked = [ApiStats(a.api, a.calls, a.seconds, dict(a.energy_J), a.node, a.rank)
-                  for a in view.apis.values()]
+        ranked = [ApiStats(a.api, a.calls, a.seconds, dict(a.energy_J), a.node, a.rank,
+                           a.self_s) for a in view.apis.values()]
         return Snapshot(
             t_ns=now, host=self.host,
             run={k: row.get(k) for k in ("id", "kind", "program", "argv", "level", "status",
@@ -535,6 +568,19 @@ class Monitor:
                         points.append(((b.start_ns - t0_ns) / 1e9, b.value))
                 out[name] = points[::-1]
             return out, self._seq
+
+    def overview(
+        self, names: list[str], seen: dict[str, tuple[int, int]]
+    ) -> dict[str, dict[str, Any]]:
+        """The followed run's whole chart of these sensors that a viewer lacks (`Overview.since`);
+        `seen` (sensor -> what it has) is updated."""
+        out = {}
+        with self._lock:
+            for name in names:
+                track = self._tracks.get(name)
+                if track is not None and track.overview is not None:
+                    out[name], seen[name] = track.overview.since(seen.get(name))
+        return out
 
 
 def _stage(
