@@ -39,8 +39,11 @@ CREATE TABLE IF NOT EXISTS event_chunks (
 CREATE INDEX IF NOT EXISTS event_chunks_by_run ON event_chunks (run_id, rep, t_first_ns);
 """
 CODECS = (1, 2)  # what this fecomlite reads; it writes CODEC
-CODEC = 2  # zlib of byte planes, constant planes left out and sizes kept sparse (`encode`)
+CODEC = 2  # byte planes: constant ones named, noise kept raw, the rest zlib; sizes sparse
 LEVEL = 1  # zlib's fastest: ~9 % larger than level 6, encodes faster (docs/storage.md)
+NOISE_BITS = 7.5  # a plane with more entropy a byte than this is stored as it is: zlib would
+# spend ~13 ns a byte on it to save under 6 % (the low bytes of times and durations)
+NOISE_MIN = 1024  # planes shorter than this are compressed whatever they hold
 MIGRATE_CHUNK = 65_536  # events per chunk when rows of an older store are converted
 
 # A chunk's columns after the thread table: name, dtype as stored
@@ -72,8 +75,9 @@ def encode(columns: dict[str, np.ndarray]) -> Encoded:
     """A chunk of events given as columns site_id, tid, t_start_ns, t_end_ns, status, in_bytes,
     out_bytes (-1: not taken). Codec 2: each column's byte planes (its values' bytes regrouped
     by significance) that hold one byte throughout (the zero high bytes of small numbers) are
-    named, not stored; sizes are stored for the events that took one; zlib compresses the rest.
-    zlib's input is ~9 of the 41 bytes an event holds, so it runs ~4x faster than on all."""
+    named, not stored; planes of noise (the low bytes of times) are stored as they are; sizes are
+    stored for the events that took one; zlib compresses the rest. zlib then reads ~4 of the 41
+    bytes an event holds. The blob: u32 length of the zlib part, the zlib part, the raw planes."""
     import numpy as np
 
     start = np.asarray(columns["t_start_ns"], np.int64)
@@ -92,13 +96,15 @@ def encode(columns: dict[str, np.ndarray]) -> Encoded:
     in_bytes = np.asarray(columns["in_bytes"], np.int64)[order]
     out_bytes = np.asarray(columns["out_bytes"], np.int64)[order]
     taken = np.flatnonzero((in_bytes != -1) | (out_bytes != -1))
+    raw: list[bytes] = []
     parts = [struct.pack("<I", tids.size), tids.astype("<u8").tobytes()]
-    parts += [_planes(dense[name].astype(dtype, copy=False)) for name, dtype in _DENSE]
+    parts += [_planes(dense[name].astype(dtype, copy=False), raw) for name, dtype in _DENSE]
     parts.append(struct.pack("<I", taken.size))
-    parts += [_planes(values.astype("<i8", copy=False))
+    parts += [_planes(values.astype("<i8", copy=False), raw)
               for values in (taken, in_bytes[taken], out_bytes[taken])]
+    packed = zlib.compress(b"".join(parts), LEVEL)
     t_last = int(end.max()) if n else 0
-    return Encoded(n, t_first, t_last, zlib.compress(b"".join(parts), LEVEL))
+    return Encoded(n, t_first, t_last, struct.pack("<I", len(packed)) + packed + b"".join(raw))
 
 
 def decode(n: int, t_first: int, blob: bytes, codec: int = CODEC) -> dict[str, np.ndarray]:
@@ -106,7 +112,11 @@ def decode(n: int, t_first: int, blob: bytes, codec: int = CODEC) -> dict[str, n
     out_bytes), by start."""
     import numpy as np
 
-    raw = zlib.decompress(blob)
+    if codec == 1:
+        raw, noise = zlib.decompress(blob), memoryview(b"")
+    else:
+        (packed,) = struct.unpack_from("<I", blob)
+        raw, noise = zlib.decompress(blob[4:4 + packed]), memoryview(blob)[4 + packed:]
     (k,) = struct.unpack_from("<I", raw)
     tids = np.frombuffer(raw, "<u8", k, 4)
     offset, stored = 4 + 8 * k, {}
@@ -116,13 +126,14 @@ def decode(n: int, t_first: int, blob: bytes, codec: int = CODEC) -> dict[str, n
             stored[name] = _unshuffle(raw[offset:offset + size], dtype, n)
             offset += size
     else:
+        at = [offset, 0]  # in the zlib part, in the raw planes
         for name, dtype in _DENSE:
-            stored[name], offset = _unplanes(raw, offset, dtype, n)
-        (m,) = struct.unpack_from("<I", raw, offset)
-        offset += 4
+            stored[name] = _unplanes(raw, noise, at, dtype, n)
+        (m,) = struct.unpack_from("<I", raw, at[0])
+        at[0] += 4
         sparse = {}
         for name, dtype in _SIZES:
-            sparse[name], offset = _unplanes(raw, offset, dtype, m)
+            sparse[name] = _unplanes(raw, noise, at, dtype, m)
         for name in ("in_bytes", "out_bytes"):
             stored[name] = np.full(n, -1, np.int64)
             stored[name][sparse["position"]] = sparse[name]
@@ -136,35 +147,59 @@ def decode(n: int, t_first: int, blob: bytes, codec: int = CODEC) -> dict[str, n
     }
 
 
-def _planes(values: np.ndarray) -> bytes:
-    """Codec 2's form of one column: a bit mask of the byte planes stored, every plane's first
-    byte (the whole of a plane not stored), then the stored planes one after another."""
+def _planes(values: np.ndarray, noise: list[bytes]) -> bytes:
+    """Codec 2's form of one column: a bit mask of the byte planes stored, a bit mask of those
+    stored raw (appended to `noise`), every plane's first byte (the whole of a plane not
+    stored), then the other stored planes one after another (for zlib)."""
     import numpy as np
 
     width = values.itemsize
     if not values.size:
-        return bytes(1 + width)
+        return bytes(2 + width)
     unsigned = values.view(f"u{width}")
     varies = int(np.bitwise_or.reduce(unsigned ^ unsigned[0]))  # bits that differ anywhere
     kept = [p for p in range(width) if varies >> 8 * p & 0xFF]
     grid = values.view(np.uint8).reshape(values.size, width)
-    return bytes((sum(1 << p for p in kept),)) + grid[0].tobytes() + grid.T[kept].tobytes()
+    planes = grid.T[kept]
+    noisy = [i for i in range(len(kept)) if _is_noise(planes[i])]
+    noise.extend(planes[i].tobytes() for i in noisy)
+    quiet = [i for i in range(len(kept)) if i not in noisy]
+    return (bytes((sum(1 << p for p in kept), sum(1 << kept[i] for i in noisy)))
+            + grid[0].tobytes() + planes[quiet].tobytes())
 
 
-def _unplanes(raw: bytes, offset: int, dtype: str, n: int) -> tuple[np.ndarray, int]:
-    """One column stored by `_planes` at `offset`, and the offset after it."""
+def _is_noise(plane: np.ndarray) -> bool:
+    """Whether a byte plane's bytes are close to random (Shannon entropy ≥ NOISE_BITS)."""
+    import numpy as np
+
+    if plane.size < NOISE_MIN:
+        return False
+    p = np.bincount(plane, minlength=256)
+    p = p[p > 0] / plane.size
+    return float(-(p * np.log2(p)).sum()) >= NOISE_BITS
+
+
+def _unplanes(raw: bytes, noise: memoryview, at: list[int], dtype: str, n: int) -> np.ndarray:
+    """One column stored by `_planes`: its head and quiet planes at at[0] in the zlib part, its
+    raw planes at at[1] in `noise`; both offsets are moved past it."""
     import numpy as np
 
     width = np.dtype(dtype).itemsize
-    mask = raw[offset]
-    first = np.frombuffer(raw, np.uint8, width, offset + 1)
-    kept = [p for p in range(width) if mask >> p & 1]
-    offset += 1 + width
+    offset = at[0]
+    mask, raw_mask = raw[offset], raw[offset + 1]
+    first = np.frombuffer(raw, np.uint8, width, offset + 2)
+    offset += 2 + width
     grid = np.empty((width, n), np.uint8)
     grid[:] = first[:, None]
-    if kept:
-        grid[kept] = np.frombuffer(raw, np.uint8, len(kept) * n, offset).reshape(len(kept), n)
-    return grid.T.copy().view(dtype).reshape(n), offset + len(kept) * n
+    for p in range(width):
+        if raw_mask >> p & 1:
+            grid[p] = np.frombuffer(noise, np.uint8, n, at[1])
+            at[1] += n
+        elif mask >> p & 1:
+            grid[p] = np.frombuffer(raw, np.uint8, n, offset)
+            offset += n
+    at[0] = offset
+    return grid.T.copy().view(dtype).reshape(n)
 
 
 def _unshuffle(planes: bytes, dtype: str, n: int) -> np.ndarray:
