@@ -45,6 +45,7 @@ SETTLE_S = 2.0  # a bin is attributed once its calls have had this long to arriv
 MAX_GAP_S = 2.0  # samples further apart (the sampler was parked) add no energy between them
 FRESH_S = 5.0  # a value older than this is no longer "now"
 ROWS_PER_QUERY = 50_000
+CHUNKS_PER_READ = 16  # event chunks (stored batches, ≤ 65,536 events each) read at once
 LIVE_METHOD = "live-overlap"
 ENERGY_KINDS = ("counter", "power")
 # as fecomlite.analysis.run_analysis: such a power sensor smears a call over a second
@@ -259,9 +260,13 @@ class RunView:
         return api or call["site"], written
 
     def _read_events(self, store: Store) -> None:
+        """The run's chunks stored since the last look, CHUNKS_PER_READ at a time: a viewer
+        who comes an hour into a run holds a slice of its events at once, not the hour."""
         top = store.last_rowid("events")
-        if top <= self.cursor:
-            return
+        while self.cursor < top:
+            self._read_chunks(store, min(top, self.cursor + CHUNKS_PER_READ))
+
+    def _read_chunks(self, store: Store, top: int) -> None:
         grouped = store.new_calls_by_site_and_process(self.run_id, self.cursor, top)
         self._learn_sites(store, {r[0] for r in grouped})
         self._learn_ranks(store, {r[1] for r in grouped})
