@@ -224,6 +224,7 @@ def test_a_follower_reads_only_what_is_new(tmp_path):
     assert tuple(store.last_new_call(run, 0, top))[1:3] == (81, 90)
     assert tuple(store.last_new_call(run, 0, 1))[1:3] == (50, 60)
     ending = store.new_calls_ending_after(run, 0, top, 25)
-    assert [tuple(r[:2]) for r in ending] == [(5, 30), (50, 60), (70, 80), (81, 90)]
+    assert list(zip(ending["t_start_ns"].tolist(), ending["t_end_ns"].tolist(), strict=True)) \
+        == [(5, 30), (50, 60), (70, 80), (81, 90)]
     with pytest.raises(ValueError):
         store.last_rowid("runs; DROP TABLE runs")

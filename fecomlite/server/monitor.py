@@ -36,6 +36,7 @@ from fecomlite.runtime.batch_codec import RAISED
 from fecomlite.server import overview as ov
 from fecomlite.server.series import StoredSensor
 from fecomlite.store import Store
+from fecomlite.store.reads import distinct_pairs
 
 BIN_S = 0.5
 BIN_NS = int(BIN_S * 1e9)
@@ -263,10 +264,14 @@ class RunView:
         """The run's chunks stored since the last look, CHUNKS_PER_READ at a time: a viewer
         who comes an hour into a run holds a slice of its events at once, not the hour."""
         top = store.last_rowid("events")
+        fresh = [self.pending]
         while self.cursor < top:
-            self._read_chunks(store, min(top, self.cursor + CHUNKS_PER_READ))
+            fresh.append(self._read_chunks(store, min(top, self.cursor + CHUNKS_PER_READ)))
+        self.pending = np.concatenate(fresh)
 
-    def _read_chunks(self, store: Store, top: int) -> None:
+    def _read_chunks(self, store: Store, top: int) -> np.ndarray:
+        """Count the calls of the chunks up to `top`; returns those still to attribute (t0, t1,
+        thread, API)."""
         grouped = store.new_calls_by_site_and_process(self.run_id, self.cursor, top)
         self._learn_sites(store, {r[0] for r in grouped})
         self._learn_ranks(store, {r[1] for r in grouped})
@@ -279,15 +284,26 @@ class RunView:
         if last is not None:
             self.last_call = {"api": self.sites[last[0]], "t_start_ns": last[1],
                               "t_end_ns": last[2], "raised": bool(last[3] & RAISED)}
-        rows = store.new_calls_ending_after(self.run_id, self.cursor, top, self.attributed_ns)
-        if rows:
-            fresh = np.array([
-                (t0, t1, self.threads.setdefault((pid, tid), len(self.threads)),
-                 self.api_index[self._key(site, pid)])
-                for t0, t1, pid, tid, site in rows
-            ], dtype=np.int64)
-            self.pending = np.concatenate((self.pending, fresh))
+        late = store.new_calls_ending_after(self.run_id, self.cursor, top, self.attributed_ns)
         self.cursor = top
+        if not late["t_start_ns"].size:
+            return np.zeros((0, 4), np.int64)
+        return np.stack((late["t_start_ns"], late["t_end_ns"],
+                         self._numbers(late["pid"], late["tid"], self._thread_number),
+                         self._numbers(late["site_id"], late["pid"], self._api_of)),
+                        axis=1).astype(np.int64)
+
+    @staticmethod
+    def _numbers(a: np.ndarray, b: np.ndarray, number: Callable[[int, int], int]) -> np.ndarray:
+        """number(a, b) of every pair, asked once per distinct pair (threads, sites: few)."""
+        pairs, which = distinct_pairs(a, b)
+        return np.array([number(int(x), int(y)) for x, y in pairs], np.int64)[which]
+
+    def _thread_number(self, pid: int, tid: int) -> int:
+        return self.threads.setdefault((pid, tid), len(self.threads))
+
+    def _api_of(self, site_id: int, pid: int) -> int:
+        return self.api_index[self._key(site_id, pid)]
 
     def _learn_sites(self, store: Store, ids: set[int]) -> None:
         if ids - self.sites.keys():
