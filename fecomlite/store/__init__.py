@@ -649,6 +649,16 @@ _WRITER_LOCKS: dict[str, threading.RLock] = {}
 _WRITER_LOCKS_GUARD = threading.Lock()
 
 
+def _forget_writer_locks() -> None:
+    """In a forked child: the parent's threads, which may hold a lock, are not there."""
+    global _WRITER_LOCKS_GUARD
+    _WRITER_LOCKS.clear()
+    _WRITER_LOCKS_GUARD = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_writer_locks)
+
+
 def _writer_lock(path: Path) -> threading.RLock:
     """One lock per store file in this process, taken around each write transaction: writers of
     one process (the server's request threads, its sampler) wait on it and wake as it is let go,
