@@ -43,7 +43,7 @@ CODEC = 2  # byte planes: constant ones named, noise kept raw, the rest zlib; si
 LEVEL = 1  # zlib's fastest: ~9 % larger than level 6, encodes faster (docs/storage.md)
 NOISE_BITS = 7.5  # a plane with more entropy a byte than this is stored as it is: zlib would
 # spend ~13 ns a byte on it to save under 6 % (the low bytes of times and durations)
-NOISE_MIN = 1024  # planes shorter than this are compressed whatever they hold
+NOISE_MIN = 8192  # planes shorter than this are compressed whatever they hold
 MIGRATE_CHUNK = 65_536  # events per chunk when rows of an older store are converted
 
 # A chunk's columns after the thread table: name, dtype as stored
@@ -161,22 +161,26 @@ def _planes(values: np.ndarray, noise: list[bytes]) -> bytes:
     kept = [p for p in range(width) if varies >> 8 * p & 0xFF]
     grid = values.view(np.uint8).reshape(values.size, width)
     planes = grid.T[kept]
-    noisy = [i for i in range(len(kept)) if _is_noise(planes[i])]
+    noisy = _noisy(planes)
     noise.extend(planes[i].tobytes() for i in noisy)
     quiet = [i for i in range(len(kept)) if i not in noisy]
     return (bytes((sum(1 << p for p in kept), sum(1 << kept[i] for i in noisy)))
             + grid[0].tobytes() + planes[quiet].tobytes())
 
 
-def _is_noise(plane: np.ndarray) -> bool:
-    """Whether a byte plane's bytes are close to random (Shannon entropy ≥ NOISE_BITS)."""
+def _noisy(planes: np.ndarray) -> list[int]:
+    """The rows of `planes` (k byte planes of n) whose bytes are close to random (Shannon
+    entropy ≥ NOISE_BITS), all counted in one pass; none for short planes, where counting costs
+    more than zlib would."""
     import numpy as np
 
-    if plane.size < NOISE_MIN:
-        return False
-    p = np.bincount(plane, minlength=256)
-    p = p[p > 0] / plane.size
-    return float(-(p * np.log2(p)).sum()) >= NOISE_BITS
+    k, n = planes.shape
+    if not k or n < NOISE_MIN:
+        return []
+    counts = np.bincount((planes + (256 * np.arange(k, dtype=np.int64))[:, None]).ravel(),
+                         minlength=256 * k).reshape(k, 256) / n
+    bits = -(counts * np.log2(counts, out=np.zeros_like(counts), where=counts > 0)).sum(axis=1)
+    return [int(i) for i in np.flatnonzero(bits >= NOISE_BITS)]
 
 
 def _unplanes(raw: bytes, noise: memoryview, at: list[int], dtype: str, n: int) -> np.ndarray:
