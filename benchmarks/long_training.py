@@ -7,11 +7,13 @@ times) and 5 data-loading calls a step on a second thread, a raised call now and
 taken for a few calls; 10 Hz power sensors (CPU package, DRAM) and a 200 Hz RSS gauge, written
 as the server writes them. Events go through the store's write path as the server stores a
 probe batch (`batch_codec.decode` + `Store.add_batch`, one batch per 0.2 s of the run, the
-probe's flush period); one size also through the server's HTTP ingest. `report` runs in a child
-process whose peak RSS is read with `getrusage(RUSAGE_CHILDREN)` in an intermediary of its own.
+probe's flush period); one size also through the server's HTTP ingest (`--senders` processes
+posting on kept-alive connections, as the probe does). `report` runs in a child process whose
+peak RSS is read with `getrusage(RUSAGE_CHILDREN)` in an intermediary of its own.
 
     python benchmarks/long_training.py [--sizes 1000000 10000000] [--huge] [--report-max N]
-                                       [--http N] [--json FILE] [--keep DIR]
+                                       [--http N] [--senders S] [--batch-calls N]
+                                       [--json FILE] [--keep DIR]
 
 Runs against whichever fecomlite is on PYTHONPATH: the same script measured the previous
 row-per-call store (PYTHONPATH=/work/main) and the chunked one.
