@@ -43,7 +43,7 @@ CODEC = 2  # byte planes: constant ones named, noise kept raw, the rest zlib; si
 LEVEL = 1  # zlib's fastest: ~9 % larger than level 6, encodes faster (docs/storage.md)
 NOISE_BITS = 7.5  # a plane with more entropy a byte than this is stored as it is: zlib would
 # spend ~13 ns a byte on it to save under 6 % (the low bytes of times and durations)
-NOISE_MIN = 8192  # planes shorter than this are compressed whatever they hold
+NOISE_MIN = 1024  # planes shorter than this are compressed whatever they hold
 MIGRATE_CHUNK = 65_536  # events per chunk when rows of an older store are converted
 
 # A chunk's columns after the thread table: name, dtype as stored
@@ -170,8 +170,7 @@ def _planes(values: np.ndarray, noise: list[bytes]) -> bytes:
 
 def _noisy(planes: np.ndarray) -> list[int]:
     """The rows of `planes` (k byte planes of n) whose bytes are close to random (Shannon
-    entropy ≥ NOISE_BITS), all counted in one pass; none for short planes, where counting costs
-    more than zlib would."""
+    entropy ≥ NOISE_BITS), all counted in one pass; none for short planes (a few events)."""
     import numpy as np
 
     k, n = planes.shape
