@@ -84,13 +84,12 @@ def encode(columns: dict[str, np.ndarray]) -> Encoded:
     order = np.argsort(start, kind="stable")
     start = start[order]
     end = np.asarray(columns["t_end_ns"], np.int64)[order]
-    tids, thread = np.unique(np.asarray(columns["tid"]).astype(np.uint64)[order],
-                             return_inverse=True)
+    tids, thread = _threads(np.asarray(columns["tid"]).astype(np.uint64)[order])
     n = int(start.size)
     t_first = int(start[0]) if n else 0
     dense = {
         "d_start": np.diff(start, prepend=t_first), "duration": end - start,
-        "site_id": np.asarray(columns["site_id"])[order], "thread": thread.reshape(n),
+        "site_id": np.asarray(columns["site_id"])[order], "thread": thread,
         "status": np.asarray(columns["status"])[order],
     }
     in_bytes = np.asarray(columns["in_bytes"], np.int64)[order]
@@ -105,6 +104,26 @@ def encode(columns: dict[str, np.ndarray]) -> Encoded:
     packed = zlib.compress(b"".join(parts), LEVEL)
     t_last = int(end.max()) if n else 0
     return Encoded(n, t_first, t_last, struct.pack("<I", len(packed)) + packed + b"".join(raw))
+
+
+def _threads(tid: np.ndarray, few: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct thread ids, each event's index into them). A batch holds a few threads: they
+    are picked out one by one, a sort (`np.unique`) only past `few` of them."""
+    import numpy as np
+
+    found: list[int] = []
+    thread = np.zeros(tid.size, np.int64)
+    left = tid
+    where = np.arange(tid.size)
+    while left.size and len(found) < few:
+        mine = left == left[0]
+        found.append(int(left[0]))
+        thread[where[mine]] = len(found) - 1
+        left, where = left[~mine], where[~mine]
+    if left.size:
+        tids, inverse = np.unique(tid, return_inverse=True)
+        return tids, inverse.reshape(-1)
+    return np.array(found, np.uint64), thread
 
 
 def decode(n: int, t_first: int, blob: bytes, codec: int = CODEC) -> dict[str, np.ndarray]:
