@@ -148,11 +148,12 @@ def test_a_chunk_of_the_previous_codec_reads_as_written(tmp_path):
 
 def test_a_large_chunk_with_noisy_times_reads_back_as_written():
     """Planes of noise (the low bytes of ns-grained times) are kept raw beside the zlib part; a
-    chunk of them, with a few sizes taken, reads back exactly."""
+    chunk of them, with a few sizes taken, on a dozen threads, reads back exactly."""
     rng = np.random.default_rng(11)
     n = 20_000
     start = np.sort(rng.integers(0, 2**40, n))
-    cols = {"site_id": rng.integers(0, 50, n), "tid": rng.choice(np.array(TIDS, np.uint64), n),
+    many_threads = np.array(TIDS + list(range(3, 12)), np.uint64)  # past the few picked out
+    cols = {"site_id": rng.integers(0, 50, n), "tid": rng.choice(many_threads, n),
             "t_start_ns": start, "t_end_ns": start + rng.integers(0, 2**24, n),
             "status": rng.integers(0, 4, n),
             "in_bytes": np.where(rng.random(n) < 0.01, rng.integers(0, 2**50, n), -1),
