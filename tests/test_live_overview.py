@@ -46,12 +46,15 @@ def test_an_hour_of_power_keeps_its_energy_in_a_bounded_number_of_buckets():
     width_s = view.width_ns / 1e9
     # the area under the chart is the energy: mean power × width per bucket (but the first,
     # whose first read had no read before it to span)
-    assert sum(v * width_s for _, v in points[1:]) == pytest.approx(
+    assert sum(v * width_s for _, v, _ in points[1:]) == pytest.approx(
         sum(b.a for b in view.closed[1:]), rel=1e-9)
     # the spike's bucket stands out: its mean holds the spike's energy
     spike_t = 4321 * 0.5
-    spike = next(v for t, v in points if t <= spike_t < t + width_s)
-    assert spike > max(v for t, v in points if not t <= spike_t < t + width_s)
+    spike = next(v for t, v, _ in points if t <= spike_t < t + width_s)
+    assert spike > max(v for t, v, _ in points if not t <= spike_t < t + width_s)
+    # and its highest 0.5 s step is the spike itself, which the mean flattens
+    assert next(top for t, _, top in points if t <= spike_t < t + width_s) == pytest.approx(400.0)
+    assert max(top for t, _, top in points if not t <= spike_t < t + width_s) <= 60.0
 
 
 def test_memory_buckets_keep_the_peak():
@@ -63,6 +66,7 @@ def test_memory_buckets_keep_the_peak():
     view = rss.overview
     assert view is not None and view.width_ns > BIN_NS
     peaks = [view.point(b)[1] for b in view.closed]
+    assert all(len(view.point(b)) == 2 for b in view.closed)  # a peak needs no second figure
     assert max(peaks) == 1.5e9 and peaks.count(1.5e9) == 1
     assert min(peaks) == 1e9
 
@@ -180,7 +184,7 @@ def test_an_hour_long_run_is_charted_whole_in_bounded_messages(tmp_path):
         assert all(not o["reset"] and len(o["points"]) <= 1 for o in m["overview"].values())
         assert m["bytes"] < first["bytes"] / 4
     assert first["bytes"] < 120_000
-    assert lines >= 2  # power and memory drawn
+    assert lines >= 3  # power, its highest steps faint above it, and memory drawn
     minutes = [float(x.split()[0]) for x in ticks if x.endswith(" min")]
     assert minutes and max(minutes) >= 55  # the x axis spans the hour
     assert resolution.startswith("whole run, one point per 8")

@@ -6,9 +6,10 @@ folded into at most MAX_BUCKETS buckets from the run's start: when they would be
 bucket width doubles and neighbours merge (level of detail by the run's length: a chart's width
 in pixels holds about that many). A bucket's value is what a bin's is, over its span: the mean
 power (energy over seconds covered, so the area under the chart stays the energy), the peak for
-memory, the mean for other gauges. A viewer is sent the buckets closed since its last message
-and the one still filling; all of them again only when the width doubled (`generation`), which
-happens about log2(run / (MAX_BUCKETS * 0.5 s)) times in a run.
+memory, the mean for other gauges; a power bucket also carries its highest 0.5 s step, so that
+a short spike the mean flattens still shows. A viewer is sent the buckets closed since its last
+message and the one still filling; all of them again only when the width doubled
+(`generation`), which happens about log2(run / (MAX_BUCKETS * 0.5 s)) times in a run.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Bucket:
     index: int  # from the origin, in widths
     a: float  # energy (J), the peak, or the sum of values
     b: float  # seconds covered, or the number of values (1 for a peak)
+    top: float  # the highest bin's value in it (a power bucket's highest 0.5 s step)
 
 
 @dataclass
@@ -53,19 +55,23 @@ class Overview:
             if len(self.closed) >= MAX_BUCKETS:
                 self._coarsen()
                 index = (start_ns - self.origin_ns) // self.width_ns
+        if self.filling is None and self.closed and self.closed[-1].index == index:
+            self.filling = self.closed.pop()  # the width doubled: it joins the last one
+        part = Bucket(index, a, b, self._value(a, b))
         if self.filling is not None and self.filling.index == index:
-            self._merge(self.filling, a, b)
-        elif self.closed and self.closed[-1].index == index:  # coarsened into the last one
-            self.filling = self.closed.pop()
-            self._merge(self.filling, a, b)
+            self._merge(self.filling, part)
         else:
-            self.filling = Bucket(index, a, b)
+            self.filling = part
 
-    def _merge(self, bucket: Bucket, a: float, b: float) -> None:
+    def _value(self, a: float, b: float) -> float:
+        return a if self.how == PEAK else a / b
+
+    def _merge(self, bucket: Bucket, other: Bucket) -> None:
         if self.how == PEAK:
-            bucket.a = max(bucket.a, a)
+            bucket.a = max(bucket.a, other.a)
         else:
-            bucket.a, bucket.b = bucket.a + a, bucket.b + b
+            bucket.a, bucket.b = bucket.a + other.a, bucket.b + other.b
+        bucket.top = max(bucket.top, other.top)
 
     def _coarsen(self) -> None:
         """Double the width: neighbouring buckets merge."""
@@ -75,17 +81,17 @@ class Overview:
         for bucket in self.closed:
             index = bucket.index // 2
             if merged and merged[-1].index == index:
-                self._merge(merged[-1], bucket.a, bucket.b)
+                self._merge(merged[-1], bucket)
             else:
-                merged.append(Bucket(index, bucket.a, bucket.b))
+                merged.append(Bucket(index, bucket.a, bucket.b, bucket.top))
         self.closed = merged
         if self.filling is not None:
             self.filling.index //= 2
 
     def point(self, bucket: Bucket) -> list[float]:
-        """(seconds from the origin, value) of a bucket."""
-        value = bucket.a if self.how == PEAK else bucket.a / bucket.b
-        return [round(bucket.index * self.width_ns / 1e9, 3), value]
+        """(seconds from the origin, value) of a bucket, and for power its highest step."""
+        point = [round(bucket.index * self.width_ns / 1e9, 3), self._value(bucket.a, bucket.b)]
+        return point + [bucket.top] if self.how == ENERGY else point
 
     def since(self, seen: tuple[int, int] | None) -> tuple[dict[str, Any], tuple[int, int]]:
         """What a viewer that has seen (generation, closed buckets) `seen` lacks: {width_s,

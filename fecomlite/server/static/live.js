@@ -50,9 +50,9 @@
     if (m.reset) for (const k in overview) delete overview[k];
     for (const k in m.overview) {
       const o = m.overview[k];
-      if (o.reset || !overview[k]) overview[k] = { t: [], v: [] };
+      if (o.reset || !overview[k]) overview[k] = { t: [], v: [], top: [] };
       const b = overview[k];
-      for (const p of o.points) { b.t.push(p[0]); b.v.push(p[1]); }
+      for (const p of o.points) { b.t.push(p[0]); b.v.push(p[1]); b.top.push(p[2]); }
       b.filling = o.filling;
       b.width = o.width_s;
     }
@@ -62,9 +62,9 @@
   function wholeRun(key) {
     const b = overview[key];
     if (!b) return null;
-    const t = b.t.slice(), v = b.v.slice();
-    if (b.filling) { t.push(b.filling[0]); v.push(b.filling[1]); }
-    return t.length ? { t: t, v: v, width: b.width } : null;
+    const t = b.t.slice(), v = b.v.slice(), top = b.top.slice();
+    if (b.filling) { t.push(b.filling[0]); v.push(b.filling[1]); top.push(b.filling[2]); }
+    return t.length ? { t: t, v: v, top: top, width: b.width } : null;
   }
 
   function recent(key) {
@@ -80,6 +80,13 @@
       return { key: p.key, label: p.label, color: p.color, idle: p.idle,
                t: b.t.concat([b.t[b.t.length - 1] + (b.width || m.bin_s)]), v: b.v.slice() };
     });
+    // a power point of the whole run is a mean: its highest 0.5 s step is drawn faint above it
+    const tops = m.power.filter((p) => range === "run" && pick(p.key) &&
+                                       pick(p.key).top[0] !== undefined).map((p) => {
+      const b = pick(p.key);
+      return { key: p.key + ":top", label: "highest 0.5 s step of each point", color: p.color + "55",
+               t: b.t.concat([b.t[b.t.length - 1] + b.width]), v: b.top };
+    });
     const memory = m.memory.filter((s) => !s.peak && pick(s.key))
       .map((s) => ({ key: s.key, label: s.label, color: s.color,
                      t: pick(s.key).t.slice(), v: pick(s.key).v.slice() }));
@@ -87,10 +94,10 @@
     const widths = Object.values(overview).map((o) => o.width).filter((w) => w);
     el("chart-resolution").textContent = range === "run"
       ? "whole run, one point per " + fmt(widths.length ? Math.max(...widths) : m.bin_s, "s") +
-        " (mean power, peak memory)"
+        " (mean power, its highest 0.5 s step faint above it; peak memory)"
       : "last " + WINDOW_S + " s, one point per " + fmt(m.bin_s, "s");
     FecomCharts.timeline(el("timeline"), {
-      series: power, memory: memory,
+      series: power.concat(tops), memory: memory,
       range: range === "run" ? [0, hi] : [Math.max(0, hi - WINDOW_S), hi],
       empty: m.run ? "no samples yet" : "no run is recording",
     });
