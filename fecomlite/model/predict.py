@@ -4,7 +4,9 @@ The energy model used is the one ranked best by cross-validated error (`EnergyMo
 The memory-aware model needs the run's time. When it is not given, the time model fitted on the
 same sweep predicts it, and its uncertainty is added: var(E) = var(E | time) + s² · var(time),
 s the model's static power (the two fits' errors are treated as independent). Intervals are
-Student-t intervals of a new observation (`LinearFit.interval`): parameter and residual spread,
+Student-t intervals of a new configuration measured as the sweep's were, the mean of as many
+repetitions (`LinearFit.interval`): parameter spread, the model's misfit between configurations
+and the repetitions' spread,
 the residuals relative (the spread grows with the energy), so the interval is taken on the log
 scale (`fit.bounds`): mean ×/÷ a factor, never a bound at zero. A feature
 outside the range the fits saw is named in `extrapolated` (and in the notes).
@@ -70,6 +72,7 @@ def predict(
     for level in levels - set(step.bytes_by_level):
         values[f"bytes_{level}"] = 0.0
     notes = _notes(models, step, values)
+    notes += [info["text"] for info in models.load.values() if info.get("applied")]
     memory = models.best
     if time_s is None:
         t_mean, t_low, t_high, t_sd = models.fits["time"].interval(values, confidence)
@@ -85,7 +88,9 @@ def predict(
     if "time_s" in memory.features:
         static = float(memory.coef[memory.features.index("time_s")])
         sd = float(np.hypot(sd, static * t_sd))
-    low, high = bounds(mean, sd, memory.t(confidence), memory.weighting)
+    # the fewer degrees of freedom of the two fits when the time is predicted
+    dof_fit = memory if source == "given" else min(memory, models.fits["time"], key=lambda f: f.dof)
+    low, high = bounds(mean, sd, dof_fit.t(confidence), memory.weighting)
     naive = {
         name: models.fits[name].interval(values, confidence)[:3]
         for name in ENERGY_MODELS if name != models.best_name

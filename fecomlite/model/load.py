@@ -1,0 +1,67 @@
+"""What load did to a sweep's repetitions, and the repetitions brought to one load.
+
+Under contention a program's CPU time (and the cpu-process energy made from it) and its wall
+time grow: threads wait for a CPU, and spinning ones count the wait as CPU time. A sweep records
+each repetition's run-queue wait per CPU second (`analysis.contention`). Within a
+configuration the work is the same in every repetition, so how its time and energy vary with
+that wait is the load's effect alone: y = y₀·(1 + γ·wait), γ fitted on the repetitions'
+deviations from their configuration's means. Where γ is clearly positive (beyond twice its
+standard error), each repetition is brought to the sweep's median wait before the fit, so the
+model's residuals hold what the configurations differ by, not what the machine did meanwhile;
+its predictions are then for that median load (said beside them).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+SIGNIFICANT = 2.0  # a slope at least twice its standard error
+
+
+def within_slope(y: np.ndarray, wait: np.ndarray, group: np.ndarray) -> tuple[float, float]:
+    """(γ, its standard error): relative deviations of y from each configuration's mean against
+    the wait's deviations from the configuration's mean wait (NaN without enough of them)."""
+    configs = int(group.max()) + 1
+    counts = np.bincount(group, minlength=configs).astype(float)
+    y_mean = np.bincount(group, weights=y, minlength=configs) / counts
+    w_mean = np.bincount(group, weights=wait, minlength=configs) / counts
+    dy, dw = y / y_mean[group] - 1, wait - w_mean[group]
+    spread = float(np.sum(dw**2))
+    dof = y.size - configs - 1
+    if dof < 2 or spread <= 0:
+        return math.nan, math.nan
+    slope = float(np.sum(dy * dw) / spread)
+    se = math.sqrt(float(np.sum((dy - slope * dw) ** 2)) / dof / spread)
+    # y/ȳ ≈ 1 + γ·(w − w̄)/(1 + γ·w̄): the slope is γ/(1 + γ·w̄), so γ = slope/(1 − slope·w̄)
+    rest = 1 - slope * float(np.median(w_mean))
+    if rest <= 0:
+        return math.nan, math.nan
+    return slope / rest, se / rest**2
+
+
+def normalise(
+    y: np.ndarray, wait: np.ndarray, group: np.ndarray, what: str
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """y brought to the median wait where load clearly affected it, and what was done, in
+    words (`applied` false: y unchanged)."""
+    info: dict[str, Any] = {"what": what, "applied": False}
+    if not np.all(np.isfinite(wait)) or wait.size == 0:
+        info["text"] = f"{what}: the repetitions' load was not recorded"
+        return y, info
+    slope, se = within_slope(y, wait, group)
+    reference = float(np.median(wait))
+    info.update(gamma=slope if math.isfinite(slope) else None,
+                gamma_se=se if math.isfinite(se) else None, reference_wait_per_cpu_s=reference,
+                wait_range=[float(wait.min()), float(wait.max())])
+    if not (math.isfinite(slope) and slope > SIGNIFICANT * se and slope > 0):
+        info["text"] = (f"{what}: no clear effect of load across the repetitions "
+                        f"(waits {wait.min():.2f}–{wait.max():.2f} s per CPU s)")
+        return y, info
+    info["applied"] = True
+    info["text"] = (f"{what}: +{slope:.0%} per second of run-queue wait per CPU second "
+                    f"(± {se:.0%}); repetitions brought to the sweep's median wait of "
+                    f"{reference:.2f} s per CPU s, and predictions are for that load")
+    return y * (1 + slope * reference) / (1 + slope * wait), info
