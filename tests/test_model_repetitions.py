@@ -10,6 +10,7 @@ from test_model_fit import ESTIMATED, PLANTED, truth
 
 from fecomlite.model.features import run_features, training_step
 from fecomlite.model.fit import fit_linear, fit_models, variance_components
+from fecomlite.model.identify import sentence
 from fecomlite.model.load import normalise
 from fecomlite.model.network import NetworkConfig
 from fecomlite.model.predict import predict
@@ -38,10 +39,10 @@ def measure(config: NetworkConfig, rng: np.random.Generator, reps: int = REPS,
     times *= 1 + gamma * wait
     energies = np.array([truth({**values, "time_s": t}, ENERGY) for t in times])
     energies *= 1 + 0.02 * rng.standard_normal(reps)
-    row.update({"time_s": float(times.mean()), "time_s_reps": times.tolist(),
+    row.update({"time_s": float(times.mean()), "reps_time_s": times.tolist(),
                 "energy_J_cpu-package": float(energies.mean()),
-                "energy_J_cpu-package_reps": energies.tolist(), "idle_W_cpu-package": 10.0,
-                "energy_J_all": float(energies.mean()), "wait_per_cpu_s_reps": wait.tolist()})
+                "reps_energy_J_cpu-package": energies.tolist(), "idle_W_cpu-package": 10.0,
+                "energy_J_all": float(energies.mean()), "reps_wait_per_cpu_s": wait.tolist()})
     return row
 
 
@@ -55,6 +56,10 @@ def test_repetitions_are_rows_and_cross_validation_holds_out_whole_configuration
     assert len(models.points) == 9  # the report's points stay one per configuration
     # the repetitions' spread is measured: about SPREAD for the time model
     assert models.fits["time"].sigma_within == pytest.approx(SPREAD, rel=0.4)
+    # bytes by level grow with the FLOPs over this grid: a time/FLOP model, said so
+    check = models.identification
+    assert check["identified"] is False and "collinear" in check["reasons"][0]
+    assert "time/FLOP model" in sentence(check)
 
 
 def test_the_interval_covers_a_new_configuration_s_mean_at_its_rate_and_is_no_wider_than_needed():
@@ -105,7 +110,7 @@ def test_load_is_taken_out_of_the_repetitions_where_they_record_it():
     energy = models.load["energy"]
     assert energy["applied"] and energy["gamma"] == pytest.approx(0.4, rel=0.35)
     assert "median wait" in energy["text"]
-    unrecorded = [{k: v for k, v in r.items() if k != "wait_per_cpu_s_reps"} for r in rows]
+    unrecorded = [{k: v for k, v in r.items() if k != "reps_wait_per_cpu_s"} for r in rows]
     plain = fit_models(unrecorded, PLANTED.to_json(), ESTIMATED)
     assert not plain.load["energy"]["applied"]
     assert models.fits["time"].sigma < 0.6 * plain.fits["time"].sigma

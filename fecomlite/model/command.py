@@ -308,7 +308,11 @@ def _print_fit(models: EnergyModels) -> None:
 
     p = models.provenance
     console.print(f"fitted on [bold]{escape(p['label'])}[/] energy, {models.target}, domain "
-                  f"{models.domain}, {models.memory_aware.n} configurations", highlight=False)
+                  f"{models.domain}, {models.configurations} configurations"
+                  + (f" ({models.memory_aware.n} repetitions, each a row)"
+                     if models.memory_aware.n != models.configurations else ""), highlight=False)
+    for info in models.load.values():
+        console.print(f"load: {escape(info['text'])}", highlight=False, soft_wrap=True)
     check = models.identification
     for name, fit in models.fits.items():
         if name == "memory_aware" and not check.get("identified", False):
@@ -316,8 +320,7 @@ def _print_fit(models: EnergyModels) -> None:
         cv = (f"{_percent(fit.cv_rel_rmse)} ({fit.cv_folds}-fold)" if math.isfinite(fit.cv_rel_rmse)
               else f"none: no fold leaves more than {len(fit.features)} configurations to fit")
         table = Table(title=f"{name}: R² {fit.r2:.3f}, cross-validated error {cv}, residual σ "
-                      f"{_percent(fit.sigma) if fit.weighting == 'relative' else fit.sigma}",
-                      title_justify="left")
+                      f"{_spread(fit)}", title_justify="left")
         for column in ("feature", "coefficient", "± std. error", "unit"):
             table.add_column(column, justify="left" if column in ("feature", "unit") else "right")
         for i, feature in enumerate(fit.features):
@@ -348,6 +351,16 @@ def _print_fit(models: EnergyModels) -> None:
     for pt in worst:
         console.print(f"largest residual: {pt['key']}: measured {scaled(pt['measured_J'], 'J')}, "
                       f"fitted {scaled(pt['fitted_J'], 'J')}", highlight=False)
+
+
+def _spread(fit: LinearFit) -> str:
+    """The residual σ, and with repetitions its two parts."""
+    def show(value: float) -> str:
+        return _percent(value) if fit.weighting == "relative" else f"{value:.3g}"
+
+    parts = (f" (repetitions' spread {show(fit.sigma_within)}, misfit between configurations "
+             f"{show(fit.sigma_between)})" if fit.groups else "")
+    return show(fit.sigma) + parts
 
 
 def _percent(value: float) -> str:
@@ -443,10 +456,13 @@ def _print_prediction(result: Prediction, models: EnergyModels) -> None:
 
     p = result.provenance
     level = f"{result.confidence * 100:g} %"
+    reps = models.memory_aware.reps
     console.print(
         f"predicted energy ({models.target}, {models.domain}): [bold]"
         f"{scaled(result.energy_J, 'J')}[/]  ({level} interval "
-        f"{scaled(result.low_J, 'J')} – {scaled(result.high_J, 'J')})", highlight=False)
+        f"{scaled(result.low_J, 'J')} – {scaled(result.high_J, 'J')}"
+        + (f", for the mean of {reps:.3g} repetitions as the sweep measured"
+           if models.memory_aware.groups else "") + ")", highlight=False)
     console.print(
         f"training time: {scaled(result.time_s, 's')} ({result.time_source}"
         + (f", {level} interval {scaled(result.time_low_s, 's')} – "
@@ -458,7 +474,7 @@ def _print_prediction(result: Prediction, models: EnergyModels) -> None:
     source = ", ".join(f"{k} {v}" for k, v in p.items() if k in ("sweep_id", "framework", "runs")
                        and not isinstance(v, list)) or f"runs {p.get('runs')}"
     console.print(f"model fitted on [bold]{escape(p['label'])}[/] energy ({escape(source)}, "
-                  f"{models.memory_aware.n} configurations)", highlight=False)
+                  f"{models.configurations} configurations)", highlight=False)
     console.print(f"energy model: {result.model} (lowest cross-validated error)", highlight=False)
     notes = [*result.notes, *([TIME_MODEL_NOTE] if models.time_proportional else [])]
     for note in notes:

@@ -352,6 +352,11 @@ class EnergyModels:
         return self.fits["memory_aware"]
 
     @property
+    def configurations(self) -> int:
+        """How many configurations the fits rest on (their rows may be repetitions)."""
+        return int(self.repetitions.get("configurations", self.memory_aware.n))
+
+    @property
     def best_name(self) -> str:
         """The energy model with the lowest cross-validated error (memory-aware on a tie or
         when no model could be cross-validated)."""
@@ -562,13 +567,13 @@ def repetition_rows(
     target: str,
 ) -> RepetitionRows:
     """One row per repetition where a row lists its repetitions' times and energies
-    (`time_s_reps`, `energy_J_<domain>_reps`, equal lengths, every energy positive); else one
+    (`reps_time_s`, `reps_energy_J_<domain>`, equal lengths, every energy positive); else one
     row with the configuration's mean. Repetitions vary with what else the machine did: rows of
     them give the fit honest residuals and the interval the spread a new measurement has."""
     out_values, times, energies, groups, per_config, waits = [], [], [], [], [], []
     for i, (row, v) in enumerate(zip(rows, values, strict=True)):
-        time_reps = row.get("time_s_reps") or []
-        energy_reps = [row.get(f"energy_J_{d}_reps") or [] for d in domains]
+        time_reps = row.get("reps_time_s") or []
+        energy_reps = [row.get(f"reps_energy_J_{d}") or [] for d in domains]
         usable = len(time_reps) > 1 and all(len(e) == len(time_reps) for e in energy_reps)
         if usable:
             total = [sum(float(e[k]) for e in energy_reps) for k in range(len(time_reps))]
@@ -576,7 +581,7 @@ def repetition_rows(
                 idle = sum(float(row[f"idle_W_{d}"]) for d in domains)
                 total = [e + idle * float(t) for e, t in zip(total, time_reps, strict=True)]
             usable = all(math.isfinite(e) and e > 0 for e in total)
-        wait = [float(w) for w in row.get("wait_per_cpu_s_reps") or []]
+        wait = [float(w) for w in row.get("reps_wait_per_cpu_s") or []]
         if not usable:
             time_reps, total = [v["time_s"]], [target_energy(row, domains, target)]
             wait = [sum(wait) / len(wait)] if wait else []

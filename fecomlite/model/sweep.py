@@ -195,11 +195,11 @@ def measured_columns(
     time_s = _mean(durations)
     columns: dict[str, Any] = {
         "repetitions": len(spans), "time_s": time_s, "time_s_std": _std(durations),
-        "time_s_reps": durations, "attribution_method": method,
+        "reps_time_s": durations, "attribution_method": method,
     }
     waits = [r["wait_per_cpu_s"] for r in analysis.load.get("contention", {}).get("per_rep", [])]
     if len(waits) == len(spans) and all(math.isfinite(w) for w in waits):
-        columns["wait_per_cpu_s_reps"] = waits  # what load did to each repetition
+        columns["reps_wait_per_cpu_s"] = waits  # what load did to each repetition
     used = sorted({info["method"] for info in analysis.domains if info.get("method")})
     if used and used != [method]:
         columns["attribution_method"] = f"{method} (fell back to {'+'.join(used)})"
@@ -224,9 +224,10 @@ def measured_columns(
                           + spread**2 / len(per_rep))
         raw[d] = (mean, sigma)
         columns.update(_energy_columns(d, mean, sigma))
+        if columns[f"energy_J_{d}"] is not None and len(per_rep) == len(spans) and min(
+                per_rep) > 0:  # each repetition a row of the fit (`fit.repetition_rows`)
+            columns[f"reps_energy_J_{d}"] = per_rep
         columns[f"energy_J_{d}_std"] = _std(per_rep)
-        if len(per_rep) == len(spans):  # each repetition a row of the fit (`fit.repetition_rows`)
-            columns[f"energy_J_{d}_reps"] = per_rep
         columns[f"idle_W_{d}"] = info["idle_W"]
         if columns[f"energy_J_{d}"] is None:
             columns[f"power_check_{d}"] = "energy below resolution"
