@@ -42,6 +42,7 @@ from fecomlite.model.sweep import (
     SWEEP_KIND,
     measured_columns,
 )
+from fecomlite.report.first_use import shape_variants
 from fecomlite.report.palette import SERIES_COLORS
 from fecomlite.store import Store
 
@@ -321,7 +322,7 @@ def api_row(
     calls = 0
     notes: list[str] = []
     for site in shaped:
-        variants = shapes[site["key"]]
+        variants = shape_variants(shapes[site["key"]])
         try:
             priced = [predict_call(models, features_from_shapes(api["api"], v), hierarchy,
                                    float(site["mean_time_s"]), CONFIDENCE) for v in variants]
