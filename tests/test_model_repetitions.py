@@ -29,14 +29,14 @@ TIME = {"flops": 0.1e-9, "steps": 1e-3}
 def measure(config: NetworkConfig, rng: np.random.Generator, reps: int = REPS,
             spread: float = SPREAD, gamma: float = 0.0) -> dict:
     """A sweep row with its repetitions: each repetition's time varies by `spread` and by
-    its wait (energy and time × (1 + gamma·wait)); energy follows ENERGY on that time."""
+    its wait (energy and time × exp(gamma·wait)); energy follows ENERGY on that time."""
     row = feature_columns(config, PLANTED)
     values = run_features(row["flops_per_step"], row["params"],
                           {lv: row[f"bytes_per_step_{lv}"] for lv in PLANTED.level_names},
                           row["steps"])
     wait = rng.uniform(0.0, 2.0, reps)
     times = truth(values, TIME) * (1 + spread * rng.standard_normal(reps)).clip(0.3)
-    times *= 1 + gamma * wait
+    times *= np.exp(gamma * wait)
     energies = np.array([truth({**values, "time_s": t}, ENERGY) for t in times])
     energies *= 1 + 0.02 * rng.standard_normal(reps)
     row.update({"time_s": float(times.mean()), "reps_time_s": times.tolist(),

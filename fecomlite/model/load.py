@@ -4,8 +4,10 @@ Under contention a program's CPU time (and the cpu-process energy made from it) 
 time grow: threads wait for a CPU, and spinning ones count the wait as CPU time. A sweep records
 each repetition's run-queue wait per CPU second (`analysis.contention`). Within a
 configuration the work is the same in every repetition, so how its time and energy vary with
-that wait is the load's effect alone: y = y₀·(1 + γ·wait), γ fitted on the repetitions'
-deviations from their configuration's means. Where γ is clearly positive (beyond twice its
+that wait is the load's effect alone: y = y₀·exp(γ·wait), γ fitted on the repetitions' logs
+less their configuration's mean log (the effect is multiplicative, and far from linear on a
+machine loaded several times over: times of one configuration seen to vary 7× as its wait
+went from 1.3 to 3.2 s per CPU second). Where γ is clearly positive (beyond twice its
 standard error), each repetition is brought to the sweep's median wait before the fit, so the
 model's residuals hold what the configurations differ by, not what the machine did meanwhile;
 its predictions are then for that median load (said beside them).
@@ -22,24 +24,20 @@ SIGNIFICANT = 2.0  # a slope at least twice its standard error
 
 
 def within_slope(y: np.ndarray, wait: np.ndarray, group: np.ndarray) -> tuple[float, float]:
-    """(γ, its standard error): relative deviations of y from each configuration's mean against
-    the wait's deviations from the configuration's mean wait (NaN without enough of them)."""
+    """(γ, its standard error) of log y = log y₀ + γ·wait within configurations: each
+    repetition's log against its configuration's mean log, over its wait less the
+    configuration's mean wait (NaN without enough repetitions that differ in wait)."""
     configs = int(group.max()) + 1
     counts = np.bincount(group, minlength=configs).astype(float)
-    y_mean = np.bincount(group, weights=y, minlength=configs) / counts
-    w_mean = np.bincount(group, weights=wait, minlength=configs) / counts
-    dy, dw = y / y_mean[group] - 1, wait - w_mean[group]
+    logs = np.log(y)
+    dy = logs - (np.bincount(group, weights=logs, minlength=configs) / counts)[group]
+    dw = wait - (np.bincount(group, weights=wait, minlength=configs) / counts)[group]
     spread = float(np.sum(dw**2))
     dof = y.size - configs - 1
     if dof < 2 or spread <= 0:
         return math.nan, math.nan
     slope = float(np.sum(dy * dw) / spread)
-    se = math.sqrt(float(np.sum((dy - slope * dw) ** 2)) / dof / spread)
-    # y/ȳ ≈ 1 + γ·(w − w̄)/(1 + γ·w̄): the slope is γ/(1 + γ·w̄), so γ = slope/(1 − slope·w̄)
-    rest = 1 - slope * float(np.median(w_mean))
-    if rest <= 0:
-        return math.nan, math.nan
-    return slope / rest, se / rest**2
+    return slope, math.sqrt(float(np.sum((dy - slope * dw) ** 2)) / dof / spread)
 
 
 def normalise(
@@ -61,7 +59,8 @@ def normalise(
                         f"(waits {wait.min():.2f}–{wait.max():.2f} s per CPU s)")
         return y, info
     info["applied"] = True
-    info["text"] = (f"{what}: +{slope:.0%} per second of run-queue wait per CPU second "
-                    f"(± {se:.0%}); repetitions brought to the sweep's median wait of "
-                    f"{reference:.2f} s per CPU s, and predictions are for that load")
-    return y * (1 + slope * reference) / (1 + slope * wait), info
+    info["text"] = (f"{what}: ×{math.exp(slope):.3g} per second of run-queue wait per CPU "
+                    f"second (γ {slope:.2f} ± {se:.2f} on the log scale); repetitions brought to "
+                    f"the sweep's median wait of {reference:.2f} s per CPU s, and predictions "
+                    "are for that load")
+    return y * np.exp(slope * (reference - wait)), info
