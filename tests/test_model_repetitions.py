@@ -117,6 +117,11 @@ def test_load_is_taken_out_of_the_repetitions_where_they_record_it():
     step = training_step(NEW[3].layers(), PLANTED)
     p = predict(models, step, NEW[3].steps)
     assert any("median wait" in note for note in p.notes)
+    # the same configuration for a run that waits 1 s more per CPU second: e^0.4 more, wider
+    busier = predict(models, step, NEW[3].steps, wait=energy["reference_wait_per_cpu_s"] + 1)
+    assert busier.energy_J / p.energy_J == pytest.approx(np.exp(energy["gamma"]))
+    assert busier.high_J / busier.low_J > p.high_J / p.low_J
+    assert busier.time_s > p.time_s
     # no effect of load: nothing is changed
     y = np.array([1.0, 1.1, 0.9] * 4)
     same, info = normalise(y, rng.uniform(0, 2, 12), np.repeat(np.arange(4), 3), "time")

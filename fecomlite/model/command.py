@@ -388,6 +388,10 @@ def predict_command(
         float | None, typer.Option(help="The training time, if known (else predicted).")
     ] = None,
     confidence: Annotated[float, typer.Option(help="Interval coverage.")] = 0.9,
+    wait: Annotated[
+        float | None, typer.Option(help="The run's run-queue wait per CPU second, if the sweep "
+                                   "took load out (else the sweep's median load).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     home: HomeOption = None,
 ) -> None:
@@ -401,7 +405,7 @@ def predict_command(
         hierarchy = MemoryHierarchy.from_json(models.hierarchy)
         step, steps = _network(hierarchy, width, depth, shape, batch_size, dataset_size, epochs,
                                inputs, outputs, optimizer, summary)
-        result = predict(models, step, steps, time_s=time_s, confidence=confidence)
+        result = predict(models, step, steps, time_s=time_s, confidence=confidence, wait=wait)
     except (StoreError, ConfigError, FitError, FeatureError) as exc:
         raise _fail(str(exc)) from exc
     if as_json:

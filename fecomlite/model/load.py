@@ -64,3 +64,15 @@ def normalise(
                     f"the sweep's median wait of {reference:.2f} s per CPU s, and predictions "
                     "are for that load")
     return y * np.exp(slope * (reference - wait)), info
+
+
+def at_wait(mean: float, sd: float, info: dict[str, Any], wait: float) -> tuple[float, float]:
+    """(mean, sd) of a prediction made at the sweep's median wait, moved to `wait` (s per CPU
+    s) by the fitted effect, γ's own uncertainty added on the log scale; unchanged where no
+    effect was applied."""
+    if not info.get("applied") or mean <= 0:
+        return mean, sd
+    delta = wait - float(info["reference_wait_per_cpu_s"])
+    factor = math.exp(float(info["gamma"]) * delta)
+    relative = math.hypot(sd / mean, float(info["gamma_se"]) * delta)
+    return mean * factor, mean * factor * relative

@@ -23,6 +23,7 @@ import numpy as np
 from fecomlite.model.cache import MemoryHierarchy
 from fecomlite.model.features import ApiFeatures, StepFeatures, run_features
 from fecomlite.model.fit import ENERGY_MODELS, EnergyModels, FitError, bounds
+from fecomlite.model.load import at_wait
 
 
 @dataclass
@@ -56,9 +57,11 @@ class Prediction:
 
 def predict(
     models: EnergyModels, step: StepFeatures, steps: int, *, time_s: float | None = None,
-    confidence: float = 0.9,
+    confidence: float = 0.9, wait: float | None = None,
 ) -> Prediction:
-    """Energy of `steps` training steps of a network whose one step is `step`."""
+    """Energy of `steps` training steps of a network whose one step is `step`; wait: the
+    run-queue wait per CPU second of the run predicted (default: the sweep's median, where
+    the sweep took load out, `model.load`)."""
     if steps < 1:
         raise FitError(f"steps must be positive, not {steps}")
     if not 0 < confidence < 1:
@@ -73,6 +76,8 @@ def predict(
         values[f"bytes_{level}"] = 0.0
     notes = _notes(models, step, values)
     notes += [info["text"] for info in models.load.values() if info.get("applied")]
+    if wait is not None and not 0 <= wait < math.inf:
+        raise FitError(f"the wait must be a number of seconds per CPU second ≥ 0, not {wait}")
     memory = models.best
     if time_s is None:
         t_mean, t_low, t_high, t_sd = models.fits["time"].interval(values, confidence)
@@ -90,6 +95,13 @@ def predict(
         sd = float(np.hypot(sd, static * t_sd))
     # the fewer degrees of freedom of the two fits when the time is predicted
     dof_fit = memory if source == "given" else min(memory, models.fits["time"], key=lambda f: f.dof)
+    if wait is not None and any(info.get("applied") for info in models.load.values()):
+        mean, sd = at_wait(mean, sd, models.load.get("energy", {}), wait)
+        if source == "predicted":
+            t_mean, t_sd = at_wait(t_mean, t_sd, models.load.get("time", {}), wait)
+            t_low, t_high = bounds(t_mean, t_sd, models.fits["time"].t(confidence),
+                                   models.fits["time"].weighting)
+        notes.append(f"moved to a run that waits {wait:.2f} s for a CPU per CPU second")
     low, high = bounds(mean, sd, dof_fit.t(confidence), memory.weighting)
     naive = {
         name: models.fits[name].interval(values, confidence)[:3]
