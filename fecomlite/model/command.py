@@ -230,6 +230,7 @@ def fit_command(
                 sweep_id = sweep if sweep is not None else latest_sweep_id(store)
                 table = load_sweep(store, sweep_id)
                 rows, hierarchy, domains = table["rows"], table["hierarchy"], table["domains"]
+                rows = _with_repetitions(store, rows)
                 source = {"sweep_id": sweep_id, "framework": table["framework"],
                           "attribution_method": table.get("attribution_method")}
             if domain == "auto":
@@ -257,6 +258,24 @@ def fit_command(
         console.print(f"saved: {saved}")
     elif runs:
         console.print("[yellow]not saved[/]: give --out FILE to keep a model fitted on runs")
+
+
+def _with_repetitions(store: Store, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A sweep's rows with their repetitions (`reps_*`), read again from its runs where it was
+    stored before they were kept; a row whose run is not in the store stays as it is."""
+    from fecomlite.store import StoreError
+
+    if any("reps_time_s" in r for r in rows):
+        return rows
+    out = []
+    for row in rows:
+        try:
+            measured = measured_columns(store, int(row["run_id"]))[0] if row.get(
+                "time_s") is not None else {}
+        except (StoreError, KeyError, TypeError, ValueError):
+            measured = {}
+        out.append({**row, **measured} if "reps_time_s" in measured else row)
+    return out
 
 
 def _rows_of_runs(
