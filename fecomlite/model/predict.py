@@ -22,7 +22,7 @@ import numpy as np
 
 from fecomlite.model.cache import MemoryHierarchy
 from fecomlite.model.features import ApiFeatures, StepFeatures, run_features
-from fecomlite.model.fit import ENERGY_MODELS, EnergyModels, FitError, bounds
+from fecomlite.model.fit import ENERGY_MODELS, EnergyModels, FitError, LinearFit, bounds
 from fecomlite.model.load import at_wait
 
 
@@ -88,25 +88,16 @@ def predict(
         if not 0 < time_s < math.inf:
             raise FitError(f"time must be a positive number of seconds, not {time_s}")
         t_mean, t_low, t_high, t_sd, source = time_s, time_s, time_s, 0.0, "given"
-    values["time_s"] = t_mean
-    mean, _, _, sd = memory.interval(values, confidence)
-    if "time_s" in memory.features:
-        static = float(memory.coef[memory.features.index("time_s")])
-        sd = float(np.hypot(sd, static * t_sd))
-    # the fewer degrees of freedom of the two fits when the time is predicted
-    dof_fit = memory if source == "given" else min(memory, models.fits["time"], key=lambda f: f.dof)
+    values["time_s"] = t_mean  # at the sweep's median load, as the energy models were fitted
+    mean, low, high = _energy(models, memory, values, t_sd, source, confidence, wait)
+    naive = {name: _energy(models, models.fits[name], values, t_sd, source, confidence, wait)
+             for name in ENERGY_MODELS if name != models.best_name}
     if wait is not None and any(info.get("applied") for info in models.load.values()):
-        mean, sd = at_wait(mean, sd, models.load.get("energy", {}), wait)
         if source == "predicted":
             t_mean, t_sd = at_wait(t_mean, t_sd, models.load.get("time", {}), wait)
             t_low, t_high = bounds(t_mean, t_sd, models.fits["time"].t(confidence),
                                    models.fits["time"].weighting)
         notes.append(f"moved to a run that waits {wait:.2f} s for a CPU per CPU second")
-    low, high = bounds(mean, sd, dof_fit.t(confidence), memory.weighting)
-    naive = {
-        name: models.fits[name].interval(values, confidence)[:3]
-        for name in ENERGY_MODELS if name != models.best_name
-    }
     outside = sorted({*memory.outside(values),
                       *(models.fits["time"].outside(values) if source == "predicted" else [])})
     if outside:
@@ -114,6 +105,24 @@ def predict(
     return Prediction(mean, low, high, confidence, t_mean,
                       t_low, t_high, source, values, naive, models.provenance,
                       models.best_name, outside, notes)
+
+
+def _energy(
+    models: EnergyModels, fit: LinearFit, values: dict[str, float], t_sd: float, source: str,
+    confidence: float, wait: float | None,
+) -> tuple[float, float, float]:
+    """(mean, low, high) of one energy model: with a predicted time, its spread × the model's
+    static power joins in (and the t of the fewer degrees of freedom of the two fits); moved to
+    `wait` where the sweep took load out."""
+    mean, _, _, sd = fit.interval(values, confidence)
+    if "time_s" in fit.features:
+        static = float(fit.coef[fit.features.index("time_s")])
+        sd = float(np.hypot(sd, static * t_sd))
+    dof_fit = fit if source == "given" else min(fit, models.fits["time"], key=lambda f: f.dof)
+    if wait is not None:
+        mean, sd = at_wait(mean, sd, models.load.get("energy", {}), wait)
+    low, high = bounds(mean, sd, dof_fit.t(confidence), fit.weighting)
+    return mean, low, high
 
 
 def predict_call(
