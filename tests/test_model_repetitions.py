@@ -9,7 +9,13 @@ import pytest
 from test_model_fit import ESTIMATED, PLANTED, truth
 
 from fecomlite.model.features import run_features, training_step
-from fecomlite.model.fit import fit_linear, fit_models, variance_components
+from fecomlite.model.fit import (
+    Components,
+    fit_linear,
+    fit_models,
+    out_of_sample_floor,
+    variance_components,
+)
 from fecomlite.model.identify import sentence
 from fecomlite.model.load import normalise
 from fecomlite.model.network import NetworkConfig
@@ -126,3 +132,15 @@ def test_load_is_taken_out_of_the_repetitions_where_they_record_it():
     y = np.array([1.0, 1.1, 0.9] * 4)
     same, info = normalise(y, rng.uniform(0, 2, 12), np.repeat(np.arange(4), 3), "time")
     assert not info["applied"] and same is y
+
+
+def test_held_out_configurations_missed_by_far_more_than_the_residuals_widen_the_misfit():
+    """In-sample the model fits its configurations (σ 20 %, all of it the repetitions'
+    spread), held out it misses them by 34 % (a real sweep at load 8): the misfit is the
+    difference, not 0. A held-out error near σ (refitting on fewer configurations) changes
+    nothing."""
+    parts = Components(0.2, 19, 0.04, within=0.2, between=0.0, reps=3.0)
+    wider = out_of_sample_floor(parts, 0.344)
+    assert wider.between == pytest.approx(np.sqrt(0.344**2 - 0.2**2))
+    assert wider.sigma == pytest.approx(0.344) and wider.coef_variance > parts.coef_variance
+    assert out_of_sample_floor(parts, 0.25) is parts

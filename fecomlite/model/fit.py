@@ -31,6 +31,7 @@ presents the model as a time/FLOP model.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -253,6 +254,8 @@ def fit_linear(
     fitted = x @ coef
     cv, k = _cross_validate(x, y, weighting, folds, group)
     parts = variance_components((y - fitted) * weights, group, p)
+    if groups is not None and weighting == "relative":
+        parts = out_of_sample_floor(parts, cv)
     cov = parts.coef_variance * inverse
     total = float(np.sum((y - y.mean()) ** 2))
     r2 = 1.0 - float(np.sum((y - fitted) ** 2)) / total if total > 0 else float("nan")
@@ -304,6 +307,27 @@ def variance_components(residuals: np.ndarray, group: np.ndarray, p: int) -> Com
     between = math.sqrt((ms_lack - ms_pure) / reps)
     return Components(math.sqrt(ms_pure + between**2), dof_lack, ms_lack,
                       within=math.sqrt(ms_pure), between=between, reps=reps)
+
+
+OUT_OF_SAMPLE_GAP = 1.5  # held-out error this many times the residual σ: a misfit unseen
+
+
+def out_of_sample_floor(parts: Components, cv_rel_rmse: float) -> Components:
+    """The misfit between configurations no smaller than held-out configurations show, where
+    they clearly show more than the fit's own residuals (cross-validated error over
+    OUT_OF_SAMPLE_GAP × σ): a repetition of a configuration the fit did not see missed by
+    `cv_rel_rmse`, of which the repetitions' spread explains σ_within², the rest is misfit
+    (a cache step or a load pattern between the grid's points). Below the gap the held-out
+    error is what refitting on fewer configurations costs, and the residuals stand."""
+    if not (math.isfinite(cv_rel_rmse) and math.isfinite(parts.within)
+            and cv_rel_rmse > OUT_OF_SAMPLE_GAP * parts.sigma):
+        return parts
+    seen = math.sqrt(max(cv_rel_rmse**2 - parts.within**2, 0.0))
+    if seen <= parts.between:
+        return parts
+    return dataclasses.replace(parts, between=seen, sigma=math.hypot(parts.within, seen),
+                               coef_variance=max(parts.coef_variance,
+                                                 parts.within**2 + parts.reps * seen**2))
 
 
 def _cross_validate(
