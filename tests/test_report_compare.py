@@ -54,6 +54,9 @@ def test_a_real_change_is_found_and_an_equal_run_is_within_noise(
     for api in changed["apis"]:
         assert api["energy"]["gpu:0"]["per_rep"]["verdict"] == "higher"
         assert api["energy"]["gpu:0"]["per_call"]["diff"] > 0
+        # the same program: every call paired with its counterpart (site, call order)
+        pairing = api["energy"]["gpu:0"]["per_call"]["pairing"]
+        assert pairing["paired"] and pairing["calls_per_rep"] == api["calls_a"] // 2
     unchanged = compare_runs(a, c).json
     assert {d["verdict"] for d in unchanged["domains"]} == {"within noise"}
     assert {api["energy"][k]["per_call"]["verdict"] for api in unchanged["apis"]

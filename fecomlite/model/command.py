@@ -230,6 +230,7 @@ def fit_command(
                 sweep_id = sweep if sweep is not None else latest_sweep_id(store)
                 table = load_sweep(store, sweep_id)
                 rows, hierarchy, domains = table["rows"], table["hierarchy"], table["domains"]
+                rows = _with_repetitions(store, rows)
                 source = {"sweep_id": sweep_id, "framework": table["framework"],
                           "attribution_method": table.get("attribution_method")}
             if domain == "auto":
@@ -257,6 +258,24 @@ def fit_command(
         console.print(f"saved: {saved}")
     elif runs:
         console.print("[yellow]not saved[/]: give --out FILE to keep a model fitted on runs")
+
+
+def _with_repetitions(store: Store, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A sweep's rows with their repetitions (`reps_*`), read again from its runs where it was
+    stored before they were kept; a row whose run is not in the store stays as it is."""
+    from fecomlite.store import StoreError
+
+    if any("reps_time_s" in r for r in rows):
+        return rows
+    out = []
+    for row in rows:
+        try:
+            measured = measured_columns(store, int(row["run_id"]))[0] if row.get(
+                "time_s") is not None else {}
+        except (StoreError, KeyError, TypeError, ValueError):
+            measured = {}
+        out.append({**row, **measured} if "reps_time_s" in measured else row)
+    return out
 
 
 def _rows_of_runs(
@@ -308,7 +327,11 @@ def _print_fit(models: EnergyModels) -> None:
 
     p = models.provenance
     console.print(f"fitted on [bold]{escape(p['label'])}[/] energy, {models.target}, domain "
-                  f"{models.domain}, {models.memory_aware.n} configurations", highlight=False)
+                  f"{models.domain}, {models.configurations} configurations"
+                  + (f" ({models.memory_aware.n} repetitions, each a row)"
+                     if models.memory_aware.n != models.configurations else ""), highlight=False)
+    for info in models.load.values():
+        console.print(f"load: {escape(info['text'])}", highlight=False, soft_wrap=True)
     check = models.identification
     for name, fit in models.fits.items():
         if name == "memory_aware" and not check.get("identified", False):
@@ -316,8 +339,7 @@ def _print_fit(models: EnergyModels) -> None:
         cv = (f"{_percent(fit.cv_rel_rmse)} ({fit.cv_folds}-fold)" if math.isfinite(fit.cv_rel_rmse)
               else f"none: no fold leaves more than {len(fit.features)} configurations to fit")
         table = Table(title=f"{name}: R² {fit.r2:.3f}, cross-validated error {cv}, residual σ "
-                      f"{_percent(fit.sigma) if fit.weighting == 'relative' else fit.sigma}",
-                      title_justify="left")
+                      f"{_spread(fit)}", title_justify="left")
         for column in ("feature", "coefficient", "± std. error", "unit"):
             table.add_column(column, justify="left" if column in ("feature", "unit") else "right")
         for i, feature in enumerate(fit.features):
@@ -350,6 +372,16 @@ def _print_fit(models: EnergyModels) -> None:
                       f"fitted {scaled(pt['fitted_J'], 'J')}", highlight=False)
 
 
+def _spread(fit: LinearFit) -> str:
+    """The residual σ, and with repetitions its two parts."""
+    def show(value: float) -> str:
+        return _percent(value) if fit.weighting == "relative" else f"{value:.3g}"
+
+    parts = (f" (repetitions' spread {show(fit.sigma_within)}, misfit between configurations "
+             f"{show(fit.sigma_between)})" if fit.groups else "")
+    return show(fit.sigma) + parts
+
+
 def _percent(value: float) -> str:
     return "–" if value is None or not math.isfinite(value) else f"{value * 100:.1f} %"
 
@@ -375,6 +407,10 @@ def predict_command(
         float | None, typer.Option(help="The training time, if known (else predicted).")
     ] = None,
     confidence: Annotated[float, typer.Option(help="Interval coverage.")] = 0.9,
+    wait: Annotated[
+        float | None, typer.Option(help="The run's run-queue wait per CPU second, if the sweep "
+                                   "took load out (else the sweep's median load).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     home: HomeOption = None,
 ) -> None:
@@ -388,7 +424,7 @@ def predict_command(
         hierarchy = MemoryHierarchy.from_json(models.hierarchy)
         step, steps = _network(hierarchy, width, depth, shape, batch_size, dataset_size, epochs,
                                inputs, outputs, optimizer, summary)
-        result = predict(models, step, steps, time_s=time_s, confidence=confidence)
+        result = predict(models, step, steps, time_s=time_s, confidence=confidence, wait=wait)
     except (StoreError, ConfigError, FitError, FeatureError) as exc:
         raise _fail(str(exc)) from exc
     if as_json:
@@ -443,10 +479,13 @@ def _print_prediction(result: Prediction, models: EnergyModels) -> None:
 
     p = result.provenance
     level = f"{result.confidence * 100:g} %"
+    reps = models.memory_aware.reps
     console.print(
         f"predicted energy ({models.target}, {models.domain}): [bold]"
         f"{scaled(result.energy_J, 'J')}[/]  ({level} interval "
-        f"{scaled(result.low_J, 'J')} – {scaled(result.high_J, 'J')})", highlight=False)
+        f"{scaled(result.low_J, 'J')} – {scaled(result.high_J, 'J')}"
+        + (f", for the mean of {reps:.3g} repetitions as the sweep measured"
+           if models.memory_aware.groups else "") + ")", highlight=False)
     console.print(
         f"training time: {scaled(result.time_s, 's')} ({result.time_source}"
         + (f", {level} interval {scaled(result.time_low_s, 's')} – "
@@ -458,7 +497,7 @@ def _print_prediction(result: Prediction, models: EnergyModels) -> None:
     source = ", ".join(f"{k} {v}" for k, v in p.items() if k in ("sweep_id", "framework", "runs")
                        and not isinstance(v, list)) or f"runs {p.get('runs')}"
     console.print(f"model fitted on [bold]{escape(p['label'])}[/] energy ({escape(source)}, "
-                  f"{models.memory_aware.n} configurations)", highlight=False)
+                  f"{models.configurations} configurations)", highlight=False)
     console.print(f"energy model: {result.model} (lowest cross-validated error)", highlight=False)
     notes = [*result.notes, *([TIME_MODEL_NOTE] if models.time_proportional else [])]
     for note in notes:

@@ -31,6 +31,7 @@ presents the model as a time/FLOP model.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -74,6 +75,12 @@ class LinearFit:
     fitted: np.ndarray
     ranges: dict[str, tuple[float, float]] = field(default_factory=dict)  # feature -> (min, max)
     omitted: list[str] = field(default_factory=list)  # terms with data the rows cannot support
+    # with repetitions as rows (`variance_components`): the spread between a configuration's
+    # repetitions and the model's misfit between configurations, both on the residuals' scale
+    sigma_within: float = math.nan
+    sigma_between: float = 0.0
+    reps: float = 1.0  # repetitions per configuration: what a new configuration is measured with
+    groups: int = 0  # configurations (0: every row its own)
 
     @property
     def n(self) -> int:
@@ -105,18 +112,27 @@ class LinearFit:
         ]
 
     def interval(
-        self, values: dict[str, float], confidence: float = 0.9
+        self, values: dict[str, float], confidence: float = 0.9, reps: float | None = None
     ) -> tuple[float, float, float, float]:
-        """(mean, low, high, sd) of a new observation: parameter and residual uncertainty
+        """(mean, low, high, sd) of a new configuration measured as the mean of `reps`
+        repetitions (default: as many as the fit's configurations had): parameter uncertainty,
+        the model's misfit between configurations and the repetitions' spread
         (`bounds`: relative errors give an interval on the log scale, never cut at zero)."""
         if not 0 < confidence < 1:
             raise FitError(f"confidence must be between 0 and 1, not {confidence}")
         x0 = self.vector(values)
         mean = float(x0 @ self.coef)
-        noise = self.sigma * abs(mean) if self.weighting == "relative" else self.sigma
+        scale = abs(mean) if self.weighting == "relative" else 1.0
+        noise = scale * self.residual_sd(self.reps if reps is None else reps)
         sd = float(np.sqrt(max(float(x0 @ self.cov @ x0), 0.0) + noise**2))
         low, high = bounds(mean, sd, self.t(confidence), self.weighting)
         return mean, low, high, sd
+
+    def residual_sd(self, reps: float) -> float:
+        """The spread of a configuration's mean over `reps` repetitions about the model."""
+        if self.groups == 0 or not math.isfinite(self.sigma_within):
+            return self.sigma
+        return math.sqrt(self.sigma_between**2 + self.sigma_within**2 / max(reps, 1.0))
 
     def t(self, confidence: float) -> float:
         """Student's t quantile of a two-sided `confidence` interval on this fit's dof."""
@@ -132,6 +148,8 @@ class LinearFit:
             "weighting": self.weighting, "r2": self.r2, "cv_rel_rmse": self.cv_rel_rmse,
             "cv_folds": self.cv_folds, "y": self.y.tolist(), "fitted": self.fitted.tolist(),
             "ranges": {f: list(r) for f, r in self.ranges.items()}, "omitted": self.omitted,
+            "sigma_within": None if math.isnan(self.sigma_within) else self.sigma_within,
+            "sigma_between": self.sigma_between, "reps": self.reps, "groups": self.groups,
         }
 
     @classmethod
@@ -147,6 +165,10 @@ class LinearFit:
                 fitted=np.asarray(data["fitted"], float),
                 ranges={f: (float(r[0]), float(r[1])) for f, r in data.get("ranges", {}).items()},
                 omitted=list(data.get("omitted", [])),
+                sigma_within=math.nan if data.get("sigma_within") is None
+                else float(data["sigma_within"]),
+                sigma_between=float(data.get("sigma_between", 0.0)),
+                reps=float(data.get("reps", 1.0)), groups=int(data.get("groups", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise FitError(f"not a saved fit: {exc!r}") from exc
@@ -194,8 +216,13 @@ def _solve(
 def fit_linear(
     x: np.ndarray, y: np.ndarray, features: Sequence[str], *, name: str = "model",
     target: str = "energy_J", weighting: str = "relative", folds: int = DEFAULT_FOLDS,
+    groups: Sequence[int] | np.ndarray | None = None,
 ) -> LinearFit:
-    """Fit y = X·β through the origin; features whose column is all zero are dropped (no data)."""
+    """Fit y = X·β through the origin; features whose column is all zero are dropped (no data).
+
+    groups: each row's configuration when rows are repetitions (`variance_components` splits
+    the residuals into the repetitions' spread and the model's misfit; cross-validation holds
+    out whole configurations)."""
     if weighting not in WEIGHTINGS:
         raise FitError(f"weighting must be one of {WEIGHTINGS}, not {weighting!r}")
     x = np.asarray(x, float)
@@ -209,6 +236,10 @@ def fit_linear(
     if weighting == "relative" and np.any(y <= 0):
         raise FitError(f"{name}: relative weighting needs positive {target} in every row "
                        f"({int(np.sum(y <= 0))} are ≤ 0); use absolute weighting")
+    group = np.arange(y.size) if groups is None else np.unique(groups, return_inverse=True)[1]
+    if group.size != y.size:
+        raise FitError(f"{name}: {group.size} group labels for {y.size} rows")
+    configs = int(group.max()) + 1 if group.size else 0
     used = np.any(x != 0, axis=0)
     names = [f for f, u in zip(features, used, strict=True) if u]
     dropped = [f for f, u in zip(features, used, strict=True) if not u]
@@ -216,33 +247,102 @@ def fit_linear(
     p = x.shape[1]
     if p == 0:
         raise FitError(f"{name}: every feature is zero")
-    if y.size <= p:
-        raise FitError(f"{name}: {y.size} rows cannot fit {p} coefficients "
+    if configs <= p:
+        raise FitError(f"{name}: {configs} rows cannot fit {p} coefficients "
                        f"({', '.join(names)}); measure more configurations")
     coef, weights, inverse = _solve(x, y, weighting)
     fitted = x @ coef
-    dof = y.size - p
-    weighted = (y - fitted) * weights
-    sigma = float(np.sqrt(np.sum(weighted**2) / dof))
-    cov = sigma**2 * inverse
+    cv, k = _cross_validate(x, y, weighting, folds, group)
+    parts = variance_components((y - fitted) * weights, group, p)
+    if groups is not None and weighting == "relative":
+        parts = out_of_sample_floor(parts, cv)
+    cov = parts.coef_variance * inverse
     total = float(np.sum((y - y.mean()) ** 2))
     r2 = 1.0 - float(np.sum((y - fitted) ** 2)) / total if total > 0 else float("nan")
-    cv, k = _cross_validate(x, y, weighting, folds)
     ranges = {f: (float(x[:, i].min()), float(x[:, i].max())) for i, f in enumerate(names)}
-    return LinearFit(name, target, names, dropped, coef, cov, sigma, dof, weighting, r2, cv, k,
-                     y, fitted, ranges)
+    return LinearFit(name, target, names, dropped, coef, cov, parts.sigma, parts.dof, weighting,
+                     r2, cv, k, y, fitted, ranges, sigma_within=parts.within,
+                     sigma_between=parts.between, reps=parts.reps,
+                     groups=configs if groups is not None else 0)
+
+
+@dataclass
+class Components:
+    """The residuals' spread: `sigma` of one row, `coef_variance` the factor of (XᵀWX)⁻¹ that
+    gives the coefficients' covariance, `dof` the degrees of freedom the interval's t uses."""
+
+    sigma: float
+    dof: int
+    coef_variance: float
+    within: float = math.nan
+    between: float = 0.0
+    reps: float = 1.0
+
+
+def variance_components(residuals: np.ndarray, group: np.ndarray, p: int) -> Components:
+    """Residuals split as in the classical lack-of-fit analysis: pure error (repetitions about
+    their configuration's mean, N − G dof) and lack of fit (configuration means about the model,
+    G − p dof). Where the configuration means scatter no more than the repetitions' spread
+    explains (MS_lof ≤ MS_pe), both pool into one σ on N − p dof, and a configuration's mean
+    over r repetitions has variance σ²/r. Otherwise the model misses each configuration by a
+    spread of its own, σ_between² = (MS_lof − MS_pe) / reps, that more repetitions do not
+    shrink, and intervals use the G − p dof of the configuration means: wider, as the data say.
+    (No significance test decides this: pooling after a test that lacks power, as one with
+    three repetitions does, gives intervals that cover less than they say.)"""
+    n, configs = residuals.size, int(group.max()) + 1
+    counts = np.bincount(group, minlength=configs).astype(float)
+    means = np.bincount(group, weights=residuals, minlength=configs) / counts
+    pure = float(np.sum((residuals - means[group]) ** 2))
+    lack = float(np.sum(counts * means**2))
+    dof_pure, dof_lack = n - configs, configs - p
+    if dof_pure == 0:  # one row per configuration: the ordinary residual σ
+        sigma = math.sqrt(lack / dof_lack)
+        return Components(sigma, dof_lack, sigma**2)
+    reps = n / configs
+    ms_pure = pure / dof_pure
+    ms_lack = lack / dof_lack if dof_lack else 0.0
+    if dof_lack == 0 or ms_lack <= ms_pure:  # no misfit beyond the repetitions' spread
+        sigma = math.sqrt((pure + lack) / (n - p))
+        return Components(sigma, n - p, sigma**2, within=sigma, reps=reps)
+    between = math.sqrt((ms_lack - ms_pure) / reps)
+    return Components(math.sqrt(ms_pure + between**2), dof_lack, ms_lack,
+                      within=math.sqrt(ms_pure), between=between, reps=reps)
+
+
+OUT_OF_SAMPLE_GAP = 1.5  # held-out error this many times the residual σ: a misfit unseen
+
+
+def out_of_sample_floor(parts: Components, cv_rel_rmse: float) -> Components:
+    """The misfit between configurations no smaller than held-out configurations show, where
+    they clearly show more than the fit's own residuals (cross-validated error over
+    OUT_OF_SAMPLE_GAP × σ): a repetition of a configuration the fit did not see missed by
+    `cv_rel_rmse`, of which the repetitions' spread explains σ_within², the rest is misfit
+    (a cache step or a load pattern between the grid's points). Below the gap the held-out
+    error is what refitting on fewer configurations costs, and the residuals stand."""
+    if not (math.isfinite(cv_rel_rmse) and math.isfinite(parts.within)
+            and cv_rel_rmse > OUT_OF_SAMPLE_GAP * parts.sigma):
+        return parts
+    seen = math.sqrt(max(cv_rel_rmse**2 - parts.within**2, 0.0))
+    if seen <= parts.between:
+        return parts
+    return dataclasses.replace(parts, between=seen, sigma=math.hypot(parts.within, seen),
+                               coef_variance=max(parts.coef_variance,
+                                                 parts.within**2 + parts.reps * seen**2))
 
 
 def _cross_validate(
-    x: np.ndarray, y: np.ndarray, weighting: str, folds: int
+    x: np.ndarray, y: np.ndarray, weighting: str, folds: int, group: np.ndarray
 ) -> tuple[float, int]:
-    """Relative RMS error of k-fold held-out predictions (folds too small to fit are skipped)."""
-    k = min(max(folds, 2), y.size)
-    order = np.random.default_rng(_CV_SEED).permutation(y.size)
+    """Relative RMS error of k-fold held-out predictions (folds too small to fit are skipped);
+    a configuration's repetitions are held out together (else its other repetitions would
+    predict it)."""
+    configs = int(group.max()) + 1
+    k = min(max(folds, 2), configs)
+    order = np.random.default_rng(_CV_SEED).permutation(configs)
     errors: list[np.ndarray] = []
     for fold in range(k):
-        held = order[fold::k]
-        train = np.setdiff1d(order, held)
+        held = np.flatnonzero(np.isin(group, order[fold::k]))
+        train = np.setdiff1d(np.arange(y.size), held)
         if train.size <= x.shape[1] or np.linalg.matrix_rank(x[train]) < x.shape[1]:
             continue
         coef = _solve(x[train], y[train], weighting)[0]
@@ -268,10 +368,17 @@ class EnergyModels:
     fits: dict[str, LinearFit]
     points: list[dict[str, Any]]  # per configuration: measured and fitted, for the report
     identification: dict[str, Any] = field(default_factory=dict)  # `identify.identify`
+    repetitions: dict[str, Any] = field(default_factory=dict)  # `RepetitionRows.summary`
+    load: dict[str, Any] = field(default_factory=dict)  # `RepetitionRows.at_one_load`
 
     @property
     def memory_aware(self) -> LinearFit:
         return self.fits["memory_aware"]
+
+    @property
+    def configurations(self) -> int:
+        """How many configurations the fits rest on (their rows may be repetitions)."""
+        return int(self.repetitions.get("configurations", self.memory_aware.n))
 
     @property
     def best_name(self) -> str:
@@ -314,8 +421,8 @@ class EnergyModels:
             "fits": {name: fit.to_json() for name, fit in self.fits.items()},
             "comparison": self.comparison(), "best": self.best_name,
             "time_proportional": self.time_proportional, "points": self.points,
-            "identification": self.identification,
-            "breakpoints": [
+            "identification": self.identification, "repetitions": self.repetitions,
+            "load": self.load, "breakpoints": [
                 {"level": lv["name"], "size_bytes": lv["size_bytes"]}
                 for lv in self.hierarchy.get("levels", []) if lv["size_bytes"] is not None
             ],
@@ -331,6 +438,7 @@ class EnergyModels:
                 data["provenance"],
                 {name: LinearFit.from_json(fit) for name, fit in data["fits"].items()},
                 list(data.get("points", [])), dict(data.get("identification") or {}),
+                dict(data.get("repetitions") or {}), dict(data.get("load") or {}),
             )
         except KeyError as exc:
             raise FitError(f"a fitted model without {exc.args[0]!r}") from exc
@@ -405,36 +513,40 @@ def fit_models(
     names = model_features(levels)
     values = [_row_values(row, levels) for row in rows]
     energy = np.array([target_energy(row, list(used), target) for row in rows])
+    reps = repetition_rows(rows, values, list(used), target)
+    reps, load = reps.at_one_load()
     fits: dict[str, LinearFit] = {}
     for model, features in names.items():
-        y = np.array([v["time_s"] for v in values]) if model == "time" else energy
-        x = np.array([[v[f] for f in features] for v in values])
-        candidates = [supported(x, features, y.size)]
+        y = reps.time if model == "time" else reps.energy
+        x = np.array([[v[f] for f in features] for v in reps.values])
+        candidates = [supported(x, features, len(rows))]
         if model == "time":  # validated: the simpler time models compete out of sample
-            candidates += [f for f in TIME_CANDIDATES if len(f) < min(len(candidates[0]), y.size)]
+            candidates += [f for f in TIME_CANDIDATES
+                           if len(f) < min(len(candidates[0]), len(rows))]
         tried = [fit_linear(x[:, [features.index(f) for f in keep]], y, keep, name=model,
                             target="time_s" if model == "time" else "energy_J",
-                            weighting=weighting, folds=folds) for keep in candidates]
+                            weighting=weighting, folds=folds, groups=reps.group)
+                 for keep in candidates]
         chosen = fits[model] = min(tried, key=lambda f: (math.isnan(f.cv_rel_rmse),
                                                          f.cv_rel_rmse))
         has_data = {f for i, f in enumerate(features) if np.any(x[:, i] != 0)}
         chosen.dropped = [f for f in features if f not in has_data]
         chosen.omitted = [f for f in features if f in has_data and f not in chosen.features]
+    memory = fits["memory_aware"]
     points = [
         {"key": row.get("key", str(i)), "flops": v["flops"], "steps": v["steps"],
          "max_working_set": float(row["max_working_set_bytes"]),
          "level": row.get("working_set_level"), "measured_J": float(energy[i]),
-         "fitted_J": float(fits["memory_aware"].fitted[i]),
+         "fitted_J": memory.predict(v),
          "pj_per_flop": float(energy[i] / v["flops"] * 1e12) if v["flops"] else None}
         for i, (row, v) in enumerate(zip(rows, values, strict=True))
     ]
     provenance = {
         "label": provenance_label(used), "domains": used, **(source or {}),
     }
-    memory = fits["memory_aware"]
     design = np.array([[v[f] for f in memory.features] for v in values])
     if weighting == "relative":  # the rows as the fit weighs them: each relative to its energy
-        design = design / memory.y[:, None]
+        design = design / energy[:, None]
     check = identify(design, memory.features, memory.coef, memory.std_errors, levels)
     if memory.omitted:
         terms = len(memory.features)
@@ -442,7 +554,70 @@ def fit_models(
                                 f"term{'s' if terms != 1 else ''}: "
                                 f"{', '.join(memory.omitted)} left out")
         check["identified"] = False
-    return EnergyModels(target, domain, levels, hierarchy, provenance, fits, points, check)
+    return EnergyModels(target, domain, levels, hierarchy, provenance, fits, points, check,
+                        repetitions=reps.summary(), load=load)
+
+
+@dataclass
+class RepetitionRows:
+    """The rows the fits see: each repetition of each configuration (`group` its index in the
+    sweep's rows), or each configuration's mean where its repetitions were not recorded."""
+
+    values: list[dict[str, float]]
+    time: np.ndarray
+    energy: np.ndarray
+    group: np.ndarray
+    per_config: list[int]
+    wait: np.ndarray  # each row's run-queue wait per CPU second (NaN: not recorded)
+
+    def at_one_load(self) -> tuple[RepetitionRows, dict[str, Any]]:
+        """These rows brought to the sweep's median load where load clearly changed them
+        (`model.load`), and what was done."""
+        from fecomlite.model.load import normalise
+
+        energy, on_energy = normalise(self.energy, self.wait, self.group, "energy")
+        time, on_time = normalise(self.time, self.wait, self.group, "time")
+        values = [{**v, "time_s": float(t)} for v, t in zip(self.values, time, strict=True)]
+        return (RepetitionRows(values, time, energy, self.group, self.per_config, self.wait),
+                {"energy": on_energy, "time": on_time})
+
+    def summary(self) -> dict[str, Any]:
+        return {"rows": int(self.energy.size), "configurations": len(self.per_config),
+                "per_configuration": self.per_config}
+
+
+def repetition_rows(
+    rows: Sequence[dict[str, Any]], values: Sequence[dict[str, float]], domains: Sequence[str],
+    target: str,
+) -> RepetitionRows:
+    """One row per repetition where a row lists its repetitions' times and energies
+    (`reps_time_s`, `reps_energy_J_<domain>`, equal lengths, every energy positive); else one
+    row with the configuration's mean. Repetitions vary with what else the machine did: rows of
+    them give the fit honest residuals and the interval the spread a new measurement has."""
+    out_values, times, energies, groups, per_config, waits = [], [], [], [], [], []
+    for i, (row, v) in enumerate(zip(rows, values, strict=True)):
+        time_reps = row.get("reps_time_s") or []
+        energy_reps = [row.get(f"reps_energy_J_{d}") or [] for d in domains]
+        usable = len(time_reps) > 1 and all(len(e) == len(time_reps) for e in energy_reps)
+        if usable:
+            total = [sum(float(e[k]) for e in energy_reps) for k in range(len(time_reps))]
+            if target == "total":
+                idle = sum(float(row[f"idle_W_{d}"]) for d in domains)
+                total = [e + idle * float(t) for e, t in zip(total, time_reps, strict=True)]
+            usable = all(math.isfinite(e) and e > 0 for e in total)
+        wait = [float(w) for w in row.get("reps_wait_per_cpu_s") or []]
+        if not usable:
+            time_reps, total = [v["time_s"]], [target_energy(row, domains, target)]
+            wait = [sum(wait) / len(wait)] if wait else []
+        waits += wait if len(wait) == len(total) else [math.nan] * len(total)
+        for t, e in zip(time_reps, total, strict=True):
+            out_values.append({**v, "time_s": float(t)})
+            times.append(float(t))
+            energies.append(e)
+            groups.append(i)
+        per_config.append(len(total))
+    return RepetitionRows(out_values, np.array(times), np.array(energies), np.array(groups),
+                          per_config, np.array(waits))
 
 
 def supported(x: np.ndarray, features: Sequence[str], rows: int) -> list[str]:

@@ -4,7 +4,9 @@ The energy model used is the one ranked best by cross-validated error (`EnergyMo
 The memory-aware model needs the run's time. When it is not given, the time model fitted on the
 same sweep predicts it, and its uncertainty is added: var(E) = var(E | time) + s² · var(time),
 s the model's static power (the two fits' errors are treated as independent). Intervals are
-Student-t intervals of a new observation (`LinearFit.interval`): parameter and residual spread,
+Student-t intervals of a new configuration measured as the sweep's were, the mean of as many
+repetitions (`LinearFit.interval`): parameter spread, the model's misfit between configurations
+and the repetitions' spread,
 the residuals relative (the spread grows with the energy), so the interval is taken on the log
 scale (`fit.bounds`): mean ×/÷ a factor, never a bound at zero. A feature
 outside the range the fits saw is named in `extrapolated` (and in the notes).
@@ -20,7 +22,8 @@ import numpy as np
 
 from fecomlite.model.cache import MemoryHierarchy
 from fecomlite.model.features import ApiFeatures, StepFeatures, run_features
-from fecomlite.model.fit import ENERGY_MODELS, EnergyModels, FitError, bounds
+from fecomlite.model.fit import ENERGY_MODELS, EnergyModels, FitError, LinearFit, bounds
+from fecomlite.model.load import at_wait
 
 
 @dataclass
@@ -54,9 +57,11 @@ class Prediction:
 
 def predict(
     models: EnergyModels, step: StepFeatures, steps: int, *, time_s: float | None = None,
-    confidence: float = 0.9,
+    confidence: float = 0.9, wait: float | None = None,
 ) -> Prediction:
-    """Energy of `steps` training steps of a network whose one step is `step`."""
+    """Energy of `steps` training steps of a network whose one step is `step`; wait: the
+    run-queue wait per CPU second of the run predicted (default: the sweep's median, where
+    the sweep took load out, `model.load`)."""
     if steps < 1:
         raise FitError(f"steps must be positive, not {steps}")
     if not 0 < confidence < 1:
@@ -70,6 +75,9 @@ def predict(
     for level in levels - set(step.bytes_by_level):
         values[f"bytes_{level}"] = 0.0
     notes = _notes(models, step, values)
+    notes += [info["text"] for info in models.load.values() if info.get("applied")]
+    if wait is not None and not 0 <= wait < math.inf:
+        raise FitError(f"the wait must be a number of seconds per CPU second ≥ 0, not {wait}")
     memory = models.best
     if time_s is None:
         t_mean, t_low, t_high, t_sd = models.fits["time"].interval(values, confidence)
@@ -80,16 +88,16 @@ def predict(
         if not 0 < time_s < math.inf:
             raise FitError(f"time must be a positive number of seconds, not {time_s}")
         t_mean, t_low, t_high, t_sd, source = time_s, time_s, time_s, 0.0, "given"
-    values["time_s"] = t_mean
-    mean, _, _, sd = memory.interval(values, confidence)
-    if "time_s" in memory.features:
-        static = float(memory.coef[memory.features.index("time_s")])
-        sd = float(np.hypot(sd, static * t_sd))
-    low, high = bounds(mean, sd, memory.t(confidence), memory.weighting)
-    naive = {
-        name: models.fits[name].interval(values, confidence)[:3]
-        for name in ENERGY_MODELS if name != models.best_name
-    }
+    values["time_s"] = t_mean  # at the sweep's median load, as the energy models were fitted
+    mean, low, high = _energy(models, memory, values, t_sd, source, confidence, wait)
+    naive = {name: _energy(models, models.fits[name], values, t_sd, source, confidence, wait)
+             for name in ENERGY_MODELS if name != models.best_name}
+    if wait is not None and any(info.get("applied") for info in models.load.values()):
+        if source == "predicted":
+            t_mean, t_sd = at_wait(t_mean, t_sd, models.load.get("time", {}), wait)
+            t_low, t_high = bounds(t_mean, t_sd, models.fits["time"].t(confidence),
+                                   models.fits["time"].weighting)
+        notes.append(f"moved to a run that waits {wait:.2f} s for a CPU per CPU second")
     outside = sorted({*memory.outside(values),
                       *(models.fits["time"].outside(values) if source == "predicted" else [])})
     if outside:
@@ -97,6 +105,24 @@ def predict(
     return Prediction(mean, low, high, confidence, t_mean,
                       t_low, t_high, source, values, naive, models.provenance,
                       models.best_name, outside, notes)
+
+
+def _energy(
+    models: EnergyModels, fit: LinearFit, values: dict[str, float], t_sd: float, source: str,
+    confidence: float, wait: float | None,
+) -> tuple[float, float, float]:
+    """(mean, low, high) of one energy model: with a predicted time, its spread × the model's
+    static power joins in (and the t of the fewer degrees of freedom of the two fits); moved to
+    `wait` where the sweep took load out."""
+    mean, _, _, sd = fit.interval(values, confidence)
+    if "time_s" in fit.features:
+        static = float(fit.coef[fit.features.index("time_s")])
+        sd = float(np.hypot(sd, static * t_sd))
+    dof_fit = fit if source == "given" else min(fit, models.fits["time"], key=lambda f: f.dof)
+    if wait is not None:
+        mean, sd = at_wait(mean, sd, models.load.get("energy", {}), wait)
+    low, high = bounds(mean, sd, dof_fit.t(confidence), fit.weighting)
+    return mean, low, high
 
 
 def predict_call(

@@ -195,8 +195,11 @@ def measured_columns(
     time_s = _mean(durations)
     columns: dict[str, Any] = {
         "repetitions": len(spans), "time_s": time_s, "time_s_std": _std(durations),
-        "attribution_method": method,
+        "reps_time_s": durations, "attribution_method": method,
     }
+    waits = [r["wait_per_cpu_s"] for r in analysis.load.get("contention", {}).get("per_rep", [])]
+    if len(waits) == len(spans) and all(math.isfinite(w) for w in waits):
+        columns["reps_wait_per_cpu_s"] = waits  # what load did to each repetition
     used = sorted({info["method"] for info in analysis.domains if info.get("method")})
     if used and used != [method]:
         columns["attribution_method"] = f"{method} (fell back to {'+'.join(used)})"
@@ -221,6 +224,9 @@ def measured_columns(
                           + spread**2 / len(per_rep))
         raw[d] = (mean, sigma)
         columns.update(_energy_columns(d, mean, sigma))
+        if columns[f"energy_J_{d}"] is not None and len(per_rep) == len(spans) and min(
+                per_rep) > 0:  # each repetition a row of the fit (`fit.repetition_rows`)
+            columns[f"reps_energy_J_{d}"] = per_rep
         columns[f"energy_J_{d}_std"] = _std(per_rep)
         columns[f"idle_W_{d}"] = info["idle_W"]
         if columns[f"energy_J_{d}"] is None:
@@ -324,13 +330,15 @@ def _std(values: Sequence[float]) -> float | None:
 
 
 def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> Path:
-    """One row per configuration; columns in first-seen order, empty where a row has none."""
+    """One row per configuration; columns in first-seen order, empty where a row has none,
+    a repetition's values separated by spaces."""
     columns = list(dict.fromkeys(key for row in rows for key in row))
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=columns, restval="")
         writer.writeheader()
-        writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
+        writer.writerows({k: "" if v is None else " ".join(map(str, v)) if isinstance(v, list)
+                          else v for k, v in row.items()} for row in rows)
     return path
 
 

@@ -7,6 +7,7 @@ as JSON) and the machine-readable files. Nothing here formats HTML; `render` doe
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import math
@@ -23,8 +24,8 @@ from fecomlite.analysis.carbon import Intensity
 from fecomlite.analysis.pieces import call_count
 from fecomlite.analysis.ranks import add_rank_figures
 from fecomlite.analysis.run_analysis import RunAnalysis, analyse_run, mean_ci95
+from fecomlite.report import first_use, tables
 from fecomlite.report import layers as layer_report
-from fecomlite.report import tables
 from fecomlite.report.co2e import add_co2e, csv_with_co2e
 from fecomlite.report.distributed import rank_section
 from fecomlite.report.domains import stacked_domains
@@ -103,7 +104,9 @@ def build_report(store: Store, run_id: int, method: str = "auto",
         "reps": _reps(a),
         "settings": _items(a.run.get("settings") or {}),
         "hyperparams": _hyperparam_items(a.run.get("hyperparams") or {}),
-        "api_table": _table("apis", api_cols, a.apis, _api_extra, a.domains),
+        "api_table": _table("apis", api_cols, a.apis, functools.partial(
+            _api_extra, imported=first_use.imports_by_api(
+                store.result(run_id, "shapes") or {}, a.sites)), a.domains),
         "site_table": _table("sites", site_cols, a.sites, _site_extra, a.domains),
         "intensities": _intensities(a),
         "replays": _replays(store, a),
@@ -367,10 +370,13 @@ def _items(mapping: dict[str, Any]) -> list[tuple[str, str]]:
 FIRST_USE_B = 10e6  # a first call that keeps this much more than the later ones is marked
 
 
-def _api_extra(row: dict[str, Any]) -> dict[str, Any]:
+def _api_extra(row: dict[str, Any], imported: dict[str, int]) -> dict[str, Any]:
+    """imported: API → modules its first calls imported (`first_use`): detected, marked so."""
     written = row.get("written") or []
+    memory = row.get("memory") or {}
     return {"written": written, "search": " ".join([row["api"], *written]).lower(),
-            "first_use": _first_use(row.get("memory") or {})}
+            "first_use": first_use.mark(imported.get(row["api"], 0), memory)
+            or _first_use(memory)}
 
 
 def _first_use(memory: dict[str, Any]) -> str:

@@ -11,7 +11,9 @@ different methods (`analyse_pair` attributes both runs again by overlap when `au
 differently), nor a machine-level domain on a machine other processes kept busy.
 
 Energy per call, with two repetitions or more in both runs: compared over the repetitions'
-energy per call (`across_repetitions`: Student's t, each API's spread moderated by the domain's
+energy per call, of the calls paired by site and call order where the runs share them (the k-th
+call of a site in A against its k-th in B, `analysis.paired_calls`; unpaired where the call
+sequences differ) (`across_repetitions`: Student's t, each API's spread moderated by the domain's
 typical one (`typical_spread`), family-wise 5 % over the page's APIs and domains, the minimum
 detectable change and the repetitions a 10 % change needs beside it).
 Host domains of runs whose load differed (`analysis.contention.load_differs`) are "not
@@ -40,6 +42,8 @@ import numpy as np
 from fecomlite.analysis import units
 from fecomlite.analysis.contention import load_differs
 from fecomlite.analysis.distributions import t_quantile
+from fecomlite.analysis.paired_calls import pair_runs
+from fecomlite.analysis.paired_calls import typical_spread as paired_spread
 from fecomlite.analysis.pieces import call_count
 from fecomlite.analysis.run_analysis import HOST_DOMAINS, RunAnalysis, analyse_run, mean_ci95
 from fecomlite.report import tables
@@ -214,7 +218,8 @@ def typical_spread(apis_a: dict[str, Any], apis_b: dict[str, Any], domain: str) 
 
 
 def _api_row(api: str, ra: dict[str, Any] | None, rb: dict[str, Any] | None,
-             domains: list[dict[str, Any]], tests: int) -> dict[str, Any]:
+             domains: list[dict[str, Any]], tests: int,
+             pairs: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
     row: dict[str, Any] = {
         "api": api,
         "written": sorted(set((ra or {}).get("written", [])) | set((rb or {}).get("written", []))),
@@ -236,11 +241,19 @@ def _api_row(api: str, ra: dict[str, Any] | None, rb: dict[str, Any] | None,
         else:
             ca, cb = (ra or {}).get("calls") or 1, (rb or {}).get("calls") or 1
             na, nb = len(ea.get("per_rep_J") or []) or 1, len(eb.get("per_rep_J") or []) or 1
-            reps_a, reps_b = per_rep_per_call(ra or {}, ea), per_rep_per_call(rb or {}, eb)
+            paired = pairs.get((api, key))
+            if paired is not None:  # the same calls in both runs (`analysis.paired_calls`)
+                reps_a, reps_b = paired["reps_a"], paired["reps_b"]
+                mean_a, mean_b = float(reps_a.mean()), float(reps_b.mean())
+            else:
+                reps_a, reps_b = per_rep_per_call(ra or {}, ea), per_rep_per_call(rb or {}, eb)
+                mean_a = _num(ea["per_call"].get("mean"))
+                mean_b = _num(eb["per_call"].get("mean"))
             if reps_a.size > 1 and reps_b.size > 1:
                 out["per_call"] = across_repetitions(
-                    _num(ea["per_call"].get("mean")), _num(eb["per_call"].get("mean")),
-                    reps_a, reps_b, (ea, ca), (eb, cb), tests, d.get("prior", math.nan))
+                    mean_a, mean_b, reps_a, reps_b, (ea, ca), (eb, cb), tests,
+                    d.get("prior", math.nan))
+                out["per_call"]["pairing"] = _pairing(paired, ca, cb, na, nb)
             else:  # one repetition: calls alone cannot say how much another run would differ
                 out["per_call"] = _measure_pair(ea["per_call"], eb["per_call"],
                                                 "mean", "ci95_low", "ci95_high",
@@ -252,6 +265,23 @@ def _api_row(api: str, ra: dict[str, Any] | None, rb: dict[str, Any] | None,
             out["verdict"] = out["per_call"]["verdict"]
         row["energy"][key] = out
     return row
+
+
+def _pairing(paired: dict[str, Any] | None, calls_a: int, calls_b: int, reps_a: int,
+             reps_b: int) -> dict[str, Any]:
+    """How the calls were compared, for the table's title and the JSON: paired by site and
+    call order (how many calls per repetition of each run's, and the paired calls' spread of
+    change), or unpaired where the sequences differ."""
+    if paired is None:
+        return {"paired": False, "text": "unpaired: the two runs' call sequences differ"}
+    quartiles = paired["per_call_change"]
+    text = (f"paired by site and call order: {paired['calls']} calls per repetition (of "
+            f"{calls_a / max(reps_a, 1):.4g} in A, {calls_b / max(reps_b, 1):.4g} in B)")
+    if quartiles:
+        text += (f"; per paired call, B/A − 1: median {units.percent(quartiles[1])}, "
+                 f"quartiles {units.percent(quartiles[0])} to {units.percent(quartiles[2])}")
+    return {"paired": True, "calls_per_rep": paired["calls"],
+            "per_call_change_quartiles": quartiles, "text": text}
 
 
 def _measure_pair(
@@ -410,6 +440,12 @@ def _cells(cols: list[tables.Column], row: dict[str, Any]) -> list[tables.Cell]:
             if noise is not None and cell.value is not None:
                 cell = tables.Cell(cell.value, cell.text, "± " + units.scaled(noise, "J"),
                                    cell.data)
+        elif c.key.endswith(":verdict"):  # how the calls were compared, beside the verdict
+            pairing = tables.lookup(row, (*c.path[:-1], "pairing"))
+            if pairing:
+                shown = (f"paired, {pairing['calls_per_rep']} calls/rep" if pairing["paired"]
+                         else "unpaired")
+                cell = tables.Cell(cell.value, cell.text, shown, cell.data)
         out.append(cell)
     return out
 
@@ -434,9 +470,12 @@ def compare_runs(a: RunAnalysis, b: RunAnalysis, notes: list[str] | None = None)
     names = sorted(apis_a.keys() | apis_b.keys(),
                    key=lambda n: -max(_api_energy(apis_a.get(n)), _api_energy(apis_b.get(n))))
     tests = len(names) * sum(1 for d in domains if d["comparable"])
+    pairs = pair_runs(a, b, [d["domain"] for d in domains if d["comparable"]])
     for d in domains:
-        d["prior"] = typical_spread(apis_a, apis_b, d["domain"]) if d["comparable"] else math.nan
-    rows = [_api_row(n, apis_a.get(n), apis_b.get(n), domains, tests) for n in names]
+        prior = paired_spread(pairs, d["domain"])
+        d["prior"] = (math.nan if not d["comparable"] else prior if math.isfinite(prior)
+                      else typical_spread(apis_a, apis_b, d["domain"]))
+    rows = [_api_row(n, apis_a.get(n), apis_b.get(n), domains, tests, pairs) for n in names]
     cols = columns(domains)
     groups = tables.groups(cols)
     table = {

@@ -42,6 +42,7 @@ from fecomlite.model.sweep import (
     SWEEP_KIND,
     measured_columns,
 )
+from fecomlite.report.first_use import shape_variants
 from fecomlite.report.palette import SERIES_COLORS
 from fecomlite.store import Store
 
@@ -97,6 +98,10 @@ def sweep_section(store: Store, sweep_id: int) -> ModelSection:
         "best": models.best_name,
         "r2": _fixed(fit.r2), "cv": _percent(fit.cv_rel_rmse), "folds": fit.cv_folds,
         "sigma": _percent(fit.sigma) if fit.weighting == "relative" else _g(fit.sigma),
+        "sigma_within": "" if not fit.groups else _percent(fit.sigma_within)
+        if fit.weighting == "relative" else _g(fit.sigma_within),
+        "sigma_between": _percent(fit.sigma_between) if fit.weighting == "relative"
+        else _g(fit.sigma_between),
         "breakpoints": [{"level": b["level"], "size": units.scaled(b["size_bytes"], "B")}
                         for b in data.get("breakpoints", [])],
     }
@@ -317,7 +322,7 @@ def api_row(
     calls = 0
     notes: list[str] = []
     for site in shaped:
-        variants = shapes[site["key"]]
+        variants = shape_variants(shapes[site["key"]])
         try:
             priced = [predict_call(models, features_from_shapes(api["api"], v), hierarchy,
                                    float(site["mean_time_s"]), CONFIDENCE) for v in variants]
@@ -414,7 +419,9 @@ def _about(models: EnergyModels) -> dict[str, Any]:
     label = str(models.provenance.get("label", "unknown"))
     return {
         "model_name": MODEL_NAME, "target": models.target, "domain": models.domain,
-        "n": models.memory_aware.n, "energy_label": label,
+        "n": models.configurations,
+        "rows": models.memory_aware.n, "energy_label": label,
+        "load_notes": [info["text"] for info in models.load.values() if info.get("applied")],
         "energy_provenance": "measured" if label == "measured" else "estimated",
         "energy_models": ", ".join(sorted({str(d["model"]) for d in
                                            (models.provenance.get("domains") or {}).values()

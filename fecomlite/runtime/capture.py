@@ -56,6 +56,7 @@ def nbytes_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
     return total
 
 
+IMPORTED = "imported_modules"  # in a shape record: modules the call imported (its first use)
 MAX_SHAPED_ARGS = 8  # arguments (and result items) whose shapes are recorded
 _LAYER_SHAPES = ("weight", "kernel", "embeddings", "bias")  # tensors: torch, Keras, Keras, both
 _LAYER_FACTS = ("kernel_size", "stride", "strides", "padding", "data_format", "use_bias")
@@ -140,11 +141,16 @@ def call_shapes(
 
 
 def record_shapes(
-    sink: Any, site: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any
+    sink: Any, site: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any,
+    imported: int = 0,
 ) -> None:
-    """Hand a sized call's shapes to the sender (`Sender.add_shapes`); never raises."""
+    """Hand a sized call's shapes to the sender (`Sender.add_shapes`); never raises. imported:
+    the modules `sys.modules` gained during the call (its first use), kept beside the shapes
+    as `imported_modules` when there were any."""
     shapes = safely(call_shapes, fn, args, kwargs, result)
     if shapes is not None:
+        if imported > 0:
+            shapes[IMPORTED] = imported
         safely(sink.add_shapes, site, shapes)
 
 

@@ -244,7 +244,8 @@ def _before(
     in_bytes = _capture.safely(_capture.nbytes_of, args, kwargs, default=-1)
     if _config.sync:
         _capture.safely(_capture.gpu_sync)
-    return args, kwargs, (in_bytes, handler)
+    # modules loaded so far: a call that imports more is a first use (`_after`)
+    return args, kwargs, (in_bytes, handler, len(sys.modules))
 
 
 def _after(
@@ -253,7 +254,7 @@ def _after(
 ) -> None:
     """The sized path after the call: the event with sizes, shapes, the handler's look at the
     result. Never raises (the C caller clears what it would)."""
-    in_bytes, handler = state
+    in_bytes, handler, modules = state
     if _config.sync:
         _capture.safely(_capture.gpu_sync)
         t1 = _now()
@@ -264,7 +265,8 @@ def _after(
     out_bytes = _capture.safely(_capture.nbytes_of, (result,), {}, default=-1)
     _record(site, t0, t1, 0, in_bytes, out_bytes)
     if site not in _slow_counts:  # the first sized call since the last resample: shapes too
-        _capture.record_shapes(_sender, site, fn, args, kwargs, result)
+        _capture.record_shapes(_sender, site, fn, args, kwargs, result,
+                               imported=len(sys.modules) - modules)
     if handler is not None:
         _capture.safely(handler.after, fn, args, kwargs, result)
         if handler.finished:  # it read what it reads once: the site may take the fast path
