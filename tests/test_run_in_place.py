@@ -5,6 +5,7 @@ one home all finish; a program killed by a signal is named by it and exits as a 
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -142,3 +143,55 @@ def test_a_program_killed_by_a_signal_is_named_and_exits_as_a_shell_says(
                      str(script), timeout=600)
     assert result.returncode == status, result.stdout + result.stderr
     assert f"was killed by {name}" in result.stdout
+
+
+LOADER = """\
+import importlib
+import json
+import multiprocessing
+import sys
+
+
+def load(name):
+    return importlib.import_module("plugins." + name).encode({"n": name})
+
+
+if __name__ == "__main__":
+    print(load("a" + sys.argv[1]), json.dumps([1]))
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        print(pool.map(load, ["b" + sys.argv[1]]))
+"""
+
+
+def test_modules_imported_by_a_computed_name_are_named_like_the_others(home, tmp_path):
+    """A plugin found at run time (in the program, and in a spawned child) is rewritten, and
+    the report names its site by file, line and function, as it names a static import's."""
+    root = tmp_path / "proj"
+    (root / "plugins").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[project]\nname = 'proj'\n")
+    (root / "plugins" / "__init__.py").write_text("")
+    for name in ("a1", "b1"):
+        write(root / "plugins", f"{name}.py", """
+            import json
+
+
+            def encode(value):
+                return json.dumps(value)
+        """)
+    write(root, "main.py", LOADER)
+    result = run_cli(root, "run", "--home", str(home), "--quick", "--quiet", "--api", "json",
+                     "main.py", "1", timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = tmp_path / "report"
+    shown = run_cli(root, "report", "--store", str(home / "store.sqlite"), "-f", "csv", "-o",
+                    str(out))
+    assert shown.returncode == 0, shown.stderr
+    with open(out / "sites.csv", newline="") as f:
+        sites = {row["key"]: row for row in csv.DictReader(f)}
+    named = {(row["file"], row["line"], row["function"], row["api"], row["written"], row["calls"])
+             for row in sites.values()}
+    assert named == {
+        ("main.py", "12", "<module>", "json.dumps", "json.dumps", "1"),
+        ("plugins/a1.py", "6", "encode", "json.dumps", "json.dumps", "1"),
+        ("plugins/b1.py", "6", "encode", "json.dumps", "json.dumps", "1"),  # the child's
+    }

@@ -275,6 +275,7 @@ def run_experiment(
         quiet,
         outcome,
         on_progress,
+        sites=manifest,
     )
     try:
         on_progress("idle", 0)
@@ -335,6 +336,7 @@ class OpenRun:
     outcome: RunOutcome
     on_progress: Callable[[str, int], None]
     baseline: dict[str, Any] | None = None  # the run's idle baseline, measured or reused
+    sites: dict[str, Any] = dataclasses.field(default_factory=dict)  # the run's manifest
     quiet_since_ns: int = dataclasses.field(default_factory=time.monotonic_ns)
     # our stdout and stderr as the program's output reaches them (a live display's included)
     targets: tuple[int, int] = dataclasses.field(
@@ -396,7 +398,8 @@ class OpenRun:
             self.sync,
             spool,
             self.datasize,
-            {**carbon_environment(self.settings), **layer_env(self.settings), **(extra_env or {})},
+            {**carbon_environment(self.settings), **layer_env(self.settings),
+             **self._site_log_env(), **(extra_env or {})},
         )
         if not self.quiet:
             env.setdefault("PYTHONUNBUFFERED", "1")  # as live through the pipe as on a terminal
@@ -439,9 +442,37 @@ class OpenRun:
         self._end_program(rep, proc.pid, t0, code)
         return RepetitionResult(rep, code, (time.monotonic_ns() - t0) / 1e9, gate)
 
+    def _site_log_env(self) -> dict[str, str]:
+        """Run in place: where the program's processes log the sites of modules the manifest
+        does not hold (`importhook.SiteLog`)."""
+        if self.program.hook_env is None:
+            return {}
+        from fecomlite.instrument.importhook import SITES_ENV
+
+        folder = self.log_dir / "sites"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        return {SITES_ENV: str(folder)}
+
+    def _add_logged_sites(self) -> None:
+        """The sites of modules the program loaded by a name computed at run time join the
+        run's manifest, so that the report names them as it names the others."""
+        from fecomlite.runner.inplace import logged_sites
+        from fecomlite.store import Store
+
+        if self.program.hook_env is None:
+            return
+        new = {k: v for k, v in logged_sites(self.log_dir / "sites").items()
+               if k not in self.sites}
+        if new:
+            with Store(self.client.store_path) as store:
+                stored = store.run(self.run_id)["manifest"]  # calibration's sites too
+            self.sites = {**stored, **new}
+            self.client.set_manifest(self.run_id, self.sites)
+
     def _end_program(self, rep: int, pid: int, t0: int, code: int) -> None:
         t1 = time.monotonic_ns()
         self.client.rep_end(self.run_id, rep, code)
+        self._add_logged_sites()
         if self.settings.level == "project":
             batch = project_level_batch(self.program, rep, pid, t0, t1, code)
             self.client.post_batch(self.run_id, self.token, batch)

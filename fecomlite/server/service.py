@@ -211,6 +211,7 @@ class MeasurementService:
         run = self._run(run_id)
         self._db().update_run(run_id, manifest=manifest)
         run.sites = spool.site_table(manifest)
+        self._db().describe_sites(run_id, run.sites)  # sites whose events came first
 
     def hyperparams(self, run_id: int, params: dict[str, Any]) -> None:
         """Merge hyperparameters known outside the program (e.g. from the command line)."""
