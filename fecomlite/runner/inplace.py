@@ -41,7 +41,9 @@ def prepare_in_place(
     from fecomlite.instrument.importhook import ImportHook, Rewriter, child_environment
     from fecomlite.instrument.importhook import project_root as find_root
     from fecomlite.instrument.project import InstrumentError
+    from fecomlite.instrument.rewrite_cache import evict_daily
 
+    evict_daily(cache_dir)  # the cache is trimmed once a day (LRU, 256 MiB, 30 days unused)
     script = Path(os.path.abspath(script))
     try:
         rewriter = Rewriter(root or find_root(script), api, cache_dir)
