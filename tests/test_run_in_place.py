@@ -195,3 +195,46 @@ def test_modules_imported_by_a_computed_name_are_named_like_the_others(home, tmp
         ("plugins/a1.py", "6", "encode", "json.dumps", "json.dumps", "1"),
         ("plugins/b1.py", "6", "encode", "json.dumps", "json.dumps", "1"),  # the child's
     }
+
+
+SHOWS = """\
+import json
+import os
+import subprocess
+import sys
+
+print(json.dumps({"path": sys.path, "env": sorted(os.environ.items())}))
+child = [sys.executable, os.path.join(os.path.dirname(__file__), "child.py")]
+print(subprocess.run(child, env={**os.environ, "MINE": "1"}, capture_output=True, text=True,
+                     check=True).stdout, end="")
+"""
+
+
+def test_the_program_sees_no_bootstrap_and_its_children_are_measured(home, tmp_path):
+    """`sys.path` and the environment are those `python script.py` gives (no hookboot, no
+    FECOMLITE_ variables), while a child started with an environment the program made is
+    still rewritten and measured."""
+    root = tmp_path / "proj"
+    (root / "sub").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[project]\nname = 'proj'\n")
+    write(root / "sub", "shows.py", SHOWS)
+    write(root / "sub", "child.py", "import listed\nlisted.show()\n")
+    write(root / "sub", "listed.py", """
+        import json
+        import os
+
+
+        def show():
+            print("child", json.dumps(sorted(k for k in os.environ if "FECOMLITE" in k)))
+    """)
+    env = {**user_env(), "COLUMNS": "200"}  # as run_cli gives the CLI
+    plain = subprocess.run([sys.executable, "sub/shows.py"], cwd=root, env=env,
+                           capture_output=True, timeout=120, check=True)
+    result = run_cli(root, "run", "--home", str(home), "--quick", "--quiet", "--api", "json",
+                     "--format", "json", "sub/shows.py", timeout=600)
+    assert result.returncode == 0, result.stderr
+    log = next((home / "logs").glob("shows-*/rep-1.log")).read_bytes()
+    assert log == plain.stdout
+    assert b"hookboot" not in log and b"child []" in log
+    calls = {row["api"]: row["calls"] for row in json.loads(result.stdout)["apis"]}
+    assert calls["json.dumps"] == 2  # the program's and its child's

@@ -544,12 +544,12 @@ def child_environment(
 
 def install_from_environment() -> ImportHook | None:
     """In a child process: the hook its parent's `child_environment` asked for, if any."""
+    for installed in sys.meta_path:  # (the bootstrap's, whose `hookview` hid HOOK_ENV)
+        if isinstance(installed, ImportHook):
+            return installed
     raw = os.environ.get(HOOK_ENV)
     if not raw:
         return None
-    for installed in sys.meta_path:
-        if isinstance(installed, ImportHook):
-            return installed
     try:
         settings = json.loads(raw)
         known, folder = settings.get("known"), os.environ.get(SITES_ENV)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fecomlite.instrument.hookview import VIEW_ENV
 from fecomlite.runner.output import Output, stream_fd
 from fecomlite.runner.settings import RunSettings
 from fecomlite.runtime import batch_codec
@@ -199,6 +200,14 @@ def program_env(
     env.update(program.hook_env or {})
     env.update(extra_env or {})
     return env
+
+
+def changed_for_the_runner(env: dict[str, str]) -> dict[str, str | None]:
+    """The variables (not fecomlite's, nor PYTHONPATH: `hookview` takes its bootstrap out) the
+    runner set or changed for its own sake, with the user's values (None: unset): the program
+    run in place sees those (`instrument.hookview`)."""
+    return {k: os.environ.get(k) for k, v in env.items()
+            if not k.startswith("FECOMLITE_") and k != "PYTHONPATH" and os.environ.get(k) != v}
 
 
 def project_level_batch(program: Program, rep: int, pid: int, t0: int, t1: int, code: int) -> bytes:
@@ -403,6 +412,8 @@ class OpenRun:
         )
         if not self.quiet:
             env.setdefault("PYTHONUNBUFFERED", "1")  # as live through the pipe as on a terminal
+        if self.program.hook_env is not None:
+            env[VIEW_ENV] = json.dumps(changed_for_the_runner(env))
         client.rep_start(run_id, rep, extra=extra or {})
         t0 = time.monotonic_ns()
         log_fd = os.open(
