@@ -32,6 +32,8 @@ VIEW_ENV = "FECOMLITE_VIEW"  # JSON {name: value before the runner set it, or nu
 def hide(boot_dir: str) -> None:
     """Take the bootstrap out of `sys.path` and fecomlite's variables out of `os.environ`."""
     if os.environ.get("FECOMLITE_RUN"):  # a measured process: the probe reads them now
+        # (imported later, at the first rewritten module with the variables shown for that
+        # moment, it left spawned children unmeasured: tried and undone)
         import fecomlite.runtime.probe  # noqa: F401
         import fecomlite.runtime.regions  # noqa: F401
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != boot_dir]
