@@ -5,6 +5,7 @@ one home all finish; a program killed by a signal is named by it and exits as a 
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -142,3 +143,98 @@ def test_a_program_killed_by_a_signal_is_named_and_exits_as_a_shell_says(
                      str(script), timeout=600)
     assert result.returncode == status, result.stdout + result.stderr
     assert f"was killed by {name}" in result.stdout
+
+
+LOADER = """\
+import importlib
+import json
+import multiprocessing
+import sys
+
+
+def load(name):
+    return importlib.import_module("plugins." + name).encode({"n": name})
+
+
+if __name__ == "__main__":
+    print(load("a" + sys.argv[1]), json.dumps([1]))
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        print(pool.map(load, ["b" + sys.argv[1]]))
+"""
+
+
+def test_modules_imported_by_a_computed_name_are_named_like_the_others(home, tmp_path):
+    """A plugin found at run time (in the program, and in a spawned child) is rewritten, and
+    the report names its site by file, line and function, as it names a static import's."""
+    root = tmp_path / "proj"
+    (root / "plugins").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[project]\nname = 'proj'\n")
+    (root / "plugins" / "__init__.py").write_text("")
+    for name in ("a1", "b1"):
+        write(root / "plugins", f"{name}.py", """
+            import json
+
+
+            def encode(value):
+                return json.dumps(value)
+        """)
+    write(root, "main.py", LOADER)
+    result = run_cli(root, "run", "--home", str(home), "--quick", "--quiet", "--api", "json",
+                     "main.py", "1", timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = tmp_path / "report"
+    shown = run_cli(root, "report", "--store", str(home / "store.sqlite"), "-f", "csv", "-o",
+                    str(out))
+    assert shown.returncode == 0, shown.stderr
+    with open(out / "sites.csv", newline="") as f:
+        sites = {row["key"]: row for row in csv.DictReader(f)}
+    named = {(row["file"], row["line"], row["function"], row["api"], row["written"], row["calls"])
+             for row in sites.values()}
+    assert named == {
+        ("main.py", "12", "<module>", "json.dumps", "json.dumps", "1"),
+        ("plugins/a1.py", "6", "encode", "json.dumps", "json.dumps", "1"),
+        ("plugins/b1.py", "6", "encode", "json.dumps", "json.dumps", "1"),  # the child's
+    }
+
+
+SHOWS = """\
+import json
+import os
+import subprocess
+import sys
+
+print(json.dumps({"path": sys.path, "env": sorted(os.environ.items())}))
+child = [sys.executable, os.path.join(os.path.dirname(__file__), "child.py")]
+print(subprocess.run(child, env={**os.environ, "MINE": "1"}, capture_output=True, text=True,
+                     check=True).stdout, end="")
+"""
+
+
+def test_the_program_sees_no_bootstrap_and_its_children_are_measured(home, tmp_path):
+    """`sys.path` and the environment are those `python script.py` gives (no hookboot, no
+    FECOMLITE_ variables), while a child started with an environment the program made is
+    still rewritten and measured."""
+    root = tmp_path / "proj"
+    (root / "sub").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[project]\nname = 'proj'\n")
+    write(root / "sub", "shows.py", SHOWS)
+    write(root / "sub", "child.py", "import listed\nlisted.show()\n")
+    write(root / "sub", "listed.py", """
+        import json
+        import os
+
+
+        def show():
+            print("child", json.dumps(sorted(k for k in os.environ if "FECOMLITE" in k)))
+    """)
+    env = {**user_env(), "COLUMNS": "200"}  # as run_cli gives the CLI
+    plain = subprocess.run([sys.executable, "sub/shows.py"], cwd=root, env=env,
+                           capture_output=True, timeout=120, check=True)
+    result = run_cli(root, "run", "--home", str(home), "--quick", "--quiet", "--api", "json",
+                     "--format", "json", "sub/shows.py", timeout=600)
+    assert result.returncode == 0, result.stderr
+    log = next((home / "logs").glob("shows-*/rep-1.log")).read_bytes()
+    assert log == plain.stdout
+    assert b"hookboot" not in log and b"child []" in log
+    calls = {row["api"]: row["calls"] for row in json.loads(result.stdout)["apis"]}
+    assert calls["json.dumps"] == 2  # the program's and its child's

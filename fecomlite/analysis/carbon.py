@@ -105,8 +105,15 @@ def from_settings(settings: dict[str, Any]) -> Intensity | None:
     return resolve(settings.get("carbon_intensity"), settings.get("region"), settings.get("pue"))
 
 
-def from_environment(env: os._Environ[str] | dict[str, str] = os.environ) -> Intensity | None:
-    """The intensity `fecomlite run` hands the measured program, if it was given one."""
+def from_environment(
+    env: os._Environ[str] | dict[str, str] | None = None,
+) -> Intensity | None:
+    """The intensity `fecomlite run` hands the measured program, if it was given one (kept out
+    of the program's view of the environment: `runtime.hidden_env`)."""
+    if env is None:
+        from fecomlite.runtime import hidden_env
+
+        env = hidden_env.environment()
     value, region = env.get(ENV_INTENSITY), env.get(ENV_REGION)
     pue = float(env[ENV_PUE]) if env.get(ENV_PUE) else None
     return resolve(float(value) if value else None, region or None, pue)

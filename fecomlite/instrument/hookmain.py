@@ -11,7 +11,8 @@ import os
 import signal
 import sys
 
-from fecomlite.instrument.importhook import install_from_environment, run_script
+from fecomlite.instrument import hookview
+from fecomlite.instrument.importhook import BOOT_DIR, install_from_environment, run_script
 
 
 def _script_frames(tb):  # type: ignore[no-untyped-def]
@@ -27,6 +28,7 @@ def main() -> None:
     hook = install_from_environment()
     if hook is None:
         sys.exit("fecomlite: FECOMLITE_HOOK is not set: nothing to instrument with")
+    hookview.hide(str(BOOT_DIR))  # the program sees what `python script.py` gives it
     script, args = sys.argv[1], sys.argv[2:]
     try:
         run_script(script, args, hook)  # a str: `./x.py` stays as typed in sys.argv[0]

@@ -46,7 +46,8 @@ from fecomlite.instrument import project as _project
 from fecomlite.instrument.exports import Project, ProjectTable, build_table
 from fecomlite.runtime.names import set_roots
 
-HOOK_ENV = "FECOMLITE_HOOK"  # JSON: {"root", "api", "cache"} for child processes
+HOOK_ENV = "FECOMLITE_HOOK"  # JSON: {"root", "api", "cache", "known"} for child processes
+SITES_ENV = "FECOMLITE_SITES"  # a run's folder where each process logs its modules' sites
 BOOT_DIR = Path(__file__).resolve().with_name("hookboot")  # holds the children's sitecustomize
 _PACKAGE = Path(__file__).resolve().parents[1]  # fecomlite itself is never rewritten
 _INSTRUMENTER = Path(__file__).resolve().parent
@@ -391,11 +392,47 @@ def _provide_probe(namespace: dict[str, Any]) -> None:
     namespace.setdefault(PROBE, probe)
 
 
+class SiteLog:
+    """The sites of modules a process rewrote that the run's manifest does not hold (a module
+    loaded by `importlib.import_module(name)`, `__import__`, a spec, a plugin found at run time):
+    one JSON line per module, appended to `<folder>/<pid>.jsonl`, which the runner merges into
+    the run's manifest (`runner.inplace.logged_sites`). `known` names the manifest's files (a
+    JSON list of project-relative paths): their sites are the run's already."""
+
+    def __init__(self, folder: Path, known: Path | None) -> None:
+        self.folder, self.known_path = folder, known
+        self._known: set[str] | None = None
+        self._logged: set[str] = set()
+
+    def add(self, rel: str, sites: dict[str, Any]) -> None:
+        """Never raises: a site named by key only is better than a program stopped."""
+        if not sites or rel in self._logged or rel in self.known():
+            return
+        self._logged.add(rel)
+        line = json.dumps({"file": rel, "sites": sites}).encode() + b"\n"
+        with contextlib.suppress(OSError):
+            fd = os.open(self.folder / f"{os.getpid()}.jsonl",
+                         os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                os.write(fd, line)  # one write: lines of threads never interleave
+            finally:
+                os.close(fd)
+
+    def known(self) -> set[str]:
+        if self._known is None:
+            self._known = set()
+            if self.known_path is not None:
+                with contextlib.suppress(OSError, ValueError, TypeError):
+                    self._known = set(json.loads(self.known_path.read_bytes()))
+        return self._known
+
+
 class ImportHook(importlib.abc.MetaPathFinder):
     """Installed by `install`: rewrites the project's modules as they are imported."""
 
-    def __init__(self, rewriter: Rewriter) -> None:
+    def __init__(self, rewriter: Rewriter, site_log: SiteLog | None = None) -> None:
         self.rewriter = rewriter
+        self.site_log = site_log
         set_roots(list(rewriter.roots))  # the probe decides run-time sites by these same roots
         self.sites: dict[str, dict[str, Any]] = {}  # manifest entries of modules rewritten
         self.failures: list[list[Any]] = []  # [rel, line, col, message]: run as written
@@ -435,6 +472,8 @@ class ImportHook(importlib.abc.MetaPathFinder):
             return None
         made = self.rewriter.entry(filename, data)
         self.sites.update(made["sites"])
+        if self.site_log is not None:
+            self.site_log.add(self.rewriter.rel(filename), made["sites"])
         self.failures.extend(f for f in made["failures"] if f not in self.failures)
         if made["text"] is None:
             return None
@@ -475,25 +514,29 @@ class ImportHook(importlib.abc.MetaPathFinder):
 
 
 def install(
-    root: Path, *, api_roots: list[str] | None = None, cache_dir: Path | None = None
+    root: Path, *, api_roots: list[str] | None = None, cache_dir: Path | None = None,
+    site_log: SiteLog | None = None,
 ) -> ImportHook:
     """Rewrite every module whose file lies under `root` (not a virtualenv's or site-packages',
     not fecomlite's) as it is imported, from now on in this process. Modules imported before
     stay as they are."""
-    hook = ImportHook(Rewriter(root, api_roots, cache_dir))
+    hook = ImportHook(Rewriter(root, api_roots, cache_dir), site_log)
     sys.meta_path.insert(0, hook)
     hook._serve_runpy()
     importlib.invalidate_caches()
     return hook
 
 
-def child_environment(hook: ImportHook, env: dict[str, str]) -> dict[str, str]:
+def child_environment(
+    hook: ImportHook, env: dict[str, str], known: Path | None = None
+) -> dict[str, str]:
     """`env` for a process that must run the project rewritten: Pythons started from it (and
-    their children) install the same hook at start-up."""
+    their children) install the same hook at start-up. `known`: the manifest's files (SiteLog)."""
     settings = {
         "root": str(hook.rewriter.root),
         "api": list(hook.rewriter.roots),
         "cache": str(hook.rewriter.cache),
+        "known": str(known) if known is not None else None,
     }
     paths = [str(BOOT_DIR), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     return {**env, HOOK_ENV: json.dumps(settings), "PYTHONPATH": os.pathsep.join(paths)}
@@ -501,16 +544,18 @@ def child_environment(hook: ImportHook, env: dict[str, str]) -> dict[str, str]:
 
 def install_from_environment() -> ImportHook | None:
     """In a child process: the hook its parent's `child_environment` asked for, if any."""
+    for installed in sys.meta_path:  # (the bootstrap's, whose `hookview` hid HOOK_ENV)
+        if isinstance(installed, ImportHook):
+            return installed
     raw = os.environ.get(HOOK_ENV)
     if not raw:
         return None
-    for installed in sys.meta_path:
-        if isinstance(installed, ImportHook):
-            return installed
     try:
         settings = json.loads(raw)
+        known, folder = settings.get("known"), os.environ.get(SITES_ENV)
+        log = SiteLog(Path(folder), Path(known) if known else None) if folder else None
         return install(Path(settings["root"]), api_roots=list(settings["api"]),
-                       cache_dir=Path(settings["cache"]))
+                       cache_dir=Path(settings["cache"]), site_log=log)
     except (ValueError, KeyError, TypeError, OSError):
         return None
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fecomlite.instrument.hookview import VIEW_ENV
 from fecomlite.runner.output import Output, stream_fd
 from fecomlite.runner.settings import RunSettings
 from fecomlite.runtime import batch_codec
@@ -201,6 +202,14 @@ def program_env(
     return env
 
 
+def changed_for_the_runner(env: dict[str, str]) -> dict[str, str | None]:
+    """The variables (not fecomlite's, nor PYTHONPATH: `hookview` takes its bootstrap out) the
+    runner set or changed for its own sake, with the user's values (None: unset): the program
+    run in place sees those (`instrument.hookview`)."""
+    return {k: os.environ.get(k) for k, v in env.items()
+            if not k.startswith("FECOMLITE_") and k != "PYTHONPATH" and os.environ.get(k) != v}
+
+
 def project_level_batch(program: Program, rep: int, pid: int, t0: int, t1: int, code: int) -> bytes:
     """Project level: the whole process, imports included, is one call of `<program>`."""
     from array import array
@@ -275,6 +284,7 @@ def run_experiment(
         quiet,
         outcome,
         on_progress,
+        sites=manifest,
     )
     try:
         on_progress("idle", 0)
@@ -336,6 +346,7 @@ class OpenRun:
     outcome: RunOutcome
     on_progress: Callable[[str, int], None]
     baseline: dict[str, Any] | None = None  # the run's idle baseline, measured or reused
+    sites: dict[str, Any] = dataclasses.field(default_factory=dict)  # the run's manifest
     quiet_since_ns: int = dataclasses.field(default_factory=time.monotonic_ns)
     # our stdout and stderr as the program's output reaches them (a live display's included)
     targets: tuple[int, int] = dataclasses.field(
@@ -397,10 +408,13 @@ class OpenRun:
             self.sync,
             spool,
             self.datasize,
-            {**carbon_environment(self.settings), **layer_env(self.settings), **(extra_env or {})},
+            {**carbon_environment(self.settings), **layer_env(self.settings),
+             **self._site_log_env(), **(extra_env or {})},
         )
         if not self.quiet:
             env.setdefault("PYTHONUNBUFFERED", "1")  # as live through the pipe as on a terminal
+        if self.program.hook_env is not None:
+            env[VIEW_ENV] = json.dumps(changed_for_the_runner(env))
         client.rep_start(run_id, rep, extra=extra or {})
         t0 = time.monotonic_ns()
         log_fd = os.open(
@@ -440,9 +454,37 @@ class OpenRun:
         self._end_program(rep, proc.pid, t0, code)
         return RepetitionResult(rep, code, (time.monotonic_ns() - t0) / 1e9, gate)
 
+    def _site_log_env(self) -> dict[str, str]:
+        """Run in place: where the program's processes log the sites of modules the manifest
+        does not hold (`importhook.SiteLog`)."""
+        if self.program.hook_env is None:
+            return {}
+        from fecomlite.instrument.importhook import SITES_ENV
+
+        folder = self.log_dir / "sites"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        return {SITES_ENV: str(folder)}
+
+    def _add_logged_sites(self) -> None:
+        """The sites of modules the program loaded by a name computed at run time join the
+        run's manifest, so that the report names them as it names the others."""
+        from fecomlite.runner.inplace import logged_sites
+        from fecomlite.store import Store
+
+        if self.program.hook_env is None:
+            return
+        new = {k: v for k, v in logged_sites(self.log_dir / "sites").items()
+               if k not in self.sites}
+        if new:
+            with Store(self.client.store_path) as store:
+                stored = store.run(self.run_id)["manifest"]  # calibration's sites too
+            self.sites = {**stored, **new}
+            self.client.set_manifest(self.run_id, self.sites)
+
     def _end_program(self, rep: int, pid: int, t0: int, code: int) -> None:
         t1 = time.monotonic_ns()
         self.client.rep_end(self.run_id, rep, code)
+        self._add_logged_sites()
         if self.settings.level == "project":
             batch = project_level_batch(self.program, rep, pid, t0, t1, code)
             self.client.post_batch(self.run_id, self.token, batch)

@@ -41,7 +41,9 @@ def prepare_in_place(
     from fecomlite.instrument.importhook import ImportHook, Rewriter, child_environment
     from fecomlite.instrument.importhook import project_root as find_root
     from fecomlite.instrument.project import InstrumentError
+    from fecomlite.instrument.rewrite_cache import evict_daily
 
+    evict_daily(cache_dir)  # the cache is trimmed once a day (LRU, 256 MiB, 30 days unused)
     script = Path(os.path.abspath(script))
     try:
         rewriter = Rewriter(root or find_root(script), api, cache_dir)
@@ -60,21 +62,43 @@ def prepare_in_place(
         "api_roots": list(rewriter.roots),
         "sites": sites,
     }
-    env = child_environment(ImportHook(rewriter), {"PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    known = sorted({str(site.get("file", "")) for site in sites.values()})
+    env = child_environment(ImportHook(rewriter), {"PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+                            _write_content(cache_dir, known))
     return InPlace(
         rewriter.root,
         env,
-        _write_manifest(cache_dir, manifest),
+        _write_content(cache_dir, manifest),
         manifest,
         [f"{_named(rewriter.root, f)} (runs uninstrumented)" for f in failures],
     )
 
 
-def _write_manifest(cache_dir: Path, manifest: dict[str, Any]) -> Path:
+def logged_sites(folder: Path) -> dict[str, Any]:
+    """The sites the run's processes logged as they rewrote modules the manifest does not hold
+    (`importhook.SiteLog`: one JSON line per module in `<pid>.jsonl`); a torn last line (a
+    process killed mid-write) is skipped."""
+    sites: dict[str, Any] = {}
+    for path in sorted(folder.glob("*.jsonl")):
+        try:
+            lines = path.read_bytes().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            try:
+                logged = json.loads(line)["sites"]
+            except (ValueError, KeyError, TypeError):
+                continue
+            if isinstance(logged, dict):
+                sites.update(logged)
+    return sites
+
+
+def _write_content(cache_dir: Path, content: Any) -> Path:
     """Named by its content: a run never reads a manifest another run is writing."""
     from fecomlite.instrument.importhook import write_atomic
 
-    data = json.dumps(manifest).encode()  # no indent: the C encoder, 30 times faster
+    data = json.dumps(content).encode()  # no indent: the C encoder, 30 times faster
     path = cache_dir / "manifests" / f"{hashlib.sha256(data).hexdigest()}.json"
     if not path.is_file():
         write_atomic(path, data)

@@ -355,15 +355,30 @@ def record(
     _record(site, t_start_ns, t_end_ns, status, -1, -1, tid)  # tid 0: this thread (both buffers)
 
 
+_sending: set[int] = set()  # threads inside a send (a signal there must not send again)
+_signals_held: list[int] = []  # a signal that came during this thread's send, raised after it
+
+
 def flush() -> None:
     """Send what is buffered now; called by the flusher thread, at exit and on signals."""
-    _capture.safely(_sender.send, drain_columns)
+    _send(False)
 
 
 def final_flush() -> None:
     """The process's last batch: posted even while the server is backed off (its `total` is
     the only word the server gets of events lost before it), then spooled if need be."""
-    _capture.safely(_sender.send, drain_columns, True)
+    _send(True)
+
+
+def _send(final: bool) -> None:
+    me = threading.get_ident()
+    _sending.add(me)
+    try:
+        _capture.safely(_sender.send, drain_columns, final)
+    finally:
+        _sending.discard(me)
+    if _signals_held and me == threading.main_thread().ident:
+        _die_of(_signals_held.pop())
 
 
 def _flusher_loop(stop: threading.Event) -> None:
@@ -438,7 +453,17 @@ _worker_exit = _WorkerExit()
 
 
 def _on_signal(signum: int, frame: Any) -> None:
+    """SIGTERM: the last batch, then the death the signal asked for. Come in the middle of a
+    send of this thread (e.g. multiprocessing's exit flush, when a Pool terminates its worker),
+    it waits for that send to end: sending again would wait for the send's own lock forever."""
+    if threading.get_ident() in _sending:
+        _signals_held.append(signum)
+        return
     final_flush()
+    _die_of(signum)
+
+
+def _die_of(signum: int) -> None:
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 

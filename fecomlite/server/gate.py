@@ -52,7 +52,7 @@ class GateThresholds:
     window: int = 20  # the last N power/utilisation values
     bin_s: float = BIN_S  # a counter's power is taken over bins this long
     max_wait_s: float = 120.0
-    poll_s: float = 0.5
+    poll_s: float = 0.1  # how soon a verdict is seen: the window judged is the same
     lookback_s: float = 0.0  # samples from this long before the gate began count too
 
     @classmethod

@@ -492,6 +492,33 @@ class Store(StoreReads):
             self._site_cache[run_id] = known
         return {k: known[k] for k in wanted}
 
+    def describe_sites(self, run_id: int, manifest: dict[str, Any]) -> int:
+        """Rows made from a site's key alone (its events came before the manifest knew it: a
+        module the program imported by a computed name) take the manifest's file, line, kind,
+        function and source; their API too, unless the probe's run-time name replaced it
+        (`_name_sites`). Returns how many rows were described."""
+        rows = self.db.execute(
+            "SELECT id, key, api, written FROM sites WHERE run_id=? AND file=''", (run_id,)
+        ).fetchall()
+        updates = []
+        for site_id, key, api, written in rows:
+            info = manifest.get(key)
+            if not isinstance(info, dict) or not info.get("file"):
+                continue
+            named = api != key  # a name the probe adopted at run time stays
+            updates.append((
+                info.get("file", ""), info.get("line", 0), info.get("col", 0),
+                api if named else info.get("api", key),
+                written if named and written else shown_written(info),
+                info.get("kind", "function"), info.get("function", ""), info.get("source", ""),
+                site_id,
+            ))
+        with self.transaction():
+            self.db.executemany(
+                "UPDATE sites SET file=?, line=?, col=?, api=?, written=?, kind=?, function=?, "
+                "source=? WHERE id=?", updates)
+        return len(updates)
+
     def has_batch(self, header: dict[str, Any]) -> bool:
         """Whether the batch with this header's id (proc, seq) is stored already."""
         if "proc" not in header:

@@ -1,6 +1,7 @@
 """Put on a measured program's PYTHONPATH by `fecomlite run`: every Python the program starts
 installs the project's import hook (`fecomlite.instrument.importhook`), then runs the
-`sitecustomize` this one hides, if any (e.g. a distribution's own)."""
+`sitecustomize` this one hides, if any (e.g. a distribution's own); then leaves the program's
+sight (`fecomlite.instrument.hookview`)."""
 
 import importlib
 import os
@@ -30,5 +31,15 @@ def _chain() -> None:
         sys.path[:] = kept
 
 
+def _hide() -> None:
+    try:
+        from fecomlite.instrument.hookview import hide
+
+        hide(os.path.dirname(os.path.abspath(__file__)))
+    except Exception:  # never stop the program from starting
+        pass
+
+
 _install_hook()
 _chain()
+_hide()  # after the chained sitecustomize: the program sees the path Python gives it
