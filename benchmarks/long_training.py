@@ -7,11 +7,13 @@ times) and 5 data-loading calls a step on a second thread, a raised call now and
 taken for a few calls; 10 Hz power sensors (CPU package, DRAM) and a 200 Hz RSS gauge, written
 as the server writes them. Events go through the store's write path as the server stores a
 probe batch (`batch_codec.decode` + `Store.add_batch`, one batch per 0.2 s of the run, the
-probe's flush period); one size also through the server's HTTP ingest. `report` runs in a child
-process whose peak RSS is read with `getrusage(RUSAGE_CHILDREN)` in an intermediary of its own.
+probe's flush period); one size also through the server's HTTP ingest (`--senders` processes
+posting on kept-alive connections, as the probe does). `report` runs in a child process whose
+peak RSS is read with `getrusage(RUSAGE_CHILDREN)` in an intermediary of its own.
 
     python benchmarks/long_training.py [--sizes 1000000 10000000] [--huge] [--report-max N]
-                                       [--http N] [--json FILE] [--keep DIR]
+                                       [--http N] [--senders S] [--batch-calls N]
+                                       [--json FILE] [--keep DIR]
 
 Runs against whichever fecomlite is on PYTHONPATH: the same script measured the previous
 row-per-call store (PYTHONPATH=/work/main) and the chunked one.
@@ -75,16 +77,21 @@ def steps(rng: np.random.Generator, n_steps: int, start: int) -> dict[str, np.nd
             "out_bytes": np.where(sized[order], in_bytes[order] // 2, -1)}
 
 
-def batches(n_calls: int, seed: int = 7, sender: int = 0) -> Iterator[tuple[bytes, int, int]]:
-    """(encoded batch, first ns, last ns) of a run of about `n_calls` calls, 0.2 s of it each,
-    as process number `sender` sends them."""
+def batches(n_calls: int, seed: int = 7, sender: int = 0,
+            per_batch: int | None = None) -> Iterator[tuple[bytes, int, int]]:
+    """(encoded batch, first ns, last ns) of a run of about `n_calls` calls, as process number
+    `sender` sends them: 0.2 s of the run each (the probe's flush period), or `per_batch` calls
+    each (a faster program's 0.2 s: the probe flushes on time or on size)."""
     rng = np.random.default_rng(seed)
     per_step, start, made, seq = 1 + INNER + LOADER, T0, 0, 0
     sites = [f"train.py:{10 + s}:8" for s in range(SITES)]
     while made < n_calls:
         cols = steps(rng, min(2_000, (n_calls - made) // per_step + 1), start)
-        cut = np.searchsorted(cols["t_end_ns"], np.arange(
-            start + FLUSH_NS, int(cols["t_end_ns"][-1]) + FLUSH_NS, FLUSH_NS))
+        if per_batch:
+            cut = np.append(np.arange(per_batch, cols["site"].size, per_batch), cols["site"].size)
+        else:
+            cut = np.searchsorted(cols["t_end_ns"], np.arange(
+                start + FLUSH_NS, int(cols["t_end_ns"][-1]) + FLUSH_NS, FLUSH_NS))
         for a, b in zip(np.concatenate(([0], cut[:-1])), cut, strict=True):
             if a == b:
                 continue
@@ -180,10 +187,14 @@ def measured(argv: list[str]) -> tuple[float, int]:
     return time.perf_counter() - t, int(out.strip().splitlines()[-1])
 
 
-def http_ingest(folder: Path, n_calls: int, senders: int) -> float:
-    """Events/s a live server stores from `senders` processes' batches posted at once (threads
-    here), each one batch after another as a probe does."""
-    from concurrent.futures import ThreadPoolExecutor
+def http_ingest(folder: Path, n_calls: int, senders: int,
+                per_batch: int | None) -> tuple[float, float]:
+    """(events/s, the server's CPU ns per event) a live server stores from `senders` processes
+    posting at once, each its batches one after another on one kept-alive connection, as the
+    probe's sender does (`runtime/sender.py`): from the first post to the last stored. The CPU
+    time is the server process's own (user + system), which the machine's load moves far less
+    than the rate."""
+    import multiprocessing
 
     from fecomlite.server.client import ensure_server
 
@@ -192,20 +203,62 @@ def http_ingest(folder: Path, n_calls: int, senders: int) -> float:
     client = ensure_server(home)
     try:
         run, token = client.create_run("train.py", [], "method", {})
-        bodies = [[body for body, _, _ in batches(n_calls // senders, seed=k, sender=k)]
-                  for k in range(senders)]
-
-        def post(mine: list[bytes]) -> int:
-            return sum(client.post_batch(run, token, body) for body in mine)
-
-        t = time.perf_counter()
-        with ThreadPoolExecutor(senders) as pool:
-            stored = sum(pool.map(post, bodies))
-        rate = stored / (time.perf_counter() - t)
+        server_pid = int(client.status()["pid"])
+        context = multiprocessing.get_context("fork")
+        ready, go, out = context.Barrier(senders + 1), context.Event(), context.Queue()
+        procs = [context.Process(target=_send, args=(out, client.url, run, token,
+                                                     n_calls // senders, k, per_batch, ready, go))
+                 for k in range(senders)]
+        for proc in procs:
+            proc.start()
+        ready.wait()  # every sender has made its batches: only posting is timed
+        cpu = _cpu_s(server_pid)
+        go.set()
+        spans = [out.get(timeout=600) for _ in procs]
+        cpu = _cpu_s(server_pid) - cpu
+        for proc in procs:
+            proc.join()
+        if any(isinstance(span, str) for span in spans):
+            raise RuntimeError(next(span for span in spans if isinstance(span, str)))
+        stored = sum(n for n, _, _ in spans)
+        rate = stored / (max(t1 for _, _, t1 in spans) - min(t0 for _, t0, _ in spans))
         client.finish_run(run, "finished", 0)
     finally:
         client.shutdown()
-    return rate
+    return rate, cpu / stored * 1e9
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process `pid` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _send(out: Any, url: str, run: int, token: str, n_calls: int, sender: int,
+          per_batch: int | None, ready: Any, go: Any) -> None:
+    """One sender process: puts (events stored, time of its first post, time its last was
+    answered), or what went wrong, on `out`."""
+    import http.client
+    import urllib.parse
+
+    bodies = [body for body, _, _ in batches(n_calls, seed=sender, sender=sender,
+                                             per_batch=per_batch)]
+    where = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(where.hostname, where.port, timeout=60)
+    headers = {"Content-Type": batch_codec.CONTENT_TYPE, "X-Fecomlite-Token": token}
+    ready.wait()
+    go.wait()
+    stored, t0 = 0, time.perf_counter()
+    for body in bodies:
+        conn.request("POST", f"/api/runs/{run}/events", body=body, headers=headers)
+        response = conn.getresponse()
+        reply = json.loads(response.read())
+        if response.status != 200:
+            out.put(f"the server refused a batch: {reply}")
+            return
+        stored += int(reply["stored"])
+    out.put((stored, t0, time.perf_counter()))
+    conn.close()
 
 
 def exponent(a: float, b: float, n_a: int, n_b: int) -> float:
@@ -222,6 +275,9 @@ def main() -> None:
                         help="calls to post through a live server (0: none)")
     parser.add_argument("--senders", type=int, default=1,
                         help="processes posting to the server at once (threads here)")
+    parser.add_argument("--batch-calls", type=int,
+                        help="calls per posted batch (default: 0.2 s of the synthetic run, "
+                             "~3,800; 40000 is a 200 k calls/s program's 0.2 s)")
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--keep", type=Path, help="build the stores here and keep them")
     args = parser.parse_args()
@@ -272,12 +328,14 @@ def main() -> None:
             print(f"growth {a['calls']:,} -> {b['calls']:,} calls (exponent; 1 = linear): "
                   + ", ".join(f"{k} {v:.2f}" for k, v in grow.items()))
         if args.http:
-            rate = http_ingest(folder, args.http, args.senders)
-            print(f"server HTTP ingest, {args.senders} sender(s) posting 0.2 s batches: "
-                  f"{rate / 1e6:.2f} M events/s ({args.http:,} calls); "
-                  f"load {os.getloadavg()[0]:.2f}")
+            rate, cpu_ns = http_ingest(folder, args.http, args.senders, args.batch_calls)
+            shape = f"{args.batch_calls:,}-call" if args.batch_calls else "0.2 s"
+            print(f"server HTTP ingest, {args.senders} sender(s) posting {shape} batches: "
+                  f"{rate / 1e6:.2f} M events/s, server CPU {cpu_ns:.0f} ns/event "
+                  f"({args.http:,} calls); load {os.getloadavg()[0]:.2f}")
             figures.append({"http_calls": args.http, "senders": args.senders,
-                            "http_events_per_s": rate})
+                            "batch_calls": args.batch_calls, "http_events_per_s": rate,
+                            "server_cpu_ns_per_event": cpu_ns})
     finally:
         if args.json:
             args.json.write_text(json.dumps(figures, indent=1))

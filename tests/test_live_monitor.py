@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from test_server_support import FakeSensorForTests, encode_batch, serving
 
+from fecomlite.server import live
 from fecomlite.server.monitor import BIN_NS, SETTLE_S, Track
 
 
@@ -79,9 +80,21 @@ def test_per_api_energy_goes_to_the_innermost_calls_above_the_idle_baseline(tmp_
         assert client.post_batch(run, token, encode_batch(1, 42, events)) == 3
         time.sleep(max(0.0, origin + 2.6 + SETTLE_S - time.monotonic()))
         snap = server.service.monitor.refresh()
+        shown = live.message(server.service.monitor, snap,
+                             {"seq": 0, "run": None, "started": False, "overview": {}})
     apis = {a.api: a for a in snap.apis}
     assert {k: apis[k].calls for k in "abc"} == {"a": 1, "b": 1, "c": 1}
     assert apis["c"].seconds == pytest.approx(1.15)
+    # self time: c's own 0.15 s, not the 1 s of a and b nested in it (#30); the self times add
+    # up to the time in calls, where the inclusive ones count the nested second twice
+    assert {k: apis[k].self_s for k in "abc"} == pytest.approx(
+        {"a": 0.5, "b": 0.5, "c": 0.15}, abs=1e-6)
+    rows = {r["api"]: r for r in shown["calls"]["top"]}
+    assert {k: rows[k]["self_s"] for k in "abc"} == pytest.approx(
+        {"a": 0.5, "b": 0.5, "c": 0.15}, abs=1e-6)
+    assert rows["c"]["seconds"] == pytest.approx(1.15)
+    shares = [rows[k]["share"].get("cpu-package", 0.0) for k in "abc"]
+    assert sum(shares) <= 1.0 + 1e-9 and rows["c"]["share"].get("cpu-package", 0.0) < 0.02
     energy = {k: apis[k].energy_J.get("cpu-package", 0.0) for k in "abc"}
     assert energy["a"] == pytest.approx(50.0, rel=0.1)
     assert energy["b"] == pytest.approx(50.0, rel=0.1)

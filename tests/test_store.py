@@ -224,6 +224,54 @@ def test_a_follower_reads_only_what_is_new(tmp_path):
     assert tuple(store.last_new_call(run, 0, top))[1:3] == (81, 90)
     assert tuple(store.last_new_call(run, 0, 1))[1:3] == (50, 60)
     ending = store.new_calls_ending_after(run, 0, top, 25)
-    assert [tuple(r[:2]) for r in ending] == [(5, 30), (50, 60), (70, 80), (81, 90)]
+    assert list(zip(ending["t_start_ns"].tolist(), ending["t_end_ns"].tolist(), strict=True)) \
+        == [(5, 30), (50, 60), (70, 80), (81, 90)]
     with pytest.raises(ValueError):
         store.last_rowid("runs; DROP TABLE runs")
+
+
+def test_a_child_forked_while_a_writer_holds_the_store_can_write(tmp_path):
+    """The writers of one process wait for each other on a lock per store file; a child forked
+    while another thread of its parent held it (that thread is not in the child) must not wait
+    for it forever."""
+    import os
+    import threading
+    import time
+
+    from fecomlite.store import _writer_lock
+
+    path = tmp_path / "s.sqlite"
+    Store(path).close()
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with _writer_lock(path):  # as a writer in its transaction holds it
+            holding.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    holding.wait(10)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                with Store(path) as store:
+                    store.create_run(program="child.py")
+                    code = 0
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 60  # a child waiting for the lock forever fails here
+        while not (done := os.waitpid(pid, os.WNOHANG))[0] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not done[0]:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        status = done[1] if done[0] else 1 << 8
+    finally:
+        release.set()
+        thread.join()
+    assert os.waitstatus_to_exitcode(status) == 0
+    with Store(path) as store:
+        assert [r["program"] for r in store.runs()] == ["child.py"]

@@ -104,3 +104,64 @@ def test_a_previous_schema_store_is_upgraded_and_its_old_file_kept(tmp_path):
     with Store(path) as store:  # upgraded once: nothing more to say
         assert store.event_count(run) == 3
         assert store.upgrade_note is None
+
+
+def _codec_1_blob(rows: list[tuple[int, ...]]) -> bytes:
+    """A chunk as the previous release wrote it (codec 1): every byte plane of every column,
+    shuffled, then zlib. `rows`: (site id, thread 0/1, start, duration, status, in, out), by
+    start."""
+    import struct
+    import zlib
+
+    cols = list(zip(*rows, strict=True))
+    starts = np.array(cols[2], np.int64)
+    stored = [(np.diff(starts, prepend=starts[0]), "<i8"), (np.array(cols[3]), "<i8"),
+              (np.array(cols[0]), "<i4"), (np.array(cols[1]), "<i4"), (np.array(cols[4]), "u1"),
+              (np.array(cols[5]), "<i8"), (np.array(cols[6]), "<i8")]
+    parts = [struct.pack("<I", 2), np.array([5, 6], "<u8").tobytes()]
+    for values, dtype in stored:
+        v = values.astype(dtype)
+        parts.append(v.view(np.uint8).reshape(v.size, v.itemsize).T.tobytes())
+    return zlib.compress(b"".join(parts), 1)
+
+
+def test_a_chunk_of_the_previous_codec_reads_as_written(tmp_path):
+    """Codec 2 leaves constant byte planes out and keeps sizes sparse; chunks stored by the
+    previous release (codec 1) are still read."""
+    with Store(tmp_path / "s.sqlite") as store:
+        run = store.create_run()
+        site = store.site_ids(run, ["a.py:1:0"], {})["a.py:1:0"]
+        rows = [(site, 0, 100, 5, 0, -1, -1), (site, 1, 103, 900, 1, 4096, -1),
+                (site, 0, 2**33, 2**20, 2, -1, 7)]
+        store.db.execute(
+            "INSERT INTO event_chunks (run_id, rep, pid, n, t_first_ns, t_last_ns, codec, data) "
+            "VALUES (?, 1, 42, 3, 100, ?, 1, ?)", (run, 2**33 + 2**20, _codec_1_blob(rows)))
+        store.add_events(run, 2, 43, {"site_id": [site], "tid": [6], "t_start_ns": [7],
+                                      "t_end_ns": [9], "status": [0], "in_bytes": [-1],
+                                      "out_bytes": [12]})
+        assert store.event_rows(run) == [
+            (1, site, 42, 5, 100, 105, 0, -1, -1), (1, site, 42, 6, 103, 1003, 1, 4096, -1),
+            (1, site, 42, 5, 2**33, 2**33 + 2**20, 2, -1, 7), (2, site, 43, 6, 7, 9, 0, -1, 12)]
+        codecs = store.db.execute("SELECT codec FROM event_chunks ORDER BY id").fetchall()
+        assert [c[0] for c in codecs] == [1, events.CODEC]
+
+
+def test_a_large_chunk_with_noisy_times_reads_back_as_written():
+    """Planes of noise (the low bytes of ns-grained times) are kept raw beside the zlib part; a
+    chunk of them, with a few sizes taken, on a dozen threads, reads back exactly."""
+    rng = np.random.default_rng(11)
+    n = 20_000
+    start = np.sort(rng.integers(0, 2**40, n))
+    many_threads = np.array(TIDS + list(range(3, 12)), np.uint64)  # past the few picked out
+    cols = {"site_id": rng.integers(0, 50, n), "tid": rng.choice(many_threads, n),
+            "t_start_ns": start, "t_end_ns": start + rng.integers(0, 2**24, n),
+            "status": rng.integers(0, 4, n),
+            "in_bytes": np.where(rng.random(n) < 0.01, rng.integers(0, 2**50, n), -1),
+            "out_bytes": np.where(rng.random(n) < 0.01, rng.integers(0, 2**50, n), -1)}
+    chunk = events.encode(cols)
+    (packed,) = np.frombuffer(chunk.blob[:4], "<u4")
+    assert len(chunk.blob) - 4 - packed >= 4 * n  # the noisy planes, stored as they are
+    back = events.decode(chunk.n, chunk.t_first, chunk.blob)
+    for name, values in cols.items():
+        expected = np.asarray(values).view(np.int64) if name == "tid" else values
+        assert np.array_equal(back[name], expected), name

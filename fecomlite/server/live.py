@@ -7,7 +7,11 @@ PUSH_S (more than twice a second) for as long as the viewer stays; the monitor r
 while someone asks, so a server nobody watches does no work for this.
 
 Each message is the whole state (small) plus the chart points closed since the previous message
-(`reset` says when the viewer must drop what it has: the first message and a new run).
+(`reset` says when the viewer must drop what it has: the first message and a new run): the last
+few minutes' 0.5 s bins (`points`) and the whole run in at most `overview.MAX_BUCKETS` buckets
+a sensor (`overview`: the buckets closed since, and the one filling). Nothing is sent twice but
+the whole run's buckets when their width doubles (a few times a run), so a message stays small
+however long the run has recorded.
 
 The figures are the analysis' model (`fecomlite.analysis.run_analysis`), computed here, not in the
 page: each
@@ -89,7 +93,7 @@ def stream(monitor: Monitor, closing: threading.Event, push_s: float = PUSH_S) -
 
     def pump(write: Callable[[bytes], None], connected: Callable[[], bool]) -> None:
         write(b"retry: 2000\n\n")
-        seen: dict[str, Any] = {"seq": 0, "run": None, "started": False}
+        seen: dict[str, Any] = {"seq": 0, "run": None, "started": False, "overview": {}}
         due = time.monotonic()
         while connected():
             data = message(monitor, monitor.refresh(), seen)
@@ -112,6 +116,9 @@ def message(monitor: Monitor, snap: Snapshot, seen: dict[str, Any]) -> dict[str,
     memory = _memory(snap)
     charted = [s["key"] for s in power + memory]
     points, seq = monitor.history(charted, 0 if reset else seen["seq"], t0)
+    if reset:
+        seen["overview"] = {}
+    overview = monitor.overview(charted, seen["overview"])
     seen.update(seq=seq, run=run_id, started=True)
     return jsonable({
         "reset": reset,
@@ -133,6 +140,7 @@ def message(monitor: Monitor, snap: Snapshot, seen: dict[str, Any]) -> dict[str,
             for s in snap.sensors if s["domain"] == "utilisation"
         ],
         "points": {k: [[round(t, 3), v] for t, v in pts] for k, pts in points.items()},
+        "overview": overview,
         "figures": _figures(snap),
         "calls": _calls(snap),
         "notes": snap.notes,
@@ -253,9 +261,10 @@ def _calls(snap: Snapshot) -> dict[str, Any]:
     running: dict[str, float] = {}  # API -> how long its call in progress has run
     for c in calls.get("in_progress", []):
         running[c["api"]] = max(running.get(c["api"], 0.0), c["elapsed_s"])
-    # by time in calls, a call in progress included (its first call may not have ended yet)
+    # by self time (a nested call's time is its own, not its caller's too), a call in progress
+    # included (its first call may not have ended yet)
     called = sorted((a for a in snap.apis if a.calls or a.energy_J or a.api in running),
-                    key=lambda a: -(a.seconds + running.get(a.api, 0.0)))
+                    key=lambda a: (-(a.self_s + running.get(a.api, 0.0)), -a.seconds))
     return {
         "total": calls["total"],
         "last": None if last is None else {
@@ -282,15 +291,17 @@ def _calls(snap: Snapshot) -> dict[str, Any]:
 
 
 def _api_row(a: Any, programs: dict[str, float], domains: dict[str, Any]) -> dict[str, Any]:
-    """One API: its self energy above idle in each domain with figures so far (0 where it got
-    none), its share of that domain's program energy, and the sum over the disjoint domains
-    (never a share domain)."""
+    """One API: its time in calls, self (innermost, over the steps attributed so far) and
+    inclusive (each call's whole span, nested calls' included); its self energy above idle in
+    each domain with figures so far (0 where it got none) and that as a share of the domain's
+    program energy (self shares add up: nested calls are not counted twice); the sum over the
+    disjoint domains (never a share domain)."""
     energy = {d: {"above_idle_J": a.energy_J.get(d, 0.0), "uncertainty_J": 0.0,
                   "total_J": 0.0, "provenance": s["provenance"]}
               for d, s in domains.items() if s is not None and d in programs}
     total = cross_domain(energy)
     return {
-        "api": a.api, "calls": a.calls, "seconds": a.seconds,
+        "api": a.api, "calls": a.calls, "seconds": a.seconds, "self_s": a.self_s,
         "energy": {d: e["above_idle_J"] for d, e in energy.items()},
         "share": {d: e["above_idle_J"] / programs[d] for d, e in energy.items()
                   if programs[d] > 0},

@@ -33,8 +33,10 @@ import numpy as np
 from fecomlite.analysis import attribution as at
 from fecomlite.analysis.run_analysis import choose_energy_sensors, idle_baseline
 from fecomlite.runtime.batch_codec import RAISED
+from fecomlite.server import overview as ov
 from fecomlite.server.series import StoredSensor
 from fecomlite.store import Store
+from fecomlite.store.reads import distinct_pairs
 
 BIN_S = 0.5
 BIN_NS = int(BIN_S * 1e9)
@@ -44,6 +46,7 @@ SETTLE_S = 2.0  # a bin is attributed once its calls have had this long to arriv
 MAX_GAP_S = 2.0  # samples further apart (the sampler was parked) add no energy between them
 FRESH_S = 5.0  # a value older than this is no longer "now"
 ROWS_PER_QUERY = 50_000
+CHUNKS_PER_READ = 16  # event chunks (stored batches, ≤ 65,536 events each) read at once
 LIVE_METHOD = "live-overlap"
 ENERGY_KINDS = ("counter", "power")
 # as fecomlite.analysis.run_analysis: such a power sensor smears a call over a second
@@ -74,10 +77,19 @@ class Track(StoredSensor):
     _index: int | None = None
     _a: float = 0.0  # energy (J), or the bin's sum or peak
     _b: float = 0.0  # seconds covered, or the number of values
+    overview: ov.Overview | None = None  # the followed run's whole chart
 
     @property
     def energetic(self) -> bool:
         return self.kind in ENERGY_KINDS and self.unit in ("J", "W")
+
+    def follow(self, origin_ns: int) -> None:
+        """Keep a whole-run chart from `origin_ns` (a run's start), from the bins kept since."""
+        how = ov.ENERGY if self.energetic else ov.PEAK if self.domain in PEAK_DOMAINS else ov.MEAN
+        self.overview = ov.Overview(origin_ns, how, BIN_NS)
+        for b in self.bins:
+            self.overview.add(b.start_ns, *((b.energy_J, b.seconds) if how == ov.ENERGY
+                                            else (b.value, 1.0)))
 
     def add(self, t: int, v: float, seq: Callable[[], int]) -> None:
         """One sample; a sample at or before the last one is the same read stored for another
@@ -111,6 +123,8 @@ class Track(StoredSensor):
                 value = self._a if self.domain in PEAK_DOMAINS else self._a / self._b
                 energy, seconds = 0.0, 0.0
             self.bins.append(Bin(seq, self._index * BIN_NS, value, energy, seconds))
+            if self.overview is not None:
+                self.overview.add(self._index * BIN_NS, self._a, self._b)
         self._a = self._b = 0.0
 
     def now(self, t_ns: int) -> float | None:
@@ -142,10 +156,12 @@ class ApiStats:
     energy_J: dict[str, float] = field(default_factory=dict)  # domain -> live overlap estimate
     node: str = ""  # a distributed run's node (GROUP_RANK) and rank; "" for a process without
     rank: str = ""
+    self_s: float = 0.0  # time its calls were the innermost, over the steps attributed so far
 
     def add(self, other: ApiStats) -> None:
         self.calls += other.calls
         self.seconds += other.seconds
+        self.self_s += other.self_s
         for domain, joules in other.energy_J.items():
             self.energy_J[domain] = self.energy_J.get(domain, 0.0) + joules
 
@@ -245,9 +261,17 @@ class RunView:
         return api or call["site"], written
 
     def _read_events(self, store: Store) -> None:
+        """The run's chunks stored since the last look, CHUNKS_PER_READ at a time: a viewer
+        who comes an hour into a run holds a slice of its events at once, not the hour."""
         top = store.last_rowid("events")
-        if top <= self.cursor:
-            return
+        fresh = [self.pending]
+        while self.cursor < top:
+            fresh.append(self._read_chunks(store, min(top, self.cursor + CHUNKS_PER_READ)))
+        self.pending = np.concatenate(fresh)
+
+    def _read_chunks(self, store: Store, top: int) -> np.ndarray:
+        """Count the calls of the chunks up to `top`; returns those still to attribute (t0, t1,
+        thread, API)."""
         grouped = store.new_calls_by_site_and_process(self.run_id, self.cursor, top)
         self._learn_sites(store, {r[0] for r in grouped})
         self._learn_ranks(store, {r[1] for r in grouped})
@@ -260,15 +284,26 @@ class RunView:
         if last is not None:
             self.last_call = {"api": self.sites[last[0]], "t_start_ns": last[1],
                               "t_end_ns": last[2], "raised": bool(last[3] & RAISED)}
-        rows = store.new_calls_ending_after(self.run_id, self.cursor, top, self.attributed_ns)
-        if rows:
-            fresh = np.array([
-                (t0, t1, self.threads.setdefault((pid, tid), len(self.threads)),
-                 self.api_index[self._key(site, pid)])
-                for t0, t1, pid, tid, site in rows
-            ], dtype=np.int64)
-            self.pending = np.concatenate((self.pending, fresh))
+        late = store.new_calls_ending_after(self.run_id, self.cursor, top, self.attributed_ns)
         self.cursor = top
+        if not late["t_start_ns"].size:
+            return np.zeros((0, 4), np.int64)
+        return np.stack((late["t_start_ns"], late["t_end_ns"],
+                         self._numbers(late["pid"], late["tid"], self._thread_number),
+                         self._numbers(late["site_id"], late["pid"], self._api_of)),
+                        axis=1).astype(np.int64)
+
+    @staticmethod
+    def _numbers(a: np.ndarray, b: np.ndarray, number: Callable[[int, int], int]) -> np.ndarray:
+        """number(a, b) of every pair, asked once per distinct pair (threads, sites: few)."""
+        pairs, which = distinct_pairs(a, b)
+        return np.array([number(int(x), int(y)) for x, y in pairs], np.int64)[which]
+
+    def _thread_number(self, pid: int, tid: int) -> int:
+        return self.threads.setdefault((pid, tid), len(self.threads))
+
+    def _api_of(self, site_id: int, pid: int) -> int:
+        return self.api_index[self._key(site_id, pid)]
 
     def _learn_sites(self, store: Store, ids: set[int]) -> None:
         if ids - self.sites.keys():
@@ -342,6 +377,8 @@ class RunView:
         parent, _ = at.nesting(t0, t1, ev[inside, 2])
         ngroups = max(len(self.api_index), 1)
         leaf = at.leaf_time(edges, t0, t1, ev[inside, 3], parent, ngroups)
+        for key, seconds in zip(self.api_index, leaf.sum(axis=0), strict=False):
+            self.apis[key].self_s += float(seconds)
         program_s, tail_s = _window_seconds(edges, self.row.get("repetitions") or [])
         busy = leaf.sum(axis=1)
         outside = np.maximum(program_s - busy, 0.0)  # the program's own time between calls
@@ -419,6 +456,7 @@ class Monitor:
         self._tracks: dict[str, Track] = {}
         self._seq = 0
         self._run: RunView | None = None
+        self._charted: tuple[int, int] | None = None  # (run, start) the overviews follow
         self._snapshot: Snapshot | None = None
         self._refreshed = 0
         self.refreshes = 0  # how often the store was read: zero while nobody asks
@@ -429,6 +467,7 @@ class Monitor:
             now = self._clock()
             if self._snapshot is None or now - self._refreshed >= MIN_REFRESH_S * 1e9:
                 store = self._db()
+                self._chart_run(store)
                 self._read_samples(store)
                 notes = self._follow_run(store, now)
                 self._snapshot = self._build(store, now, notes)
@@ -439,6 +478,19 @@ class Monitor:
     def _next_seq(self) -> int:
         self._seq += 1
         return self._seq
+
+    def _chart_run(self, store: Store) -> None:
+        """Point every sensor's whole-run chart at the run now recording, from its start (before
+        its samples are read, so a viewer who comes late still gets the whole run)."""
+        recording = self._recording()
+        if not recording or (self._charted and self._charted[0] == max(recording)):
+            return
+        start = store.run(max(recording)).get("t_start_ns")
+        if start is None:
+            return
+        self._charted = (max(recording), int(start))
+        for track in self._tracks.values():
+            track.follow(int(start))
 
     def _read_samples(self, store: Store) -> None:
         while True:
@@ -461,6 +513,8 @@ class Monitor:
             track = self._tracks.get(name)
             if track is None:
                 track = self._tracks[name] = Track(*row[1:])
+                if self._charted is not None:
+                    track.follow(self._charted[1])
             self._sensor_ids[sensor_id] = track
             self._sensor_max = max(self._sensor_max, sensor_id)
 
@@ -496,8 +550,8 @@ class Monitor:
              "idle_w": idle_baseline(row, {"name": t.name, "model": t.model})[0]}
             for name, t in sorted(self._tracks.items()) if name in view.sensor_names
         ]
-        ranked = [ApiStats(a.api, a.calls, a.seconds, dict(a.energy_J), a.node, a.rank)
-                  for a in view.apis.values()]
+        ranked = [ApiStats(a.api, a.calls, a.seconds, dict(a.energy_J), a.node, a.rank,
+                           a.self_s) for a in view.apis.values()]
         return Snapshot(
             t_ns=now, host=self.host,
             run={k: row.get(k) for k in ("id", "kind", "program", "argv", "level", "status",
@@ -535,6 +589,19 @@ class Monitor:
                         points.append(((b.start_ns - t0_ns) / 1e9, b.value))
                 out[name] = points[::-1]
             return out, self._seq
+
+    def overview(
+        self, names: list[str], seen: dict[str, tuple[int, int]]
+    ) -> dict[str, dict[str, Any]]:
+        """The followed run's whole chart of these sensors that a viewer lacks (`Overview.since`);
+        `seen` (sensor -> what it has) is updated."""
+        out = {}
+        with self._lock:
+            for name in names:
+                track = self._tracks.get(name)
+                if track is not None and track.overview is not None:
+                    out[name], seen[name] = track.overview.since(seen.get(name))
+        return out
 
 
 def _stage(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -199,6 +200,7 @@ class Store(StoreReads):
         self.path = Path(path)
         self.readonly = readonly
         self.upgrade_note: str | None = None
+        self._site_cache: dict[int, dict[str, int]] = {}  # run -> committed site key -> id
         if (readonly or not create) and not self.path.exists():
             raise StoreError(f"no run store at {self.path} (run `fecomlite run` first)")
         if self.path.exists() and not self.path.is_file():
@@ -336,7 +338,7 @@ class Store(StoreReads):
 
     def transaction(self) -> _Transaction:
         """Everything inside commits together or not at all."""
-        return _Transaction(self.db)
+        return _Transaction(self.db, _writer_lock(self.path))
 
     # -- runs ---------------------------------------------------------------------------------
 
@@ -455,34 +457,39 @@ class Store(StoreReads):
     def site_ids(
         self, run_id: int, keys: Iterable[str], manifest: dict[str, Any]
     ) -> dict[str, int]:
-        """Map site keys to ids, creating rows (from the manifest where it knows the key)."""
+        """Map site keys to ids, creating rows (from the manifest where it knows the key). Ids
+        once committed never change: they are remembered, so a batch of known sites (all but a
+        run's first few) asks the store nothing."""
         wanted = set(keys)
-        known = {
-            r[0]: r[1]
-            for r in self.db.execute("SELECT key, id FROM sites WHERE run_id=?", (run_id,))
-        }
-        missing = wanted - known.keys()
-        if missing:
-            with self.transaction():
-                for key in sorted(missing):
-                    info = manifest.get(key) or _site_from_key(key)
-                    cur = self.db.execute(
-                        "INSERT INTO sites (run_id, key, file, line, col, api, written, kind, "
-                        "function, source) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                        (
-                            run_id,
-                            key,
-                            info.get("file", ""),
-                            info.get("line", 0),
-                            info.get("col", 0),
-                            info.get("api", key),
-                            shown_written(info),
-                            info.get("kind", "function"),
-                            info.get("function", ""),
-                            info.get("source", ""),
-                        ),
-                    )
-                    known[key] = int(cur.lastrowid)
+        known = self._site_cache.get(run_id, {})
+        if wanted <= known.keys():
+            return {k: known[k] for k in wanted}
+        with self.transaction():  # under the write lock: another writer may add them now
+            known = {
+                r[0]: r[1]
+                for r in self.db.execute("SELECT key, id FROM sites WHERE run_id=?", (run_id,))
+            }
+            for key in sorted(wanted - known.keys()):
+                info = manifest.get(key) or _site_from_key(key)
+                cur = self.db.execute(
+                    "INSERT INTO sites (run_id, key, file, line, col, api, written, kind, "
+                    "function, source) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        run_id,
+                        key,
+                        info.get("file", ""),
+                        info.get("line", 0),
+                        info.get("col", 0),
+                        info.get("api", key),
+                        shown_written(info),
+                        info.get("kind", "function"),
+                        info.get("function", ""),
+                        info.get("source", ""),
+                    ),
+                )
+                known[key] = int(cur.lastrowid)
+        if not self.db.in_transaction:  # committed: an outer transaction could still undo them
+            self._site_cache[run_id] = known
         return {k: known[k] for k in wanted}
 
     def has_batch(self, header: dict[str, Any]) -> bool:
@@ -516,7 +523,13 @@ class Store(StoreReads):
         manifest: dict[str, Any] | None = None,
     ) -> int:
         """Store one decoded probe batch (fecomlite.runtime.batch_codec) whole, hyperparameters too;
-        a batch whose id (proc, seq) is stored already is skipped: returns 0."""
+        a batch whose id (proc, seq) is stored already is skipped: returns 0. The events are
+        compressed before the write lock is taken (`events.Encoded`): concurrent batches
+        compress side by side and wait only for their few inserts."""
+        names: list[str] = header["sites"]
+        ids = self.site_ids(run_id, names, manifest or {})
+        site_ids = events.site_ids_of(columns["site"], [ids[name] for name in names])
+        chunk = events.encode(self._event_columns(site_ids, columns))
         with self.transaction():
             if "proc" in header:
                 claimed = self.db.execute(
@@ -532,37 +545,32 @@ class Store(StoreReads):
                 )
                 if claimed.rowcount == 0:
                     return 0
-            return self._add_events(run_id, header, columns, manifest)
+            return self._add_events(run_id, header, chunk, manifest)
 
     def _add_events(
         self,
         run_id: int,
         header: dict[str, Any],
-        columns: dict[str, Any],
+        chunk: events.Encoded,
         manifest: dict[str, Any] | None,
     ) -> int:
-        names: list[str] = header["sites"]
-        ids = self.site_ids(run_id, names, manifest or {})
         rep, pid = int(header.get("rep", 0)), int(header.get("pid", 0))
-        site_ids = events.site_ids_of(columns["site"], [ids[name] for name in names])
-        stored = self._event_columns(site_ids, columns)
-        with self.transaction():
-            n = events.write(self.db, run_id, rep, pid, stored)
-            if header.get("hyperparams"):
-                self._merge_hyperparams(run_id, header["hyperparams"])
-            if "rank" in header:
-                self.put_process(run_id, pid, header)
-            if isinstance(header.get("shapes"), dict) and header["shapes"]:
-                self._merge_shapes(run_id, header["shapes"])
-            if isinstance(header.get("names"), dict) and header["names"]:
-                self._name_sites(run_id, header["names"], manifest or {})
-            # fecomlite.runtime.layers
-            if isinstance(header.get("layers"), dict) and header["layers"]:
-                self.put_result(
-                    run_id,
-                    "layers",
-                    layer_facts.merge(self.result(run_id, "layers") or {}, header["layers"]),
-                )
+        n = events.put(self.db, run_id, rep, pid, chunk)
+        if header.get("hyperparams"):
+            self._merge_hyperparams(run_id, header["hyperparams"])
+        if "rank" in header:
+            self.put_process(run_id, pid, header)
+        if isinstance(header.get("shapes"), dict) and header["shapes"]:
+            self._merge_shapes(run_id, header["shapes"])
+        if isinstance(header.get("names"), dict) and header["names"]:
+            self._name_sites(run_id, header["names"], manifest or {})
+        # fecomlite.runtime.layers
+        if isinstance(header.get("layers"), dict) and header["layers"]:
+            self.put_result(
+                run_id,
+                "layers",
+                layer_facts.merge(self.result(run_id, "layers") or {}, header["layers"]),
+            )
         return n
 
     @staticmethod
@@ -637,19 +645,50 @@ class Store(StoreReads):
         return None if row is None else json.loads(row[0])
 
 
+_WRITER_LOCKS: dict[str, threading.RLock] = {}
+_WRITER_LOCKS_GUARD = threading.Lock()
+
+
+def _forget_writer_locks() -> None:
+    """In a forked child: the parent's threads, which may hold a lock, are not there."""
+    global _WRITER_LOCKS_GUARD
+    _WRITER_LOCKS.clear()
+    _WRITER_LOCKS_GUARD = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_writer_locks)
+
+
+def _writer_lock(path: Path) -> threading.RLock:
+    """One lock per store file in this process, taken around each write transaction: writers of
+    one process (the server's request threads, its sampler) wait on it and wake as it is let go,
+    not in SQLite's busy handler, which sleeps 1-100 ms between tries whatever the wait."""
+    key = os.path.realpath(path)
+    with _WRITER_LOCKS_GUARD:
+        return _WRITER_LOCKS.setdefault(key, threading.RLock())
+
+
 class _Transaction:
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self.db = db
+    def __init__(self, db: sqlite3.Connection, lock: threading.RLock) -> None:
+        self.db, self.lock = db, lock
 
     def __enter__(self) -> None:
         self.nested = self.db.in_transaction
         if not self.nested:
-            self.db.execute("BEGIN IMMEDIATE")
+            self.lock.acquire()
+            try:
+                self.db.execute("BEGIN IMMEDIATE")
+            except BaseException:
+                self.lock.release()
+                raise
 
     def __exit__(self, exc_type: object, *_: object) -> None:
         if self.nested:
             return
-        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        try:
+            self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        finally:
+            self.lock.release()
 
 
 def _create_private(path: Path) -> None:

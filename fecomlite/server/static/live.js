@@ -8,6 +8,8 @@
   const fmt = FecomCharts.fmt;
   const WINDOW_S = 120;
   const buffers = {};  // sensor -> {t: [...], v: [...]}: the chart points of the last WINDOW_S
+  const overview = {};  // sensor -> {t, v, filling, width}: the whole run, in bounded buckets
+  let range = "run";  // what the chart shows: the whole run, or the last WINDOW_S ("recent")
   let updates = 0;
 
   function el(id) { return document.getElementById(id); }
@@ -44,19 +46,59 @@
     }
   }
 
+  function keepOverview(m) {
+    if (m.reset) for (const k in overview) delete overview[k];
+    for (const k in m.overview) {
+      const o = m.overview[k];
+      if (o.reset || !overview[k]) overview[k] = { t: [], v: [], top: [] };
+      const b = overview[k];
+      for (const p of o.points) { b.t.push(p[0]); b.v.push(p[1]); b.top.push(p[2]); }
+      b.filling = o.filling;
+      b.width = o.width_s;
+    }
+  }
+
+  // the whole run's buckets, the one filling last: at most a few hundred points a series
+  function wholeRun(key) {
+    const b = overview[key];
+    if (!b) return null;
+    const t = b.t.slice(), v = b.v.slice(), top = b.top.slice();
+    if (b.filling) { t.push(b.filling[0]); v.push(b.filling[1]); top.push(b.filling[2]); }
+    return t.length ? { t: t, v: v, top: top, width: b.width } : null;
+  }
+
+  function recent(key) {
+    const b = buffers[key];
+    return b && b.t.length ? { t: b.t, v: b.v, width: null } : null;
+  }
+
   function drawChart(m) {
-    const power = m.power.filter((p) => buffers[p.key] && buffers[p.key].t.length).map((p) => {
-      const b = buffers[p.key];
+    const pick = range === "run" ? wholeRun : recent;
+    const power = m.power.filter((p) => pick(p.key)).map((p) => {
+      const b = pick(p.key);
       // a step per bin: the edges are the bin starts and the last bin's end
       return { key: p.key, label: p.label, color: p.color, idle: p.idle,
-               t: b.t.concat([b.t[b.t.length - 1] + m.bin_s]), v: b.v.slice() };
+               t: b.t.concat([b.t[b.t.length - 1] + (b.width || m.bin_s)]), v: b.v.slice() };
     });
-    const memory = m.memory.filter((s) => !s.peak && buffers[s.key] && buffers[s.key].t.length)
+    // a power point of the whole run is a mean: its highest 0.5 s step is drawn faint above it
+    const tops = m.power.filter((p) => range === "run" && pick(p.key) &&
+                                       pick(p.key).top[0] !== undefined).map((p) => {
+      const b = pick(p.key);
+      return { key: p.key + ":top", label: "highest 0.5 s step of each point", color: p.color + "55",
+               t: b.t.concat([b.t[b.t.length - 1] + b.width]), v: b.top };
+    });
+    const memory = m.memory.filter((s) => !s.peak && pick(s.key))
       .map((s) => ({ key: s.key, label: s.label, color: s.color,
-                     t: buffers[s.key].t.slice(), v: buffers[s.key].v.slice() }));
+                     t: pick(s.key).t.slice(), v: pick(s.key).v.slice() }));
     const hi = Math.max(m.t, 1);
+    const widths = Object.values(overview).map((o) => o.width).filter((w) => w);
+    el("chart-resolution").textContent = range === "run"
+      ? "whole run, one point per " + fmt(widths.length ? Math.max(...widths) : m.bin_s, "s") +
+        " (mean power, its highest 0.5 s step faint above it; peak memory)"
+      : "last " + WINDOW_S + " s, one point per " + fmt(m.bin_s, "s");
     FecomCharts.timeline(el("timeline"), {
-      series: power, memory: memory, range: [Math.max(0, hi - WINDOW_S), hi],
+      series: power.concat(tops), memory: memory,
+      range: range === "run" ? [0, hi] : [Math.max(0, hi - WINDOW_S), hi],
       empty: m.run ? "no samples yet" : "no run is recording",
     });
   }
@@ -281,13 +323,17 @@
     head.replaceChildren();
     make("th", "", head, "API");
     make("th", "num", head, "calls");
-    make("th", "num", head, "time in calls");
+    make("th", "num", head, "self time").title = "time its calls were the innermost call " +
+      "(a nested call's time is its own, not its caller's), over the steps attributed so far";
+    make("th", "num", head, "inclusive time").title = "each call's whole span, the calls " +
+      "nested in it included: these overlap and do not add up";
     const shown = c.domains.filter((d) => m.figures.domains.some((f) => f.domain === d.domain));
     for (const d of shown) {
-      const th = make("th", "num", head, d.label + " ");
+      const th = make("th", "num", head, d.label + " self ");
       th.dataset.domain = d.domain;
       th.title = "self energy above idle; the share is of the program's " + d.label +
-        " above idle so far" + (d.role === "share" ? " (a share of " + d.of + ": never added)" : "");
+        " above idle so far, and self shares add up (nested calls are not counted twice)" +
+        (d.role === "share" ? " (a share of " + d.of + ": never added)" : "");
       provenanceBadge(th, d);
     }
     const all = m.figures.all_domains;
@@ -303,9 +349,10 @@
       tr.dataset.api = a.api;
       make("td", "api", tr, a.api);
       make("td", "num", tr, a.calls.toLocaleString("en")).dataset.v = a.calls;
-      const time = make("td", "num", tr, fmt(a.seconds, "s"));
-      time.dataset.v = a.seconds;
-      if (a.running_s !== null) make("span", "share running", time, "+ " + fmt(a.running_s, "s") + " running");
+      const own = make("td", "num self", tr, fmt(a.self_s, "s"));
+      own.dataset.v = a.self_s;
+      if (a.running_s !== null) make("span", "share running", own, "+ " + fmt(a.running_s, "s") + " running");
+      make("td", "num inclusive", tr, fmt(a.seconds, "s")).dataset.v = a.seconds;
       for (const d of shown) {
         const v = a.energy[d.domain];
         const td = make("td", "num", tr, v === undefined ? "–" : "≈ " + fmt(v, "J"));
@@ -321,9 +368,12 @@
         td.dataset.v = v === null ? "" : String(v);
       }
     }
-    el("apis-note").textContent = "Calls and time come from the probe's events as they arrive " +
-      "(a call is counted when it ends; the calls in progress are above). Energy is each API's " +
-      "own (self) energy above idle, a running estimate (" + c.method + "): each 0.5 s step's " +
+    el("apis-note").textContent = "Calls and inclusive time come from the probe's events as " +
+      "they arrive (a call is counted when it ends; the calls in progress are above); " +
+      "inclusive time counts a nested call in its caller's time too. Self time and energy are " +
+      "each API's own (the time its calls were the innermost), over the steps attributed so " +
+      "far, so self shares add up, as the report's self columns. Energy is a running " +
+      "estimate (" + c.method + "): each 0.5 s step's " +
       "energy above the idle baseline while the program ran is shared by time among the calls " +
       "active in it (those in progress included) and the program outside them, once " +
       c.settle_s + " s have passed; the " +
@@ -342,10 +392,24 @@
 
   // -- the stream ------------------------------------------------------------------------------
 
+  let latest = null;  // the last message, to redraw the chart when its range is changed
+
+  for (const button of document.querySelectorAll("#chart-range button")) {
+    button.addEventListener("click", () => {
+      range = button.dataset.range;
+      for (const b of document.querySelectorAll("#chart-range button")) {
+        b.setAttribute("aria-pressed", String(b === button));
+      }
+      if (latest) drawChart(latest);
+    });
+  }
+
   function update(ev) {
     const m = JSON.parse(ev.data);
+    latest = m;
     updates += 1;
     keep(m);
+    keepOverview(m);
     header(m);
     power(m);
     memory(m);
