@@ -10,6 +10,7 @@ import contextlib
 import enum
 import functools
 import signal
+import sqlite3
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -374,7 +375,13 @@ def _lost_reasons(outcome: RunOutcome) -> str:
     if outcome.lost_at_exit:
         reasons.append(f"{outcome.lost_at_exit} events recorded by a process that died before "
                        "sending them")
-    if unsent := outcome.lost_events - outcome.lost_at_exit:
+    unsent = outcome.lost_events - outcome.lost_at_exit
+    if unsent and outcome.kept_spools:
+        folder = plain(outcome.kept_spools[0].parent)
+        reasons.append(f"{unsent} events could not be stored (a full disk?); the spool files the "
+                       f"store refused are kept: `fecomlite ingest {folder}/*.spool` adds the "
+                       "events they hold once the disk has room")
+    elif unsent:
         reasons.append(f"{unsent} events could be neither sent nor spooled (see the program's "
                        "log: a full disk?)")
     return "; ".join(reasons) or "the store refused some events"
@@ -504,9 +511,18 @@ def _summarise(client: ServerClient, outcome: RunOutcome, output_format: Format)
     from fecomlite.report.summary import summary_csv, summary_json, summary_notes, summary_table
     from fecomlite.store import Store
 
-    with Store(client.store_path) as store:
-        analysis = analyse_run(store, outcome.run_id)
-        idle = store.result(outcome.run_id, "idle_baseline") or {}
+    try:
+        with Store(client.store_path) as store:
+            analysis = analyse_run(store, outcome.run_id)
+            idle = store.result(outcome.run_id, "idle_baseline") or {}
+    except sqlite3.OperationalError as exc:  # a full disk: the analysis cannot be kept
+        if "locked" in str(exc):
+            raise
+        console.print(f"note: the summary is not kept in the store ({plain(exc)}).",
+                      markup=False, highlight=False)
+        with Store(client.store_path, readonly=True) as store:  # reads, writes nothing
+            analysis = analyse_run(store, outcome.run_id)
+            idle = store.result(outcome.run_id, "idle_baseline") or {}
     if "rolling" in idle or idle.get("reused_from_run") is not None:
         console.print(f"idle baseline: {described(idle)}", markup=False, highlight=False)
     if output_format is Format.csv:

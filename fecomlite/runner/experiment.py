@@ -72,6 +72,7 @@ class RunOutcome:
     logs: list[Path]
     lost_events: int = 0
     lost_at_exit: int = 0  # of lost_events: recorded by a process that died before sending them
+    kept_spools: list[Path] = dataclasses.field(default_factory=list)  # the store refused them
 
 
 def is_instrumented(script: Path) -> bool:
@@ -303,9 +304,7 @@ def run_experiment(
         outcome.status, outcome.exit_code = "interrupted", 130
     finally:
         recover_unsent(log_dir)  # a dead process's unsent events, spooled from its ring
-        for spool in log_dir.glob("*.spool"):  # events the probe could not post
-            if client.ingest_report(spool).get("whole"):  # else kept: torn records' events
-                spool.unlink()
+        outcome.kept_spools = _ingest_spools(client, log_dir)
         finished = client.finish_run(run_id, outcome.status, outcome.exit_code,
                                      recorded_counts(log_dir))  # every process has ended
         outcome.status = str(finished.get("status", outcome.status))
@@ -314,6 +313,26 @@ def run_experiment(
         if settings.params:
             client.hyperparams(run_id, settings.params)
     return outcome
+
+
+def _ingest_spools(client: ServerClient, log_dir: Path) -> list[Path]:
+    """Ingest the spools of events the probe could not post, and remove those stored whole;
+    the spools the store refused (a full disk: the run still ends, its events counted lost)
+    stay for `fecomlite ingest`, and are returned."""
+    from fecomlite.server.client import ServerError
+
+    refused = []
+    for spool in sorted(log_dir.glob("*.spool")):
+        try:
+            report = client.ingest_report(spool)
+        except ServerError as exc:
+            if exc.status is None:  # no answer: the server is gone, nothing can end the run
+                raise
+            refused.append(spool)
+            continue
+        if report.get("whole"):  # else kept: torn records' events
+            spool.unlink()
+    return refused
 
 
 def unique_dir(path: Path) -> Path:
