@@ -143,9 +143,9 @@ def validate_layers(root: Path, device: str, quick: bool) -> dict:
     home = root / "layers-home"
     env = plain_env()
     subprocess.run(
-        [sys.executable, "-m", "fecomlite.cli", "run", str(project / "layers.py"), "--home",
+        [sys.executable, "-m", "fecomlite.cli", "run", "--home",
          str(home), "--trace-layers", "--sync", "off", "--repeat", "1", "--idle", "3",
-         "--tail", "1.5", "--gate-max-wait", "15", "--", *args, "traced"],
+         "--tail", "1.5", "--gate-max-wait", "15", str(project / "layers.py"), *args, "traced"],
         check=True, env=env, stdout=subprocess.DEVNULL,
     )
     with Store(home / "store.sqlite") as store:
@@ -287,9 +287,9 @@ def fecomlite_run(home: Path, project: Path, plan: list, device: str, *extra: st
     env = plain_env()
     env["PYTHONPATH"] = os.pathsep.join([str(project.parent / "lib"), env.get("PYTHONPATH", "")])
     cmd = [
-        sys.executable, "-m", "fecomlite.cli", "run", str(project / "workload.py"),
+        sys.executable, "-m", "fecomlite.cli", "run",
         "--home", str(home), "--api", "gpuwork", "--idle", "3", "--tail", "1.5",
-        "--gate-max-wait", "15", *extra, "--", json.dumps(plan), device,
+        "--gate-max-wait", "15", *extra, str(project / "workload.py"), json.dumps(plan), device,
     ]
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
     from fecomlite.store import Store

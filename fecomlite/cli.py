@@ -95,6 +95,8 @@ def load_command(name: str) -> Any:
         single.command(name)(target)
         command = typer.main.get_command(single)
     command.name = name
+    if name == "run":  # everything after the script is the script's, as with `python SCRIPT ARGS`
+        command.allow_interspersed_args = False
     _plain_help(command)
     return command
 

@@ -122,7 +122,7 @@ def run_traced(home: Path, tmp_path: Path, body: str) -> tuple[Store, int, str, 
     """(store, run id, the program's output under the run, its output run plainly)."""
     script = tmp_path / "prog.py"
     script.write_text(textwrap.dedent(body))
-    result = run_cli(tmp_path, "run", "--home", str(home), str(script), "--trace-layers", *FAST)
+    result = run_cli(tmp_path, "run", "--home", str(home), "--trace-layers", *FAST, str(script))
     assert result.returncode == 0, result.stdout + result.stderr
     plain = subprocess.run(
         [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600

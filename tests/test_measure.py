@@ -159,12 +159,12 @@ def test_inside_a_run_the_block_is_a_region_and_the_figures_come_back(home, tmp_
         "run",
         "--home",
         str(home),
-        str(script),
         "--repeat",
         "1",
         "--carbon-intensity",
         "300",
         *FAST,
+        str(script),
     )
     assert result.returncode == 0, result.stdout + result.stderr
     line = next(x for x in result.stdout.splitlines() if x.startswith("MEASURED"))

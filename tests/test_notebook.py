@@ -85,7 +85,7 @@ def test_fecomlite_run_measures_a_notebook_with_canonical_api_names(home, tmp_pa
         "%time c = np.sum(b)\nprint('total', float(np.sum(b)))",
     )
     result = run_cli(
-        tmp_path, "run", "--home", str(home), str(nb), "--api", "numpy", "--repeat", "1", *FAST
+        tmp_path, "run", "--home", str(home), "--api", "numpy", "--repeat", "1", *FAST, str(nb)
     )
     assert result.returncode == 0, result.stdout + result.stderr
     with Store(home / "store.sqlite", create=False) as store:
@@ -175,7 +175,7 @@ def test_a_python_cell_magics_body_is_instrumented_and_other_languages_are_named
 @pytest.mark.slow
 def test_run_records_a_timed_training_cell_on_objects_of_an_earlier_cell(home, tmp_path):
     nb = notebook(tmp_path / "train.ipynb", OBJECTS_CELL, "%%time\n" + TRAINING_LOOP)
-    result = run_cli(tmp_path, "run", "--home", str(home), str(nb), "--repeat", "1", *FAST)
+    result = run_cli(tmp_path, "run", "--home", str(home), "--repeat", "1", *FAST, str(nb))
     assert result.returncode == 0, result.stdout + result.stderr
     with Store(home / "store.sqlite", create=False) as store:
         run_id = max(r["id"] for r in store.runs())

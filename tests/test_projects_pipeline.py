@@ -21,7 +21,7 @@ def test_there_are_sample_projects():
 @pytest.mark.slow
 @pytest.mark.parametrize("project", PROJECTS, ids=[p.name for p in PROJECTS])
 def test_project_runs_instrumented_and_reports(project: Path, home: Path, tmp_path: Path):
-    run = run_cli(tmp_path, "run", str(project / "train.py"), "--home", str(home), *FAST)
+    run = run_cli(tmp_path, "run", "--home", str(home), *FAST, str(project / "train.py"))
     assert run.returncode == 0, run.stdout + run.stderr
     with Store(home / "store.sqlite", create=False) as store:
         run_id = store.latest_run_id()

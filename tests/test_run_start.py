@@ -19,6 +19,7 @@ from fecomlite.runner.inplace import prepare_in_place
 from fecomlite.runner.output import Output
 from fecomlite.runner.workcopy import CopyError, ScriptError, check_syntax
 from fecomlite.server.client import live_client
+from fecomlite.store import Store
 
 
 def write(folder: Path, name: str, text: str) -> Path:
@@ -29,8 +30,8 @@ def write(folder: Path, name: str, text: str) -> Path:
 
 
 def quick_run(home: Path, script: Path, *more: str) -> list[str]:
-    """`fecomlite run` arguments of a quick run of `script` in `home`, then `more`."""
-    return ["run", "--home", str(home), str(script), "--quick", *more]
+    """`fecomlite run` arguments of a quick run of `script` in `home` with the options `more`."""
+    return ["run", "--home", str(home), "--quick", *more, str(script)]
 
 
 def user_env() -> dict[str, str]:
@@ -310,3 +311,30 @@ def test_a_project_given_must_contain_the_script(project, tmp_path):
     prepared = prepare_in_place(project / "train.py", tmp_path / "cache", [], tmp_path)
     assert prepared.root == tmp_path.resolve()
     assert {site["file"] for site in prepared.manifest["sites"].values()} == {"proj/train.py"}
+
+
+def test_everything_after_the_script_is_the_scripts_own(home, tmp_path):
+    """As with `python SCRIPT ARGS`: `--repeat 7` after the script is the program's argument,
+    not fecomlite's option (the run has one repetition); an option of ours the program refused
+    is named, and the older `SCRIPT -- ARGS` form still works."""
+    script = write(tmp_path, "args.py", """\
+        import sys
+        print("ARGS", sys.argv[1:])
+        sys.exit(2 if "--quick" in sys.argv else 0)
+        """)
+    result = run_cli(tmp_path, *quick_run(home, script), "--repeat", "7", "-x", timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "ARGS ['--repeat', '7', '-x']" in result.stdout
+    refused = run_cli(tmp_path, *quick_run(home, script), "--", "--quick", timeout=300)
+    assert refused.returncode == 2
+    assert "ARGS ['--quick']" in refused.stdout
+    assert "--quick went to the program" in " ".join(refused.stdout.split())
+    with Store(home / "store.sqlite", create=False) as store:
+        assert [len(store.repetitions(r["id"])) for r in store.runs()] == [1, 1]
+
+
+def test_options_after_a_notebook_are_refused_by_name(home, tmp_path):
+    notebook = write(tmp_path, "nb.ipynb", "{}")
+    result = run_cli(tmp_path, *quick_run(home, notebook), "--repeat", "1", timeout=300)
+    assert result.returncode == 2
+    assert "a notebook takes no arguments" in " ".join(result.stderr.split())

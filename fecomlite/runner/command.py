@@ -40,11 +40,16 @@ console: Console  # set by run_command: stderr when stdout carries CSV or JSON
 
 
 def run_command(
+    ctx: typer.Context,
     script: Annotated[
         str, typer.Argument(help="The script to measure (original or instrumented).")
     ],
     args: Annotated[
-        list[str] | None, typer.Argument(help="Arguments for the script, after `--`.")
+        list[str] | None,
+        typer.Argument(
+            help="Arguments for the script: everything after SCRIPT is the script's, as with "
+            "`python SCRIPT ARGS` (a `--` right after SCRIPT is dropped)."
+        ),
     ] = None,
     level: Annotated[
         str | None, typer.Option(help="method: every framework call; project: the whole script.")
@@ -139,7 +144,9 @@ def run_command(
 ) -> None:
     """Run SCRIPT under the measurement server and store per-call energy and memory.
 
-    `fecomlite run -- torchrun [OPTIONS] SCRIPT [ARGS]` runs a launcher you name."""
+    fecomlite's options go before SCRIPT; everything after it is the script's own, as with
+    `python SCRIPT ARGS`. `fecomlite run -- torchrun [OPTIONS] SCRIPT [ARGS]` runs a launcher
+    you name."""
     from fecomlite.runner.experiment import prepare_program
     from fecomlite.runner.launch import LaunchError, resolve_launch
     from fecomlite.runner.settings import SettingsError, find_project_config, resolve
@@ -147,8 +154,9 @@ def run_command(
     from fecomlite.server.client import ServerError, ensure_server
     from fecomlite.store import StoreError, default_home, private_home
 
+    args = script_arguments(Path(script), list(args or []))
     try:
-        launch = resolve_launch(Path(script), list(args or []), nproc_per_node)
+        launch = resolve_launch(Path(script), args, nproc_per_node)
     except LaunchError as exc:
         raise typer.BadParameter(str(exc), param_hint="SCRIPT") from exc
     typed = script if launch.script == Path(script) else str(launch.script)  # `./x.py` stays
@@ -219,6 +227,7 @@ def run_command(
     with contextlib.redirect_stdout(sys.stdout if output_format is Format.table else sys.stderr):
         # CSV or JSON own stdout: the program's output shows on stderr meanwhile
         outcome = _measure(client, program, settings, home, quiet=quiet, after=after)
+        _say_misplaced_options(ctx, outcome, program.argv)
         if calibrate and outcome.status == "finished":
             _print_calibration(client, outcome.run_id)
         if datasize and outcome.status == "finished":
@@ -230,6 +239,35 @@ def run_command(
         _log_to_mlflow(client, outcome.run_id)
     if outcome.status != "finished":
         raise typer.Exit(shell_status(outcome.exit_code))
+
+
+def script_arguments(script: Path, args: list[str]) -> list[str]:
+    """The script's own arguments: all that follows it (a `--` right after it, the form older
+    releases required, is dropped). A notebook takes none, so options after one are a mistake
+    we can name."""
+    args = args[1:] if args[:1] == ["--"] else args
+    if args and script.suffix == ".ipynb":
+        raise typer.BadParameter(
+            f"a notebook takes no arguments, got {' '.join(args)!r}: fecomlite's options go "
+            f"before it (`fecomlite run OPTIONS {script.name}`)",
+            param_hint="SCRIPT",
+        )
+    return args
+
+
+def _say_misplaced_options(ctx: typer.Context, outcome: RunOutcome, args: list[str]) -> None:
+    """A program that failed with one of our own options among its arguments (`fecomlite run
+    train.py --quick`) was likely given what was meant for us: say where options go."""
+    if outcome.exit_code <= 0:
+        return
+    ours = {o for param in ctx.command.params for o in param.opts if o.startswith("--")}
+    misplaced = [a for a in args if a.split("=", 1)[0] in ours]
+    if misplaced:
+        console.print(
+            f"note: {plain(' '.join(misplaced))} went to the program, as everything after the "
+            "script does: fecomlite's own options go before the script.",
+            highlight=False,
+        )
 
 
 def exit_description(code: int) -> str:
