@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -901,7 +902,16 @@ def _uncertainty(
 
 
 def group_uncertainty(res: Attribution, members: np.ndarray, group: int | None = None) -> float:
-    """1σ of the summed energy_J of the calls in `members` (a mask or indices).
+    """1σ of the summed energy_J of the calls in `members` (a mask or indices): `group_sigma`
+    of their sharing and measurement parts."""
+    return group_sigma(float(np.abs(res.sharing_J[members]).sum()),
+                       float((res.measurement_J[members] ** 2).sum()), res, group)
+
+
+def group_sigma(shared: float, measurement_sq: float, res: Any,
+                group: int | None = None) -> float:
+    """1σ of a group's summed energy from Σ |sharing_J| and Σ measurement_J² of its calls (sums
+    that merge over chunks).
 
     Measurement errors are independent between calls and add in quadrature. Sharing errors are
     not: if an API draws more than assumed, all its calls are off the same way. So the sharing
@@ -909,8 +919,7 @@ def group_uncertainty(res: Attribution, members: np.ndarray, group: int | None =
     intensity σ / intensity; with overlap and a fit, how far the fit puts the group from the
     pooled mean (what assuming equal power gets wrong), at least its σ; else rel_spread.
     """
-    shared = float(np.abs(res.sharing_J[members]).sum())
-    meas = float(np.sqrt((res.measurement_J[members] ** 2).sum()))
+    meas = math.sqrt(measurement_sq)
     fit = res.fit
     rel = res.rel_spread
     if fit is not None and group is not None and fit.pooled_W > 0 and np.isfinite(

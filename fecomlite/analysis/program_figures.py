@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 
 from fecomlite.analysis import attribution as at
+from fecomlite.analysis.sensors_baseline import domain_role, idle_sigma_W
+from fecomlite.sensors.estimate import ABOVE_IDLE_MODELS
 
 OUTSIDE_CALLS = "<program outside calls>"
 
@@ -77,15 +79,17 @@ def calls_only(res: at.Attribution, n: int) -> at.Attribution:
     )
 
 
-def rep_spans(reps: list[dict[str, Any]], ev: dict[str, np.ndarray]) -> list[tuple[int, int]]:
-    """[start, end of tail] of each repetition; the events' span when no repetition is stored."""
+def rep_spans(reps: list[dict[str, Any]],
+              calls_span: tuple[int, int] | None) -> list[tuple[int, int]]:
+    """[start, end of tail] of each repetition; the calls' span (first start, last end) when no
+    repetition is stored."""
     windows = []
     for r in reps:
         end = r.get("tail_end_ns") or r.get("t_end_ns")
         if r.get("t_start_ns") is not None and end is not None:
             windows.append((int(r["t_start_ns"]), int(end)))
-    if not windows and ev["t_start_ns"].size:
-        windows.append((int(ev["t_start_ns"].min()), int(ev["t_end_ns"].max())))
+    if not windows and calls_span is not None:
+        windows.append(calls_span)
     return windows
 
 
@@ -172,3 +176,31 @@ def intensity_record(res: at.Attribution, api_names: list[str], asked: str) -> d
         },
     })
     return record
+
+
+def domain_row(
+    sensor: dict[str, Any], iv: at.SensorIntervals, idle: tuple[float, str], ceiling: float,
+    res: Any, reps: list[dict[str, Any]], rep_energy: list[dict[str, float]],
+    baseline: dict[str, Any], windows: list[tuple[int, int]],
+) -> dict[str, Any]:
+    """One domain's row of `RunAnalysis.domains` from its sensor, intervals, idle level (and
+    where it came from), ceiling and attribution (an `attribution.Attribution`, or the streamed
+    one's run figures: total_J, idle_J, above_idle_J, in_calls_J, in_calls_total_J, method,
+    fell_back); windows: `rep_spans`."""
+    domain = sensor["domain"]
+    return {
+        "domain": domain, "sensor": sensor["name"], "kind": sensor["kind"],
+        "provenance": sensor["provenance"], "model": sensor["model"],
+        **domain_role(domain),
+        "period_s": iv.period_s, "idle_W": idle[0], "idle_source": idle[1],
+        "ceiling_W": ceiling,  # no call is given more power above idle (attribution)
+        "idle_sigma_W": 0.0 if sensor["model"] in ABOVE_IDLE_MODELS else idle_sigma_W(
+            baseline, sensor["name"]),
+        "total_J": res.total_J, "idle_J": res.idle_J, "above_idle_J": res.above_idle_J,
+        "in_calls_J": res.in_calls_J, "in_calls_total_J": res.in_calls_total_J,
+        "above_idle_in_reps_J": sum(at.window_energy(iv, idle[0], a, b)[1]
+                                    for a, b in windows),
+        "method": res.method, "fell_back": res.fell_back,
+        **program_figures(rep_energy, res, reps),
+        "recording_s": float(iv.lengths_s.sum()),
+    }

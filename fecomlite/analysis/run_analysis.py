@@ -51,9 +51,9 @@ from fecomlite.analysis.machine_load import machine_load
 from fecomlite.analysis.program_figures import (
     OUTSIDE_CALLS,
     calls_only,
+    domain_row,
     intensity_record,
     per_rep_rows,
-    program_figures,
     rep_spans,
     rep_window_energy,
     with_program_gaps,
@@ -72,7 +72,6 @@ from fecomlite.analysis.sensors_baseline import (
     domain_role,
     finite_or_zero,
     idle_baseline,
-    idle_sigma_W,
     read_samples,
     reliable_when,
     sensor_rows,
@@ -80,7 +79,6 @@ from fecomlite.analysis.sensors_baseline import (
 )
 from fecomlite.runtime.batch_codec import PROJECT_SITE
 from fecomlite.runtime.calibration_replay import KIND as CALIBRATION_KIND
-from fecomlite.sensors.estimate import ABOVE_IDLE_MODELS
 from fecomlite.store import Store
 
 __all__ = [  # what the rest of fecomlite imports from here
@@ -199,7 +197,7 @@ def _attribute_domains(
     details = store.result(run_id, "sensors") or {}
     baseline = store.result(run_id, "idle_baseline") or {}
     out = _Domains([], {}, {}, {}, [], set())
-    windows = rep_spans(reps, cols)
+    windows = rep_spans(reps, (int(t0.min()), int(t1.max())) if t0.size else None)
     on_device = device_masks(device_owners(store.processes(run_id)), cols["pid"])
     fit_of = calls.fit_of_api[cols["api"]]
     host = with_program_gaps(t0, t1, calls.thread, fit_of, len(calls.fit_names), reps,
@@ -236,22 +234,8 @@ def _attribute_domains(
                     "below_resolution"):
             cols[key][domain] = getattr(res, key)
         out.rep_energy[domain] = rep_window_energy(iv, idle, reps)
-        out.rows.append({
-            "domain": domain, "sensor": sensor["name"], "kind": sensor["kind"],
-            "provenance": sensor["provenance"], "model": sensor["model"],
-            **domain_role(domain),
-            "period_s": iv.period_s, "idle_W": idle, "idle_source": idle_source,
-            "ceiling_W": ceiling,  # no call is given more power above idle (attribution)
-            "idle_sigma_W": 0.0 if sensor["model"] in ABOVE_IDLE_MODELS else idle_sigma_W(
-                baseline, sensor["name"]),
-            "total_J": res.total_J, "idle_J": res.idle_J, "above_idle_J": res.above_idle_J,
-            "in_calls_J": res.in_calls_J, "in_calls_total_J": res.in_calls_total_J,
-            "above_idle_in_reps_J": sum(at.window_energy(iv, idle, a, b)[1]
-                                        for a, b in windows),
-            "method": res.method, "fell_back": res.fell_back,
-            **program_figures(out.rep_energy[domain], res, reps),
-            "recording_s": float(iv.lengths_s.sum()),
-        })
+        out.rows.append(domain_row(sensor, iv, (idle, idle_source), ceiling, res, reps,
+                                   out.rep_energy[domain], baseline, windows))
         out.intensities[domain] = intensity_record(res, activities, method)
     return out
 

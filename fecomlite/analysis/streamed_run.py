@@ -1,0 +1,231 @@
+"""A run's per-domain, per-site and per-API figures from the streamed attribution (`streamed`),
+in the shapes `analyse_run` gives them (`RunAnalysis.domains`' attribution figures, `aggregate`'s
+rows), read from the store one batch of chunks at a time.
+
+What it leaves out, and why: memory per call, the per-call median (neither merges over chunks;
+a bounded sample would be needed) and a distributed run's GPUs shared among their own processes
+only (`devices`): `streamable` says whether a run is within reach.
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from fecomlite.analysis import attribution as at
+from fecomlite.analysis import streamed, sweep
+from fecomlite.analysis.aggregate import _floor_at_zero, cross_domain, mean_ci95
+from fecomlite.analysis.calibration import fit_groups
+from fecomlite.analysis.devices import device_masks, device_owners, domain_calls
+from fecomlite.analysis.distributions import t_quantile
+from fecomlite.analysis.program_figures import domain_row, rep_spans, rep_window_energy
+from fecomlite.analysis.sensors_baseline import (
+    HOST_DOMAINS,
+    ceiling_W,
+    choose_energy_sensors,
+    finite_or_zero,
+    idle_baseline,
+    read_samples,
+)
+from fecomlite.runtime.batch_codec import PROJECT_SITE
+from fecomlite.runtime.calibration_replay import KIND as CALIBRATION_KIND
+from fecomlite.store import Store
+
+
+def streamable(store: Store, run_id: int) -> bool:
+    """Whether every chosen domain shares its energy among all calls (no GPU or merged node
+    that only its own processes' calls may draw on)."""
+    chosen, _ = choose_energy_sensors(store.sensors(run_id), store.result(run_id, "sensors"))
+    pids = np.array(sorted({p["pid"] for p in store.processes(run_id)}), np.int64)
+    masks = device_masks(device_owners(store.processes(run_id)), pids)
+    return all(domain_calls(masks, d) is None for d in chosen)
+
+
+def _site_ids(store: Store, run_id: int, sites: list[dict[str, Any]], kinds: set[str],
+              apis: set[str]) -> list[int]:
+    return [s["id"] for s in sites if s["kind"] in kinds or s["api"] in apis]
+
+
+def _first_pass_facts(store: Store, run_id: int, sites: list[dict[str, Any]]
+                      ) -> tuple[dict[tuple[int, int], int], dict[int, int]]:
+    """({(rep, pid): main thread} for a project-level `<program>` event, {rep: first replay
+    start}): read only when the run has such sites."""
+    program = _site_ids(store, run_id, sites, set(), {PROJECT_SITE})
+    replays = _site_ids(store, run_id, sites, {CALIBRATION_KIND}, set())
+    main: dict[tuple[int, int], int] = {}
+    first_replay: dict[int, int] = {}
+    if not program and not replays:
+        return main, first_replay
+    for cols in store.event_chunks(run_id):
+        is_program = np.isin(cols["site_id"], program)
+        for i in np.flatnonzero(~is_program):  # the first other event of each process: main
+            main.setdefault((int(cols["rep"][i]), int(cols["pid"][i])), int(cols["tid"][i]))
+            if len(main) > 10_000:
+                break
+        mine = np.isin(cols["site_id"], replays)
+        if mine.any():
+            rep = int(cols["rep"][0])
+            first = int(cols["t_start_ns"][mine].min())
+            first_replay[rep] = min(first_replay.get(rep, first), first)
+    return main, first_replay
+
+
+def _windows(reps: list[dict[str, Any]], first_replay: dict[int, int]) -> streamed.Windows:
+    spans = {}
+    for r in reps:
+        a, b = r.get("t_start_ns"), r.get("t_end_ns")
+        if a is None or b is None:
+            continue
+        start = first_replay.get(r["rep"])
+        end = start if start is not None and a <= start <= b else b
+        spans[int(r["rep"])] = (int(a), int(end))
+    return streamed.Windows(spans)
+
+
+def analyse_streamed(store: Store, run_id: int, method: str = "auto",
+                     batch_events: int = sweep.BATCH_EVENTS) -> dict[str, Any]:
+    """{"domains": rows, "sites": rows, "apis": rows, "notes": [...]}: the attribution's figures
+    of run `run_id` without holding its calls (`streamed`)."""
+    if method not in at.METHODS:
+        raise ValueError(f"method must be one of {at.METHODS}, not {method!r}")
+    run, reps = store.run(run_id), store.repetitions(run_id)
+    sensors, details = store.sensors(run_id), store.result(run_id, "sensors") or {}
+    sites = store.sites(run_id)
+    site_ids = np.array([s["id"] for s in sites], np.int64)
+    api_names = sorted({s["api"] for s in sites})
+    api_index = {a: i for i, a in enumerate(api_names)}
+    api_of_site = np.array([api_index[s["api"]] for s in sites], np.int64)
+    fit_names, fit_index = fit_groups(api_names)
+    fit_of_api = np.array(fit_index, np.int64)
+    site_fit = fit_of_api[api_of_site] if sites else np.zeros(0, np.int64)
+    main, first_replay = _first_pass_facts(store, run_id, sites)
+    program = _site_ids(store, run_id, sites, set(), {PROJECT_SITE})
+
+    def chunks() -> Any:
+        return store.event_chunks(run_id)
+
+    def threads() -> sweep.Threads:
+        return sweep.Threads(program, main)
+
+    def site_index(ids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(site_ids, ids)
+
+    chosen, notes = choose_energy_sensors(sensors, details)
+    domains: dict[str, streamed.Domain] = {}
+    sensor_of: dict[str, dict[str, Any]] = {}
+    for domain, sensor in sorted(chosen.items()):
+        t, v = read_samples(store, sensor["id"])
+        try:
+            iv = at.sensor_intervals(sensor["kind"], t, v, period_s=sensor.get("period_s"))
+        except ValueError as exc:
+            notes.append(f"{domain}: {sensor['name']} skipped: {exc}")
+            continue
+        if iv.count == 0:
+            notes.append(f"{domain}: {sensor['name']} has too few updates to attribute")
+            continue
+        idle, _ = idle_baseline(run, sensor)
+        ceiling = ceiling_W(sensor, details, v, idle if idle is not None else 0.0)
+        domains[domain] = streamed.Domain(domain, iv, idle, ceiling, domain in HOST_DOMAINS,
+                                          max(len(fit_names), 1))
+        sensor_of[domain] = sensor
+    windows = _windows(reps, first_replay)
+    span = streamed.sweep_one(chunks, threads(), site_fit, site_index, domains, windows,
+                              batch_events)
+    for domain, dom in domains.items():  # an idle level estimated in sweep 1 sets the ceiling
+        if idle_baseline(run, sensor_of[domain])[0] is None:
+            t, v = read_samples(store, sensor_of[domain]["id"])
+            dom.ceiling_W = ceiling_W(sensor_of[domain], details, v, dom.idle_W)
+    rates = streamed.rates_of(domains, method)
+    rep_ids = [r["rep"] for r in reps] or _reps_seen(store, run_id)
+    sums, extra = streamed.sweep_two(chunks, threads(), site_fit, site_index, domains, rates,
+                                     rep_ids, batch_events)
+    domain_rows = []
+    baseline = store.result(run_id, "idle_baseline") or {}
+    for domain, dom in domains.items():
+        totals = {**extra["totals"][domain],
+                  "self_J": float(sums.energy[domain]["self"].sum())}
+        sensor = sensor_of[domain]
+        idle_source = idle_baseline(run, sensor)[1] if idle_baseline(run, sensor)[0] is not None \
+            else "estimated from quiet intervals (no baseline stored)"
+        res = SimpleNamespace(**streamed.run_totals(dom, rates[domain], totals),
+                              method=dom.method, fell_back=dom.fell_back)
+        domain_rows.append(domain_row(
+            sensor, dom.iv, (dom.idle_W, idle_source), dom.ceiling_W, res, reps,
+            rep_window_energy(dom.iv, dom.idle_W, reps), baseline, rep_spans(reps, span)))
+    note = streamed.pieces_note(extra["pieces"])
+    return {"domains": domain_rows, "sums": sums, "rep_ids": rep_ids,
+            "site_fit": site_fit, "api_of_site": api_of_site, "api_names": api_names,
+            "sites": sites, "dom": domains, "notes": notes + ([note] if note else [])}
+
+
+def _reps_seen(store: Store, run_id: int) -> list[int]:
+    seen: set[int] = set()
+    for cols in store.event_chunks(run_id):
+        seen.update(np.unique(cols["rep"]).tolist())
+    return sorted(seen)
+
+
+def group_rows(result: dict[str, Any], group_of_site: np.ndarray, ngroups: int,
+               fit_of_group: np.ndarray, domain_info: dict[str, dict[str, Any]],
+               above: dict[str, float]) -> list[dict[str, Any]]:
+    """`aggregate.aggregate`'s rows from the streamed per-site sums: the sites of each group
+    merged (sums add, per-call moments merge); no memory figures and no per-call median."""
+    sums: streamed.SiteSums = result["sums"]
+    rows = []
+    for g in range(ngroups):
+        members = np.flatnonzero(group_of_site == g)
+        calls = int(sums.calls[members].sum())
+        total_s = float(sums.time_s[members].sum())
+        row: dict[str, Any] = {
+            "calls": calls, "raised": int(sums.raised[members].sum()), "total_time_s": total_s,
+            "mean_time_s": total_s / calls if calls else math.nan,
+            "per_rep_calls": [int(v) for v in sums.rep_calls[members].sum(axis=0)],
+            "energy": {},
+        }
+        for domain, info in domain_info.items():
+            e = sums.energy[domain]
+            dom = result["dom"][domain]
+            sigma = math.hypot(
+                at.group_sigma(float(e["shared"][members].sum()),
+                               float(e["meas_sq"][members].sum()), dom, int(fit_of_group[g])),
+                finite_or_zero(info.get("idle_sigma_W", math.nan)) * total_s)
+            inclusive = float(e["inclusive"][members].sum())
+            raw_self = float(e["self"][members].sum())
+            per_rep = [float(v) for v in e["per_rep"][members].sum(axis=0)]
+            rep_mean, rep_lo, rep_hi = mean_ci95(np.array(per_rep))
+            pieces = int(e["n"][members].sum())
+            row["energy"][domain] = {
+                "sensor": info["sensor"], "provenance": info["provenance"],
+                "model": info["model"], "method": info["method"],
+                "above_idle_J": inclusive,
+                "total_J": float(e["total"][members].sum()), "self_J": raw_self,
+                "uncertainty_J": sigma,
+                "per_call": {**_summary(streamed.moments(e, members), inclusive),
+                             "noise_J": sigma / calls if calls else math.nan},
+                "share": raw_self / above[domain], "inclusive_share": inclusive / above[domain],
+                "share_sigma": sigma / above[domain],
+                "below_resolution_share": float(e["below"][members].sum() / pieces)
+                if pieces else math.nan,
+                "per_rep_J": per_rep, "rep_mean_J": rep_mean,
+                "rep_ci95_low": rep_lo, "rep_ci95_high": rep_hi,
+            }
+            _floor_at_zero(row["energy"][domain], sigma, calls, len(result["rep_ids"]))
+        row["all_domains"] = cross_domain(row["energy"])
+        rows.append(row)
+    return rows
+
+
+def _summary(m: Any, total: float) -> dict[str, float]:
+    """`aggregate._summary` from merged moments; the median is not streamed (NaN)."""
+    n = m.pieces
+    if n == 0:
+        return {"sum": total, "mean": math.nan, "median": math.nan, "stdev": math.nan,
+                "ci95_low": math.nan, "ci95_high": math.nan}
+    sd = math.sqrt(m.m2 / (n - 1)) if n > 1 else math.nan
+    half = t_quantile(0.975, n - 1) * sd / math.sqrt(n) if n > 1 else math.nan
+    return {"sum": total, "mean": m.mean_s, "median": math.nan, "stdev": sd,
+            "ci95_low": m.mean_s - half, "ci95_high": m.mean_s + half}
+
