@@ -322,8 +322,9 @@ def sweep_two(chunks: Chunks, threads: sweep.Threads, site_fit: np.ndarray,
         t0 = cols["t_start_ns"]
         t1 = np.maximum(cols["t_end_ns"], t0)
         new = np.arange(b.carried, b.size)
-        rep = np.array([rep_col.get(int(r), -1) for r in np.unique(cols["rep"])])
-        rep_of = rep[np.searchsorted(np.unique(cols["rep"]), cols["rep"])]
+        seen = np.unique(cols["rep"])
+        rep_of = np.array([rep_col.get(int(r), -1) for r in seen], np.int64)[
+            np.searchsorted(seen, cols["rep"])]
         status = cols["status"][new]
         pieces = pieces or bool((status & CONTINUES).any())
         _count_calls(sums, site[new], status, t1[new] - t0[new], rep_of[new], n_sites)

@@ -157,7 +157,7 @@ def analyse_streamed(store: Store, run_id: int, method: str = "auto",
             rep_window_energy(dom.iv, dom.idle_W, reps), baseline, rep_spans(reps, span)))
     note = streamed.pieces_note(extra["pieces"])
     return {"domains": domain_rows, "sums": sums, "rep_ids": rep_ids,
-            "site_fit": site_fit, "api_of_site": api_of_site, "api_names": api_names,
+            "site_fit": site_fit, "api_of_site": api_of_site, "fit_of_api": fit_of_api, "api_names": api_names,
             "sites": sites, "dom": domains, "notes": notes + ([note] if note else [])}
 
 
