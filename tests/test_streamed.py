@@ -112,19 +112,19 @@ def test_streamed_figures_agree_with_the_whole_run_analysis(tmp_path_factory, sp
     store, run = _store(tmp_path_factory.mktemp("s") / "s.sqlite", spec)
     whole = analyse_run(store, run, spec["method"], compare_levels=False)
     got = analyse_streamed(store, run, spec["method"], batch_events=spec["batch"])
-    assert [d["domain"] for d in got["domains"]] == [d["domain"] for d in whole.domains] != []
-    for mine, theirs in zip(got["domains"], whole.domains, strict=True):
+    assert [d["domain"] for d in got.domains] == [d["domain"] for d in whole.domains] != []
+    for mine, theirs in zip(got.domains, whole.domains, strict=True):
         _same(theirs, mine, mine["domain"])
     info = {d["domain"]: d for d in whole.domains}
     above = {d["domain"]: d["program_J"] if d["program_J"] > finite_or_zero(d["noise_J"])
              else math.nan for d in whole.domains}
-    n_sites = len(got["sites"])
-    tables = (("sites", "key", np.arange(n_sites), n_sites, got["site_fit"]),
-              ("apis", "api", got["api_of_site"], len(got["api_names"]),
-               got["fit_of_api"]))
+    n_sites = len(got.sites)
+    tables = (("sites", "key", np.arange(n_sites), n_sites, got.site_fit),
+              ("apis", "api", got.api_of_site, len(got.api_names),
+               got.fit_of_api))
     for kind, label, group, count, fit in tables:
         rows = group_rows(got, group, count, fit, info, above)
-        names = ([s["key"] for s in got["sites"]] if kind == "sites" else got["api_names"])
+        names = ([s["key"] for s in got.sites] if kind == "sites" else got.api_names)
         theirs = {r[label]: r for r in getattr(whole, kind)}
         mine = {name: r for name, r in zip(names, rows, strict=True) if r["calls"]}
         assert mine.keys() == theirs.keys()
@@ -158,4 +158,37 @@ def test_a_call_open_across_batches_keeps_its_parent(tmp_path):
     assert seen[0] == (0, None)
     assert all(parent == 0 for _, parent in seen[1:])
     assert len(seen) == 10
+    store.close()
+
+
+def test_a_long_run_is_analysed_streamed_with_the_same_tables_and_reported(tmp_path):
+    """`analyse_run` above its streaming limit: the same domain, site and API figures as the
+    whole-run analysis (but the per-call median and memory per call), no per-call columns, a
+    note that says so; the report is written in every format from it."""
+    from fecomlite.report.build import build_report
+    from fecomlite.report.render import FORMATS, write_report
+
+    spec = {"events": [], "reps": 1, "cuts": 4, "batch": 3, "method": "auto", "seed": 1}
+    t = 10 * 10**9
+    for step in range(40):  # an outer call around three inner ones, a loader call beside
+        spec["events"] += [(1, 1, 1, t, t + 9 * 10**7, 0, 0),
+                           *[(1, 1, 1, t + k * 3 * 10**7 + 10**6, t + (k + 1) * 3 * 10**7,
+                              1 + k, RAISED if step == 7 and k == 1 else 0) for k in range(3)],
+                           (1, 1, 2, t + 5 * 10**6, t + 4 * 10**7, 4, 0)]
+        t += 10**8 + step * 10**5
+    store, run = _store(tmp_path / "s.sqlite", spec)
+    whole = analyse_run(store, run, compare_levels=False)
+    streamed = analyse_run(store, run, compare_levels=False, stream_above=0)
+    assert streamed.calls["t_start_ns"].size == 0 < whole.calls["t_start_ns"].size
+    assert "analysed streamed" in streamed.notes[-1]
+    _same(whole.to_json()["domains"], streamed.to_json()["domains"], "domains")
+    _same(whole.to_json()["per_rep"], streamed.to_json()["per_rep"], "per_rep")
+    for kind in ("sites", "apis"):
+        for mine, theirs in zip(getattr(streamed, kind), getattr(whole, kind), strict=True):
+            theirs = {k: v for k, v in theirs.items() if k != "memory"}
+            _same(theirs, {k: v for k, v in mine.items() if k != "memory"}, kind)
+            assert all(math.isnan(v) for v in mine["memory"].values())
+    written = write_report(build_report(store, run, analysis=streamed), tmp_path / "out",
+                           FORMATS)
+    assert {p.name for p in written} >= {"index.html", "report.json", "apis.csv"}
     store.close()

@@ -14,6 +14,12 @@ from fecomlite.store import Store
 
 RSS_SENSOR = "proc:rss"
 GPU_MEMORY_DOMAINS = ("process-gpu-memory", "gpu-memory")  # preferred first, then gpu:N gauges
+# The memory columns of `call_memory` (and first_use) without a call: a streamed run's
+EMPTY_CALL_MEMORY = {
+    **{f"{g}_{c}_B": np.zeros(0) for g in ("rss", "gpu_mem") for c in ("start", "end", "peak")},
+    "rss_below_resolution": np.zeros(0, bool), "gpu_mem_below_resolution": np.zeros(0, bool),
+    "first_use": np.zeros(0, bool),
+}
 
 
 def gauge_during(

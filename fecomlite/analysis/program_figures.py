@@ -133,24 +133,31 @@ def program_figures(
     }
 
 
-def per_rep_rows(
-    calls: dict[str, Any], reps: list[dict[str, Any]], domains: dict[str, dict[str, Any]],
-    rep_energy: dict[str, list[dict[str, float]]],
-) -> list[dict[str, Any]]:
-    """Per repetition: duration, and per domain the sensor's energy in the repetition, the part
-    inside calls (top-level calls, so nesting is not counted twice) and the tail."""
+def rep_call_figures(
+    calls: dict[str, Any], reps: list[dict[str, Any]], domains: list[str],
+) -> tuple[list[int], dict[str, list[float]]]:
+    """Per repetition: its events, and per domain the energy inside its calls (top-level calls,
+    so nesting is not counted twice), from the calls' columns."""
     top = calls["parent"] < 0
+    mine = [calls["rep"] == r["rep"] for r in reps]
+    return ([int(m.sum()) for m in mine],
+            {d: [float(calls["energy_J"][d][m & top].sum()) for m in mine] for d in domains})
+
+
+def per_rep_rows(
+    reps: list[dict[str, Any]], events: list[int], in_calls: dict[str, list[float]],
+    domains: dict[str, dict[str, Any]], rep_energy: dict[str, list[dict[str, float]]],
+) -> list[dict[str, Any]]:
+    """Per repetition: duration, events, and per domain the sensor's energy in the repetition,
+    the part inside calls (`rep_call_figures`) and the tail."""
     rows = []
     for i, r in enumerate(reps):
-        mine = calls["rep"] == r["rep"]
         row: dict[str, Any] = {"rep": r["rep"], "exit_code": r.get("exit_code"),
                                "duration_s": span_s(r.get("t_start_ns"), r.get("t_end_ns")),
-                               "calls": int(mine.sum()), "energy": {}}
+                               "calls": events[i], "energy": {}}
         for domain, info in domains.items():
-            row["energy"][domain] = {
-                "in_calls_J": float(calls["energy_J"][domain][mine & top].sum()),
-                "provenance": info["provenance"], **rep_energy[domain][i],
-            }
+            row["energy"][domain] = {"in_calls_J": in_calls[domain][i],
+                                     "provenance": info["provenance"], **rep_energy[domain][i]}
         rows.append(row)
     return rows
 

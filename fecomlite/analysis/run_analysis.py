@@ -17,6 +17,8 @@ is labelled `estimated` as soon as one part is.
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,12 +36,14 @@ from fecomlite.analysis.aggregate import (
 )
 from fecomlite.analysis.calibration import fit_groups
 from fecomlite.analysis.call_memory import (
+    EMPTY_CALL_MEMORY,
     GPU_MEMORY_DOMAINS,
     RSS_SENSOR,
     below_gauge_resolution,
     call_memory,
     first_of_site,
     gauge_during,
+    memory_row,
 )
 from fecomlite.analysis.devices import (
     attribute_calls,
@@ -54,6 +58,7 @@ from fecomlite.analysis.program_figures import (
     domain_row,
     intensity_record,
     per_rep_rows,
+    rep_call_figures,
     rep_spans,
     rep_window_energy,
     with_program_gaps,
@@ -77,9 +82,12 @@ from fecomlite.analysis.sensors_baseline import (
     sensor_rows,
     share_notes,
 )
+from fecomlite.analysis.streamed_run import analyse_streamed, group_rows, streamable
 from fecomlite.runtime.batch_codec import PROJECT_SITE
 from fecomlite.runtime.calibration_replay import KIND as CALIBRATION_KIND
 from fecomlite.store import Store
+
+STREAM_ABOVE = 1_000_000  # calls: a longer run is analysed streamed, in bounded memory
 
 __all__ = [  # what the rest of fecomlite imports from here
     "ADDITIVE_DOMAINS", "BUSY_SHARE", "CPU_BUSY_MEANS", "GPU_MEMORY_DOMAINS", "HOST_DOMAINS",
@@ -265,23 +273,112 @@ def _mark_load(domains: list[dict[str, Any]], load: dict[str, Any]) -> None:
         d["load_distortion"] = load["contention"]["distortion"] if d["load_effect"] else None
 
 
+@dataclass
+class _Part:
+    """What the whole-run or the streamed path gives the rest of the analysis: the calls'
+    columns (empty when streamed), the domains attributed, per-repetition events and energy in
+    calls, the sites and APIs, and how to make their raw rows (`aggregate`'s) once the domains'
+    noise is known."""
+
+    columns: dict[str, Any]
+    found: _Domains
+    rep_events: list[int]
+    rep_in_calls: dict[str, list[float]]
+    sites: list[dict[str, Any]]
+    api_names: list[str]
+    api_of_site: np.ndarray
+    raw_rows: Callable[[dict[str, dict[str, Any]], dict[str, float]],
+                       tuple[list[dict[str, Any]], list[dict[str, Any]]]]
+    memory_sensors: dict[str, str]
+
+
+def _whole_part(store: Store, run_id: int, run: dict[str, Any], reps: list[dict[str, Any]],
+                chosen: dict[str, dict[str, Any]], method: str) -> _Part:
+    """Every call's columns in memory: per-call figures (memory, medians, timelines) too."""
+    calls = _load_calls(store, run_id)
+    cols = calls.columns
+    found = _attribute_domains(store, run_id, run, reps, chosen, calls, method)
+    memory, memory_sensors = call_memory(store, store.sensors(run_id), cols["t_start_ns"],
+                                         cols["t_end_ns"])
+    cols.update(memory)
+    cols["first_use"] = first_of_site(cols["rep"], cols["pid"], cols["site"], cols["status"])
+
+    def raw_rows(dom_info: dict[str, dict[str, Any]], above: dict[str, float]
+                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        return (aggregate(cols, cols["site"], len(calls.sites), dom_info, above, reps,
+                          found.results, calls.fit_of_api[calls.api_of_site]),
+                aggregate(cols, cols["api"], len(calls.api_names), dom_info, above, reps,
+                          found.results, calls.fit_of_api))
+
+    return _Part(cols, found, *rep_call_figures(cols, reps, list(found.rep_energy)),
+                 calls.sites, calls.api_names, calls.api_of_site, raw_rows, memory_sensors)
+
+
+def stream_limit() -> int:
+    """Calls above which a run is analysed streamed: STREAM_ABOVE, or the environment's
+    FECOMLITE_STREAM_ABOVE (0: always)."""
+    value = os.environ.get("FECOMLITE_STREAM_ABOVE", "")
+    return int(value) if value.strip().isdigit() else STREAM_ABOVE
+
+
+def _streamed_part(store: Store, run_id: int, run: dict[str, Any], reps: list[dict[str, Any]],
+                   method: str, limit: int) -> _Part:
+    """The run's chunks swept twice (`streamed_run`): memory that does not grow with the run;
+    no per-call columns, so no memory per call, per-call median or timeline of calls."""
+    got = analyse_streamed(store, run_id, method)
+    found = _Domains(got.domains, {}, {}, {}, got.notes, {d.method for d in got.dom.values()})
+    for domain, dom in got.dom.items():
+        found.rep_energy[domain] = rep_window_energy(dom.iv, dom.idle_W, reps)
+        activities = [*got.fit_names, OUTSIDE_CALLS] if dom.gaps else got.fit_names
+        found.intensities[domain] = intensity_record(dom, activities, method)  # type: ignore[arg-type]
+    n_sites = len(got.sites)
+    calls = int(got.sums.calls.sum())
+    found.notes.append(
+        f"{calls:,} calls: analysed streamed over the stored chunks, in memory that does not "
+        f"grow with the run (above {limit:,} calls); figures per call that need every "
+        "call at once are not shown: memory per call, per-call medians, the calls' timeline "
+        "and layer contexts")
+
+    def raw_rows(dom_info: dict[str, dict[str, Any]], above: dict[str, float]
+                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        no_memory = memory_row(EMPTY_CALL_MEMORY, np.zeros(0, np.int64))
+        sites = group_rows(got, np.arange(n_sites), n_sites, got.site_fit, dom_info, above)
+        apis = group_rows(got, got.api_of_site, len(got.api_names), got.fit_of_api, dom_info,
+                          above)
+        for row in (*sites, *apis):
+            row["memory"] = dict(no_memory)
+        return sites, apis
+
+    return _Part(_empty_columns(list(got.dom)), found, got.rep_events, got.rep_in_calls,
+                 got.sites, got.api_names, got.api_of_site, raw_rows, {})
+
+
+def _empty_columns(domains: list[str]) -> dict[str, Any]:
+    """`RunAnalysis.calls` without a call (a streamed run keeps none)."""
+    ints = ("rep", "site", "api", "site_id", "pid", "tid", "t_start_ns", "t_end_ns", "status",
+            "parent", "depth", "call")
+    cols: dict[str, Any] = {c: np.zeros(0, np.int64) for c in ints}
+    cols.update({c: np.zeros(0) for c in ("in_bytes", "out_bytes", "duration_s")})
+    for key in ("energy_J", "energy_total_J", "self_energy_J", "uncertainty_J"):
+        cols[key] = {d: np.zeros(0) for d in domains}
+    cols["below_resolution"] = {d: np.zeros(0, bool) for d in domains}
+    cols.update({k: np.zeros(0, v.dtype) for k, v in EMPTY_CALL_MEMORY.items()})
+    return cols
+
+
 def _group_rows(
-    calls: _Calls, found: _Domains, above: dict[str, float], reps: list[dict[str, Any]],
+    part: _Part, domains: list[dict[str, Any]], above: dict[str, float],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(site rows, API rows) of the groups that were called, most costly first (`aggregate`);
     a domain where some fell below zero beyond noise is flagged unreliable."""
-    cols, sites, domains = calls.columns, calls.sites, found.rows
-    dom_info = {d["domain"]: d for d in domains}
-    site_rows = aggregate(cols, cols["site"], len(sites), dom_info, above, reps, found.results,
-                          calls.fit_of_api[calls.api_of_site])
+    sites = part.sites
+    site_rows, api_rows = part.raw_rows({d["domain"]: d for d in domains}, above)
     for row, s in zip(site_rows, sites, strict=True):
         row.update({k: s[k] for k in ("key", "file", "line", "col", "api", "written", "kind",
                                       "function", "source")})
-    api_rows = aggregate(cols, cols["api"], len(calls.api_names), dom_info, above, reps,
-                         found.results, calls.fit_of_api)
     for i, row in enumerate(api_rows):
-        row["api"] = calls.api_names[i]
-        members = [s for s, a in zip(sites, calls.api_of_site, strict=True) if a == i]
+        row["api"] = part.api_names[i]
+        members = [s for s, a in zip(sites, part.api_of_site, strict=True) if a == i]
         row["written"] = sorted({s["written"] for s in members if s["written"]})
         row["sites"] = len(members)
     site_rows = [r for r in site_rows if r["calls"]]
@@ -295,46 +392,48 @@ def _group_rows(
 
 
 def analyse_run(
-    store: Store, run_id: int, method: str = "auto", *, compare_levels: bool = True
+    store: Store, run_id: int, method: str = "auto", *, compare_levels: bool = True,
+    stream_above: int | None = None,
 ) -> RunAnalysis:
-    """Attribute every energy domain of run `run_id` and aggregate; stores the intensities."""
+    """Attribute every energy domain of run `run_id` and aggregate; stores the intensities. A
+    run of more than `stream_above` calls (default `stream_limit`) is analysed streamed."""
     if method not in at.METHODS:
         raise ValueError(f"method must be one of {at.METHODS}, not {method!r}")
     run = store.run(run_id)
     reps = store.repetitions(run_id)
     sensors = store.sensors(run_id)
     details = store.result(run_id, "sensors") or {}
-    calls = _load_calls(store, run_id)
-    cols = calls.columns
     chosen, notes = choose_energy_sensors(sensors, details)
-    found = _attribute_domains(store, run_id, run, reps, chosen, calls, method)
+    limit = stream_limit() if stream_above is None else stream_above
+    part = (_streamed_part(store, run_id, run, reps, method, limit)
+            if store.event_count(run_id) > limit and streamable(store, run_id)
+            else _whole_part(store, run_id, run, reps, chosen, method))
+    found = part.found
     notes += found.notes
     domains = found.rows
     if found.intensities and not store.readonly:  # a report reads the store, never writes it
         store.put_result(run_id, "intensities", plain(found.intensities))
-
-    memory, memory_sensors = call_memory(store, sensors, cols["t_start_ns"], cols["t_end_ns"])
-    cols.update(memory)
-    cols["first_use"] = first_of_site(cols["rep"], cols["pid"], cols["site"], cols["status"])
     _add_noise_figures(domains, reps)
     notes += share_notes(domains)
     load = machine_load(store, sensors, store.result(run_id, "idle_baseline") or {}, reps)
     _mark_load(domains, load)
     above = {d["domain"]: d["program_J"] if d["program_J"] > finite_or_zero(d["noise_J"])
              else math.nan for d in domains}
-    site_rows, api_rows = _group_rows(calls, found, above, reps)
+    site_rows, api_rows = _group_rows(part, domains, above)
     for d in domains:  # the last row of the self shares: with the APIs' they make 100 %
         d["outside_calls_share"] = d["outside_calls_J"] / above[d["domain"]]
-    if memory_sensors:
-        notes.append("memory from " + "; ".join(f"{k}: {v}" for k, v in memory_sensors.items()))
+    if part.memory_sensors:
+        notes.append("memory from " + "; ".join(
+            f"{k}: {v}" for k, v in part.memory_sensors.items()))
     analysis = RunAnalysis(
         run=run, repetitions=reps, sensors=sensor_rows(sensors, details, chosen),
-        domains=domains, calls=cols, sites=site_rows, apis=api_rows,
-        per_rep=per_rep_rows(cols, reps, {d["domain"]: d for d in domains}, found.rep_energy),
+        domains=domains, calls=part.columns, sites=site_rows, apis=api_rows,
+        per_rep=per_rep_rows(reps, part.rep_events, part.rep_in_calls,
+                             {d["domain"]: d for d in domains}, found.rep_energy),
         share_in_calls={d["domain"]: d["in_calls_J"] / above[d["domain"]] for d in domains},
         intensities=found.intensities,
         method="+".join(sorted(found.methods)) or "none", notes=notes,
-        site_keys=[s["key"] for s in calls.sites], api_names=calls.api_names, load=load,
+        site_keys=[s["key"] for s in part.sites], api_names=part.api_names, load=load,
         mode=run_mode(run.get("settings") or {}),
     )
     if compare_levels:

@@ -313,6 +313,8 @@ def sweep_two(chunks: Chunks, threads: sweep.Threads, site_fit: np.ndarray,
     sums = _zeros_sums(n_sites, len(reps), list(domains))
     rep_col = {r: i for i, r in enumerate(reps)}
     totals = {d: {"in_calls_J": 0.0, "in_calls_total_J": 0.0} for d in domains}
+    rep_in_calls = {d: np.zeros(len(reps)) for d in domains}
+    rep_events = np.zeros(len(reps), np.int64)
     carried: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     pieces = False
     for b in sweep.batches(chunks(), threads, batch_events):
@@ -326,6 +328,8 @@ def sweep_two(chunks: Chunks, threads: sweep.Threads, site_fit: np.ndarray,
         rep_of = np.array([rep_col.get(int(r), -1) for r in seen], np.int64)[
             np.searchsorted(seen, cols["rep"])]
         status = cols["status"][new]
+        counted = rep_of[new] >= 0
+        rep_events += np.bincount(rep_of[new][counted], minlength=len(reps))
         pieces = pieces or bool((status & CONTINUES).any())
         _count_calls(sums, site[new], status, t1[new] - t0[new], rep_of[new], n_sites)
         child = new[b.parent[new] >= 0]
@@ -357,6 +361,9 @@ def sweep_two(chunks: Chunks, threads: sweep.Threads, site_fit: np.ndarray,
             top = b.parent[closed] < 0
             totals[d]["in_calls_J"] += float(inc[top].sum())
             totals[d]["in_calls_total_J"] += float(inc[top].sum() + incq[top].sum())
+            top_rep = rep_of[closed][top]
+            rep_in_calls[d] += np.bincount(top_rep[top_rep >= 0], inc[top][top_rep >= 0],
+                                           len(reps))
             s = site[closed]
             e["inclusive"] += np.bincount(s, inc, n_sites)
             e["total"] += np.bincount(s, inc + incq, n_sites)
@@ -369,7 +376,8 @@ def sweep_two(chunks: Chunks, threads: sweep.Threads, site_fit: np.ndarray,
                                       n_sites)
             open_ = ~b.closed
             carried[d] = (acc[open_], accq[open_])
-    return sums, {"totals": totals, "pieces": pieces}
+    return sums, {"totals": totals, "pieces": pieces, "rep_events": rep_events.tolist(),
+                  "rep_in_calls": {d: v.tolist() for d, v in rep_in_calls.items()}}
 
 
 def _span(edges: np.ndarray, r: Rates, t: np.ndarray) -> np.ndarray:

@@ -10,6 +10,7 @@ only (`devices`): `streamable` says whether a run is within reach.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -85,10 +86,30 @@ def _windows(reps: list[dict[str, Any]], first_replay: dict[int, int]) -> stream
     return streamed.Windows(spans)
 
 
+@dataclass
+class StreamedRun:
+    """The attribution's figures of a run without its calls: domain rows (`domain_row`), the
+    per-site sums, the domains as the sweeps saw them (fit, method), per repetition its events
+    and energy in calls; sites (the store's rows) with their API, fit group; notes."""
+
+    domains: list[dict[str, Any]]
+    sums: streamed.SiteSums
+    dom: dict[str, streamed.Domain]
+    rep_ids: list[int]
+    rep_events: list[int]
+    rep_in_calls: dict[str, list[float]]
+    sites: list[dict[str, Any]]
+    api_names: list[str]
+    api_of_site: np.ndarray
+    fit_names: list[str]
+    fit_of_api: np.ndarray
+    site_fit: np.ndarray
+    notes: list[str]
+
+
 def analyse_streamed(store: Store, run_id: int, method: str = "auto",
-                     batch_events: int = sweep.BATCH_EVENTS) -> dict[str, Any]:
-    """{"domains": rows, "sites": rows, "apis": rows, "notes": [...]}: the attribution's figures
-    of run `run_id` without holding its calls (`streamed`)."""
+                     batch_events: int = sweep.BATCH_EVENTS) -> StreamedRun:
+    """The attribution's figures of run `run_id` without holding its calls (`streamed`)."""
     if method not in at.METHODS:
         raise ValueError(f"method must be one of {at.METHODS}, not {method!r}")
     run, reps = store.run(run_id), store.repetitions(run_id)
@@ -156,9 +177,9 @@ def analyse_streamed(store: Store, run_id: int, method: str = "auto",
             sensor, dom.iv, (dom.idle_W, idle_source), dom.ceiling_W, res, reps,
             rep_window_energy(dom.iv, dom.idle_W, reps), baseline, rep_spans(reps, span)))
     note = streamed.pieces_note(extra["pieces"])
-    return {"domains": domain_rows, "sums": sums, "rep_ids": rep_ids,
-            "site_fit": site_fit, "api_of_site": api_of_site, "fit_of_api": fit_of_api, "api_names": api_names,
-            "sites": sites, "dom": domains, "notes": notes + ([note] if note else [])}
+    return StreamedRun(domain_rows, sums, domains, rep_ids, extra["rep_events"],
+                       extra["rep_in_calls"], sites, api_names, api_of_site, fit_names,
+                       fit_of_api, site_fit, notes + ([note] if note else []))
 
 
 def _reps_seen(store: Store, run_id: int) -> list[int]:
@@ -168,12 +189,12 @@ def _reps_seen(store: Store, run_id: int) -> list[int]:
     return sorted(seen)
 
 
-def group_rows(result: dict[str, Any], group_of_site: np.ndarray, ngroups: int,
+def group_rows(result: StreamedRun, group_of_site: np.ndarray, ngroups: int,
                fit_of_group: np.ndarray, domain_info: dict[str, dict[str, Any]],
                above: dict[str, float]) -> list[dict[str, Any]]:
     """`aggregate.aggregate`'s rows from the streamed per-site sums: the sites of each group
     merged (sums add, per-call moments merge); no memory figures and no per-call median."""
-    sums: streamed.SiteSums = result["sums"]
+    sums = result.sums
     rows = []
     for g in range(ngroups):
         members = np.flatnonzero(group_of_site == g)
@@ -187,7 +208,7 @@ def group_rows(result: dict[str, Any], group_of_site: np.ndarray, ngroups: int,
         }
         for domain, info in domain_info.items():
             e = sums.energy[domain]
-            dom = result["dom"][domain]
+            dom = result.dom[domain]
             sigma = math.hypot(
                 at.group_sigma(float(e["shared"][members].sum()),
                                float(e["meas_sq"][members].sum()), dom, int(fit_of_group[g])),
@@ -212,7 +233,7 @@ def group_rows(result: dict[str, Any], group_of_site: np.ndarray, ngroups: int,
                 "per_rep_J": per_rep, "rep_mean_J": rep_mean,
                 "rep_ci95_low": rep_lo, "rep_ci95_high": rep_hi,
             }
-            _floor_at_zero(row["energy"][domain], sigma, calls, len(result["rep_ids"]))
+            _floor_at_zero(row["energy"][domain], sigma, calls, len(result.rep_ids))
         row["all_domains"] = cross_domain(row["energy"])
         rows.append(row)
     return rows
