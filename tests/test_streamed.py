@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fecomlite.analysis import attribution as at
 from fecomlite.analysis.run_analysis import analyse_run, finite_or_zero
 from fecomlite.analysis.streamed_run import analyse_streamed, group_rows
 from fecomlite.analysis.sweep import Threads, batches
@@ -192,3 +193,53 @@ def test_a_long_run_is_analysed_streamed_with_the_same_tables_and_reported(tmp_p
                            FORMATS)
     assert {p.name for p in written} >= {"index.html", "report.json", "apis.csv"}
     store.close()
+
+
+def _reference_nesting(t_start_ns: np.ndarray, t_end_ns: np.ndarray,
+                       thread: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`attribution.nesting` as it was before it counted ends by binary search: starts and ends
+    merged into one sorted stream, depth their running count."""
+    t0 = np.asarray(t_start_ns, np.int64)
+    t1 = np.maximum(np.asarray(t_end_ns, np.int64), t0)
+    n = t0.size
+    th = np.asarray(thread, np.int64)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    ids = np.arange(n)
+    # events: ends (kind 0) before starts (kind 1) at one instant; outer starts first (later
+    # end), inner ends first (later start); zero-length calls end after every start (kind 2)
+    kind = np.concatenate((np.ones(n, np.int64), np.where(t1 > t0, 0, 2)))
+    time = np.concatenate((t0, t1))
+    tie = np.concatenate((-t1, -t0))
+    who = np.concatenate((ids, ids))
+    order = np.lexsort((tie, kind, time, np.concatenate((th, th))))
+    step = np.where(kind[order] == 1, 1, -1)
+    depth_after = np.cumsum(step)
+    is_start = kind[order] == 1
+    pos = np.flatnonzero(is_start)
+    call = who[order][is_start]
+    depth = np.empty(n, np.int64)
+    depth[call] = depth_after[is_start] - 1
+    parent = np.full(n, -1, np.int64)
+    call_at = who[order]
+    for d in range(1, int(depth.max()) + 1):
+        outer = pos[depth[call] == d - 1]
+        inner = depth[call] == d
+        found = np.searchsorted(outer, pos[inner]) - 1
+        parent[call[inner]] = np.where(found >= 0, call_at[outer[np.maximum(found, 0)]], -1)
+    return at._contained(parent, t0, t1, th)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 30), st.integers(0, 2)),
+                min_size=1, max_size=30), st.booleans())
+def test_nesting_is_the_merged_stream_count(calls, in_start_order):
+    """Overlapping, tied, zero-length calls on three threads: the same parents and depths as
+    the merged-stream count, whether the calls come in start order or not."""
+    if in_start_order:
+        calls = sorted(calls, key=lambda c: c[0])
+    t0 = np.array([c[0] for c in calls], np.int64)
+    t1 = t0 + np.array([c[1] for c in calls], np.int64)
+    th = np.array([c[2] for c in calls], np.int64)
+    want, got = _reference_nesting(t0, t1, th), at.nesting(t0, t1, th)
+    assert np.array_equal(want[0], got[0]) and np.array_equal(want[1], got[1])

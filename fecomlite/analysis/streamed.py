@@ -193,15 +193,6 @@ def _cumulative(edges: np.ndarray, rates: np.ndarray) -> np.ndarray:
                       np.cumsum(rates * (np.diff(edges) / at.NS)[:, None], axis=0)))
 
 
-def _integral(edges: np.ndarray, rates: np.ndarray, cum: np.ndarray, t: np.ndarray,
-              g: np.ndarray) -> np.ndarray:
-    """∫ rates[:, g] from the first edge to t, per element (`attribution.cumulative`)."""
-    k = rates.shape[0]
-    tc = np.clip(t, edges[0], edges[-1])
-    i = np.minimum(np.searchsorted(edges, tc, "right") - 1, k - 1)
-    return cum[i, g] + rates[i, g] * (tc - edges[i]) / at.NS
-
-
 @dataclass
 class Rates:
     """What sweep 2 integrates for one domain: rate per interval and group (above idle), the
@@ -336,19 +327,25 @@ def sweep_two(chunks: Chunks, threads: sweep.Threads, site_fit: np.ndarray,
         par = b.parent[child]
         depth = at._depths(b.parent)
         closed = np.flatnonzero(b.closed)
+        at_edges: dict[bytes, tuple[_At, _At]] = {}
         for d, dom in domains.items():
             r = rates[d]
             edges = dom.iv.edges_ns
+            key = edges.tobytes() if edges.size < 4096 else str(id(edges)).encode()
+            if key not in at_edges:  # domains read at the same instants share the lookups
+                at_edges[key] = (_At(edges, t0[new]), _At(edges, t1[new]))
+            start, end = at_edges[key]
             acc = np.zeros(b.size)
             accq = np.zeros(b.size)
             if b.carried:
                 acc[:b.carried], accq[:b.carried] = carried[d]
-            x = (_integral(edges, r.rates, r.cum, t1[new], grp[new])
-                 - _integral(edges, r.rates, r.cum, t0[new], grp[new]))
-            xq = _span(edges, r, t1[new]) - _span(edges, r, t0[new])
-            term = (_integral(edges, r.rates, r.cum, t1[child], grp[par])
-                    - _integral(edges, r.rates, r.cum, t0[child], grp[par]))
-            termq = _span(edges, r, t1[child]) - _span(edges, r, t0[child])
+            own = child - b.carried
+            x = end.integral(r.rates, r.cum, grp[new]) - start.integral(r.rates, r.cum, grp[new])
+            xq = end.integral(r.q[:, None], r.cum_q[:, None], 0) - start.integral(
+                r.q[:, None], r.cum_q[:, None], 0)
+            term = (end.integral(r.rates, r.cum, grp[par], own)
+                    - start.integral(r.rates, r.cum, grp[par], own))
+            termq = xq[own]
             acc[new] += x
             accq[new] += xq
             np.subtract.at(acc, par, term)
@@ -380,8 +377,21 @@ def sweep_two(chunks: Chunks, threads: sweep.Threads, site_fit: np.ndarray,
                   "rep_in_calls": {d: v.tolist() for d, v in rep_in_calls.items()}}
 
 
-def _span(edges: np.ndarray, r: Rates, t: np.ndarray) -> np.ndarray:
-    return _integral(edges, r.q[:, None], r.cum_q[:, None], t, np.zeros(t.size, np.int64))
+class _At:
+    """Where instants fall among a sensor's intervals, found once for every integral over them
+    (`attribution.cumulative`: clipped to the intervals, the last one closed)."""
+
+    def __init__(self, edges: np.ndarray, t: np.ndarray) -> None:
+        k = edges.size - 1
+        self.tc = np.clip(t, edges[0], edges[-1])
+        self.i = np.minimum(np.searchsorted(edges, self.tc, "right") - 1, k - 1)
+        self.dt = (self.tc - edges[self.i]) / at.NS
+
+    def integral(self, rates: np.ndarray, cum: np.ndarray, g: np.ndarray | int,
+                 which: np.ndarray | None = None) -> np.ndarray:
+        """∫ rates[:, g] from the first edge to each instant (`which` of them)."""
+        i, dt = (self.i, self.dt) if which is None else (self.i[which], self.dt[which])
+        return cum[i, g] + rates[i, g] * dt
 
 
 def _push_up(acc: np.ndarray, accq: np.ndarray, parent: np.ndarray, depth: np.ndarray,
