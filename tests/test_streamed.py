@@ -68,9 +68,13 @@ def _store(path: Any, spec: dict[str, Any]) -> tuple[Store, int]:
     sensor = store.add_sensor(run, name="est:cpu-package", domain="cpu-package", unit="W",
                               kind="power", period_s=0.1, provenance="estimated",
                               model="cpu-util-linear")
+    dram = store.add_sensor(run, name="est:dram", domain="dram", unit="W", kind="power",
+                            period_s=0.1, provenance="estimated", model="cpu-util-linear")
     end = int(ev[:, 4].max()) + 2 * 10**9
     store.add_samples([(sensor, int(t), 22.0 + 15 * rng.random())
                        for t in range(5 * 10**9, end, 10**8)])
+    # read at the same instants as the package (they share the sweep's sums), no baseline
+    store.add_samples([(dram, int(t), 3.0 + rng.random()) for t in range(5 * 10**9, end, 10**8)])
     for rep in range(1, spec["reps"] + 1):
         mine = ev[ev[:, 0] == rep]
         store.upsert_repetition(run, rep, t_start_ns=int(mine[:, 3].min()) - 10**8,

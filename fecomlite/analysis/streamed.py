@@ -239,8 +239,14 @@ def sweep_one(chunks: Chunks, threads: sweep.Threads, site_fit: np.ndarray,
               ) -> tuple[int, int] | None:
     """Leaf time, unions and the program's gaps of every domain (sweep 1); the calls' span
     (first start, last end), None without calls."""
-    busy = {d: _Union(dom.iv.edges_ns) for d, dom in domains.items()}
-    recent = {d: _Union(dom.iv.edges_ns) for d, dom in domains.items() if dom.idle_W is None}
+    lead: dict[str, str] = {}  # domains read at the same instants: the first one's sums
+    for d, dom in domains.items():
+        lead[d] = next((e for e in lead.values() if dom.iv.edges_ns.size
+                        == domains[e].iv.edges_ns.size and np.array_equal(
+                            dom.iv.edges_ns, domains[e].iv.edges_ns)), d)
+    leads = [domains[d] for d in dict.fromkeys(lead.values())]
+    busy = {dom.name: _Union(dom.iv.edges_ns) for dom in leads}
+    recent = {dom.name: _Union(dom.iv.edges_ns) for dom in leads}
     gaps = _Gaps(windows)
     found: list[tuple[np.ndarray, ...]] = []
     t_min = t_max = None
@@ -255,11 +261,11 @@ def sweep_one(chunks: Chunks, threads: sweep.Threads, site_fit: np.ndarray,
         s1 = np.concatenate((t1, t1[child]))
         col = np.concatenate((grp[new], grp[parent[child]]))
         w = np.concatenate((np.ones(t0.size), -np.ones(int(child.sum()))))
-        for d, dom in domains.items():
+        for dom in leads:
             dom.leaf += at._overlap_matrix(dom.iv.edges_ns, s0, s1, col, w, dom.ngroups + 1)
-            busy[d].add(t0, t1)
-            if d in recent:
-                recent[d].add(t0, t1 + int(1.0 * at.NS))
+            busy[dom.name].add(t0, t1)
+            if any(domains[d].idle_W is None for d, first in lead.items() if first == dom.name):
+                recent[dom.name].add(t0, t1 + int(1.0 * at.NS))
         found += gaps.add(int(cols["rep"][b.carried]), t0, t1) if t0.size else []
         if t0.size:
             t_min = int(t0.min()) if t_min is None else min(t_min, int(t0.min()))
@@ -267,8 +273,12 @@ def sweep_one(chunks: Chunks, threads: sweep.Threads, site_fit: np.ndarray,
     found += gaps.finish() + gaps.unseen()
     g0 = np.concatenate([g[0] for g in found]) if found else np.zeros(0, np.int64)
     g1 = np.concatenate([g[1] for g in found]) if found else np.zeros(0, np.int64)
+    unions = {d: (busy[d].close(), recent[d].close()) for d in busy}
     for d, dom in domains.items():
-        calls_union = busy[d].close()
+        if lead[d] != d:
+            dom.leaf = domains[lead[d]].leaf.copy()
+    for d, dom in domains.items():
+        calls_union, recent_union = unions[lead[d]]
         dom.union = calls_union.copy()
         has_gaps = bool(g0.size) and dom.gaps
         dom.gaps = has_gaps
@@ -280,7 +290,7 @@ def sweep_one(chunks: Chunks, threads: sweep.Threads, site_fit: np.ndarray,
         ends = [t for t in (t_max, int(g1.max()) if has_gaps else None) if t is not None]
         dom.t_max = max(ends) if ends else int(dom.iv.edges_ns[0])
         if dom.idle_W is None:
-            dom.idle_W = _quiet_idle(dom.iv, calls_union, recent[d].close())
+            dom.idle_W = _quiet_idle(dom.iv, calls_union, recent_union)
     return None if t_min is None or t_max is None else (t_min, t_max)
 
 
