@@ -4,6 +4,7 @@ peak in between, which calls a gauge cannot resolve, and the per-group memory fi
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,38 +43,62 @@ def gauge_during(
     return v[before0], v[after1], peak
 
 
-def call_memory(
-    store: Store, sensors: list[dict[str, Any]], t0: np.ndarray, t1: np.ndarray
-) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """RSS and GPU memory columns per call, and which sensor gave each (empty when none)."""
-    cols: dict[str, np.ndarray] = {}
+@dataclass
+class Gauges:
+    """The memory gauges the figures read: the process's RSS (or None) and its GPU memory,
+    one series per GPU (summed), each as (t_ns, bytes); used: which sensor gave each."""
+
+    rss: tuple[np.ndarray, np.ndarray] | None
+    gpu: list[tuple[np.ndarray, np.ndarray]]
+    used: dict[str, str]
+
+
+def memory_gauges(store: Store, sensors: list[dict[str, Any]]) -> Gauges:
+    """The RSS gauge (proc:rss, else the process-memory gauge that is not a peak) and the GPU
+    memory gauges (`_gpu_memory_sensors`), read whole (they are sampled, not per call)."""
     used: dict[str, str] = {}
-    nan = np.full(t0.size, np.nan)
     rss = next((s for s in sensors if s["name"] == RSS_SENSOR), None)
     if rss is None:
         rss = next((s for s in sensors if s["domain"] == "process-memory"
                     and s["kind"] == "gauge" and "peak" not in s["name"]), None)
-    unresolved = np.ones(t0.size, bool)
     if rss is not None:
-        t, v = read_samples(store, rss["id"])
+        used["rss"] = rss["name"]
+    gpu = _gpu_memory_sensors(sensors)
+    if gpu:
+        used["gpu_memory"] = ", ".join(s["name"] for s in gpu)
+    return Gauges(read_samples(store, rss["id"]) if rss is not None else None,
+                  [read_samples(store, s["id"]) for s in gpu], used)
+
+
+def calls_memory(gauges: Gauges, t0: np.ndarray, t1: np.ndarray) -> dict[str, np.ndarray]:
+    """RSS and GPU memory columns of calls: start, end and peak levels (NaN without a gauge),
+    and whether the gauge resolves each call."""
+    cols: dict[str, np.ndarray] = {}
+    nan = np.full(t0.size, np.nan)
+    unresolved = np.ones(t0.size, bool)
+    if gauges.rss is not None:
+        t, v = gauges.rss
         start, end, peak = gauge_during(t, v, t0, t1)
         unresolved = below_gauge_resolution(t, t0, t1)
-        used["rss"] = rss["name"]
     else:
         start, end, peak = nan, nan.copy(), nan.copy()
     cols.update(rss_start_B=start, rss_end_B=end, rss_peak_B=peak,
                 rss_below_resolution=unresolved)
-    gpu = _gpu_memory_sensors(sensors)
-    series = [read_samples(store, s["id"]) for s in gpu]
-    parts = [gauge_during(t, v, t0, t1) for t, v in series]
-    if parts:
-        used["gpu_memory"] = ", ".join(s["name"] for s in gpu)
+    parts = [gauge_during(t, v, t0, t1) for t, v in gauges.gpu]
     for i, name in enumerate(("gpu_mem_start_B", "gpu_mem_end_B", "gpu_mem_peak_B")):
         cols[name] = np.sum([p[i] for p in parts], axis=0) if parts else nan.copy()
     cols["gpu_mem_below_resolution"] = np.any(
-        [below_gauge_resolution(t, t0, t1) for t, _ in series], axis=0) if series else (
+        [below_gauge_resolution(t, t0, t1) for t, _ in gauges.gpu], axis=0) if gauges.gpu else (
         np.ones(t0.size, bool))
-    return cols, used
+    return cols
+
+
+def call_memory(
+    store: Store, sensors: list[dict[str, Any]], t0: np.ndarray, t1: np.ndarray
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """RSS and GPU memory columns per call, and which sensor gave each (empty when none)."""
+    gauges = memory_gauges(store, sensors)
+    return calls_memory(gauges, t0, t1), gauges.used
 
 
 def first_of_site(

@@ -43,7 +43,6 @@ from fecomlite.analysis.call_memory import (
     call_memory,
     first_of_site,
     gauge_during,
-    memory_row,
 )
 from fecomlite.analysis.devices import (
     attribute_calls,
@@ -324,7 +323,7 @@ def stream_limit() -> int:
 def _streamed_part(store: Store, run_id: int, run: dict[str, Any], reps: list[dict[str, Any]],
                    method: str, limit: int) -> _Part:
     """The run's chunks swept twice (`streamed_run`): memory that does not grow with the run;
-    no per-call columns, so no memory per call, per-call median or timeline of calls."""
+    no per-call columns, so no per-call median or timeline of calls."""
     got = analyse_streamed(store, run_id, method)
     found = _Domains(got.domains, {}, {}, {}, got.notes, {d.method for d in got.dom.values()})
     for domain, dom in got.dom.items():
@@ -335,22 +334,17 @@ def _streamed_part(store: Store, run_id: int, run: dict[str, Any], reps: list[di
     calls = int(got.sums.calls.sum())
     found.notes.append(
         f"{calls:,} calls: analysed streamed over the stored chunks, in memory that does not "
-        f"grow with the run (above {limit:,} calls); figures per call that need every "
-        "call at once are not shown: memory per call, per-call medians, the calls' timeline "
-        "and layer contexts")
+        f"grow with the run (above {limit:,} calls); figures that need every call at once are "
+        "not shown: per-call medians, the calls' timeline and layer contexts")
 
     def raw_rows(dom_info: dict[str, dict[str, Any]], above: dict[str, float]
                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        no_memory = memory_row(EMPTY_CALL_MEMORY, np.zeros(0, np.int64))
-        sites = group_rows(got, np.arange(n_sites), n_sites, got.site_fit, dom_info, above)
-        apis = group_rows(got, got.api_of_site, len(got.api_names), got.fit_of_api, dom_info,
-                          above)
-        for row in (*sites, *apis):
-            row["memory"] = dict(no_memory)
-        return sites, apis
+        return (group_rows(got, np.arange(n_sites), n_sites, got.site_fit, dom_info, above),
+                group_rows(got, got.api_of_site, len(got.api_names), got.fit_of_api, dom_info,
+                           above))
 
     return _Part(_empty_columns(list(got.dom)), found, got.rep_events, got.rep_in_calls,
-                 got.sites, got.api_names, got.api_of_site, raw_rows, {})
+                 got.sites, got.api_names, got.api_of_site, raw_rows, got.memory_sensors)
 
 
 def _empty_columns(domains: list[str]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ import numpy as np
 from fecomlite.analysis import attribution as at
 from fecomlite.analysis import sweep
 from fecomlite.analysis.call_stats import Moments
+from fecomlite.analysis.streamed_memory import MemorySums
 from fecomlite.runtime.batch_codec import CONTINUES, RAISED
 
 Chunks = Callable[[], Iterable[dict[str, np.ndarray]]]
@@ -307,9 +308,10 @@ def _quiet_idle(iv: at.SensorIntervals, busy: np.ndarray, recent: np.ndarray) ->
 
 def sweep_two(chunks: Chunks, threads: sweep.Threads, site_fit: np.ndarray,
               site_index: Callable[[np.ndarray], np.ndarray], domains: dict[str, Domain],
-              rates: dict[str, Rates], reps: list[int],
+              rates: dict[str, Rates], reps: list[int], memory: MemorySums,
               batch_events: int = sweep.BATCH_EVENTS) -> tuple[SiteSums, dict[str, Any]]:
-    """Every call's energies merged per site, and the domains' in-call sums (sweep 2)."""
+    """Every call's energies and memory figures merged per site, and the domains' in-call sums
+    (sweep 2)."""
     n_sites = site_fit.size
     sums = _zeros_sums(n_sites, len(reps), list(domains))
     rep_col = {r: i for i, r in enumerate(reps)}
@@ -333,6 +335,8 @@ def sweep_two(chunks: Chunks, threads: sweep.Threads, site_fit: np.ndarray,
         rep_events += np.bincount(rep_of[new][counted], minlength=len(reps))
         pieces = pieces or bool((status & CONTINUES).any())
         _count_calls(sums, site[new], status, t1[new] - t0[new], rep_of[new], n_sites)
+        memory.add(site[new], cols["rep"][new], cols["pid"][new], status, t0[new],
+                   cols["t_end_ns"][new])
         child = new[b.parent[new] >= 0]
         par = b.parent[child]
         depth = at._depths(b.parent)

@@ -2,8 +2,8 @@
 in the shapes `analyse_run` gives them (`RunAnalysis.domains`' attribution figures, `aggregate`'s
 rows), read from the store one batch of chunks at a time.
 
-What it leaves out, and why: memory per call, the per-call median (neither merges over chunks;
-a bounded sample would be needed) and a distributed run's GPUs shared among their own processes
+What it leaves out, and why: the per-call median (it does not merge over chunks; a bounded
+sample would be needed) and a distributed run's GPUs shared among their own processes
 only (`devices`): `streamable` says whether a run is within reach.
 """
 
@@ -20,6 +20,7 @@ from fecomlite.analysis import attribution as at
 from fecomlite.analysis import streamed, sweep
 from fecomlite.analysis.aggregate import _floor_at_zero, cross_domain, mean_ci95
 from fecomlite.analysis.calibration import fit_groups
+from fecomlite.analysis.call_memory import memory_gauges
 from fecomlite.analysis.devices import device_masks, device_owners, domain_calls
 from fecomlite.analysis.distributions import t_quantile
 from fecomlite.analysis.program_figures import domain_row, rep_spans, rep_window_energy
@@ -31,6 +32,7 @@ from fecomlite.analysis.sensors_baseline import (
     idle_baseline,
     read_samples,
 )
+from fecomlite.analysis.streamed_memory import MemorySums
 from fecomlite.runtime.batch_codec import PROJECT_SITE
 from fecomlite.runtime.calibration_replay import KIND as CALIBRATION_KIND
 from fecomlite.store import Store
@@ -89,11 +91,14 @@ def _windows(reps: list[dict[str, Any]], first_replay: dict[int, int]) -> stream
 @dataclass
 class StreamedRun:
     """The attribution's figures of a run without its calls: domain rows (`domain_row`), the
-    per-site sums, the domains as the sweeps saw them (fit, method), per repetition its events
+    per-site sums (energy, `streamed.SiteSums`; memory, `MemorySums`, and the gauges it read),
+    the domains as the sweeps saw them (fit, method), per repetition its events
     and energy in calls; sites (the store's rows) with their API, fit group; notes."""
 
     domains: list[dict[str, Any]]
     sums: streamed.SiteSums
+    memory: MemorySums
+    memory_sensors: dict[str, str]
     dom: dict[str, streamed.Domain]
     rep_ids: list[int]
     rep_events: list[int]
@@ -161,8 +166,10 @@ def analyse_streamed(store: Store, run_id: int, method: str = "auto",
             dom.ceiling_W = ceiling_W(sensor_of[domain], details, v, dom.idle_W)
     rates = streamed.rates_of(domains, method)
     rep_ids = [r["rep"] for r in reps] or _reps_seen(store, run_id)
+    gauges = memory_gauges(store, sensors)
+    memory = MemorySums(gauges, len(sites))
     sums, extra = streamed.sweep_two(chunks, threads(), site_fit, site_index, domains, rates,
-                                     rep_ids, batch_events)
+                                     rep_ids, memory, batch_events)
     domain_rows = []
     baseline = store.result(run_id, "idle_baseline") or {}
     for domain, dom in domains.items():
@@ -177,9 +184,10 @@ def analyse_streamed(store: Store, run_id: int, method: str = "auto",
             sensor, dom.iv, (dom.idle_W, idle_source), dom.ceiling_W, res, reps,
             rep_window_energy(dom.iv, dom.idle_W, reps), baseline, rep_spans(reps, span)))
     note = streamed.pieces_note(extra["pieces"])
-    return StreamedRun(domain_rows, sums, domains, rep_ids, extra["rep_events"],
-                       extra["rep_in_calls"], sites, api_names, api_of_site, fit_names,
-                       fit_of_api, site_fit, notes + ([note] if note else []))
+    return StreamedRun(domain_rows, sums, memory, gauges.used, domains, rep_ids,
+                       extra["rep_events"], extra["rep_in_calls"], sites, api_names,
+                       api_of_site, fit_names, fit_of_api, site_fit,
+                       notes + ([note] if note else []))
 
 
 def _reps_seen(store: Store, run_id: int) -> list[int]:
@@ -193,7 +201,7 @@ def group_rows(result: StreamedRun, group_of_site: np.ndarray, ngroups: int,
                fit_of_group: np.ndarray, domain_info: dict[str, dict[str, Any]],
                above: dict[str, float]) -> list[dict[str, Any]]:
     """`aggregate.aggregate`'s rows from the streamed per-site sums: the sites of each group
-    merged (sums add, per-call moments merge); no memory figures and no per-call median."""
+    merged (sums add, per-call moments merge); no per-call median."""
     sums = result.sums
     rows = []
     for g in range(ngroups):
@@ -204,7 +212,7 @@ def group_rows(result: StreamedRun, group_of_site: np.ndarray, ngroups: int,
             "calls": calls, "raised": int(sums.raised[members].sum()), "total_time_s": total_s,
             "mean_time_s": total_s / calls if calls else math.nan,
             "per_rep_calls": [int(v) for v in sums.rep_calls[members].sum(axis=0)],
-            "energy": {},
+            "energy": {}, "memory": result.memory.row(members),
         }
         for domain, info in domain_info.items():
             e = sums.energy[domain]
