@@ -56,7 +56,7 @@ def aggregate(
     mean, median, stdev, ci95_low, ci95_high}, share (self_J of the repetitions' above-idle
     energy: over all rows, with the domain's outside_calls_share, 100 %), inclusive_share
     (above_idle_J's: nested rows overlap, as in a profiler), below_resolution_share, per_rep_J,
-    rep_mean_J, rep_ci95_low, rep_ci95_high, and never below zero (`_floor_at_zero`):
+    rep_mean_J, rep_ci95_low, rep_ci95_high, and never below zero (`floor_at_zero`):
     below_zero, raw_above_idle_J, raw_self_J, raw_per_rep_J}}; all_domains: the sum over
     additive domains with its provenance (raw_above_idle_J, below_zero likewise); memory:
     rss_peak_max_B, rss_delta_mean_B, gpu_mem_peak_max_B, gpu_mem_delta_mean_B."""
@@ -111,13 +111,13 @@ def aggregate(
                 "per_rep_J": per_rep, "rep_mean_J": rep_mean,
                 "rep_ci95_low": rep_lo, "rep_ci95_high": rep_hi,
             }
-            _floor_at_zero(row["energy"][domain], sigma, n_calls, len(rep_ids))
+            floor_at_zero(row["energy"][domain], sigma, n_calls, len(rep_ids))
         row["all_domains"] = cross_domain(row["energy"])
         rows.append(row)
     return rows
 
 
-def _floor_at_zero(e: dict[str, Any], sigma: float, calls: int, reps: int) -> None:
+def floor_at_zero(e: dict[str, Any], sigma: float, calls: int, reps: int) -> None:
     """Never below zero (`noise_floor`): the raw above-idle, self and per-repetition estimates
     stay as raw_*; the shown figures are 0 within noise, NaN beyond it (`below_zero` says
     which); per-call and per-repetition figures by their own noise (σ over the calls, the

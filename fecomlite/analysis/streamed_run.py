@@ -3,8 +3,7 @@ in the shapes `analyse_run` gives them (`RunAnalysis.domains`' attribution figur
 rows), read from the store one batch of chunks at a time.
 
 What it leaves out, and why: the per-call median (it does not merge over chunks; a bounded
-sample would be needed) and a distributed run's GPUs shared among their own processes
-only (`devices`): `streamable` says whether a run is within reach.
+sample would be needed); a distributed job is analysed whole (`streamable`).
 """
 
 from __future__ import annotations
@@ -18,10 +17,9 @@ import numpy as np
 
 from fecomlite.analysis import attribution as at
 from fecomlite.analysis import streamed, sweep
-from fecomlite.analysis.aggregate import _floor_at_zero, cross_domain, mean_ci95
+from fecomlite.analysis.aggregate import cross_domain, floor_at_zero, mean_ci95
 from fecomlite.analysis.calibration import fit_groups
 from fecomlite.analysis.call_memory import memory_gauges
-from fecomlite.analysis.devices import device_masks, device_owners, domain_calls
 from fecomlite.analysis.distributions import t_quantile
 from fecomlite.analysis.program_figures import domain_row, rep_spans, rep_window_energy
 from fecomlite.analysis.sensors_baseline import (
@@ -39,12 +37,9 @@ from fecomlite.store import Store
 
 
 def streamable(store: Store, run_id: int) -> bool:
-    """Whether every chosen domain shares its energy among all calls (no GPU or merged node
-    that only its own processes' calls may draw on)."""
-    chosen, _ = choose_energy_sensors(store.sensors(run_id), store.result(run_id, "sensors"))
-    pids = np.array(sorted({p["pid"] for p in store.processes(run_id)}), np.int64)
-    masks = device_masks(device_owners(store.processes(run_id)), pids)
-    return all(domain_calls(masks, d) is None for d in chosen)
+    """Whether the run can be analysed streamed: not a distributed job (its GPUs' energy goes to
+    their own processes' calls only, `devices`, and its per-rank figures read every call)."""
+    return not store.processes(run_id)
 
 
 def _site_ids(store: Store, run_id: int, sites: list[dict[str, Any]], kinds: set[str],
@@ -241,7 +236,7 @@ def group_rows(result: StreamedRun, group_of_site: np.ndarray, ngroups: int,
                 "per_rep_J": per_rep, "rep_mean_J": rep_mean,
                 "rep_ci95_low": rep_lo, "rep_ci95_high": rep_hi,
             }
-            _floor_at_zero(row["energy"][domain], sigma, calls, len(result.rep_ids))
+            floor_at_zero(row["energy"][domain], sigma, calls, len(result.rep_ids))
         row["all_domains"] = cross_domain(row["energy"])
         rows.append(row)
     return rows
