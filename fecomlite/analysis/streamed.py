@@ -17,8 +17,8 @@ per-call figure is known once the call and its descendants have ended; only the 
    pairwise update), per-API ones merged from the sites'.
 
 Agreement with `analyse_run` to float noise is a property test (tests/test_streamed.py). A run
-with layer pieces (continuations) is counted by calls, but its per-call energy figures are per
-piece here (`pieces_note`).
+with layer pieces (continuations) is counted by calls, but its per-call energy figures and
+raised counts are per piece here (`pieces_note`).
 """
 
 from __future__ import annotations
@@ -458,7 +458,8 @@ def pieces_note(pieces: bool) -> str | None:
     if not pieces:
         return None
     return ("this run's layers were recorded in pieces: the streamed per-call energy figures "
-            "(mean, spread) are per piece; counts, sums and times are per call")
+            "(mean, spread) and the raised counts are per piece; calls, sums and times are per "
+            "call")
 
 
 def rates_of(domains: dict[str, Domain], method: str) -> dict[str, Rates]:
