@@ -252,3 +252,30 @@ def test_nesting_is_the_merged_stream_count(calls, in_start_order):
     th = np.array([c[2] for c in calls], np.int64)
     want, got = _reference_nesting(t0, t1, th), at.nesting(t0, t1, th)
     assert np.array_equal(want[0], got[0]) and np.array_equal(want[1], got[1])
+
+
+def test_a_project_level_program_event_joins_its_main_thread_when_streamed(tmp_path):
+    """The server stores a project-level run's `<program>` event on thread 0; both paths move
+    it onto its process's main thread (the first other event's), so the calls inside it nest
+    in it alike."""
+    from fecomlite.runtime.batch_codec import PROJECT_SITE
+
+    spec = {"events": [(1, 1, 7, 10 * 10**9 + k * 10**8, 10 * 10**9 + k * 10**8 + 6 * 10**7,
+                        k % 3, 0) for k in range(30)], "reps": 1, "cuts": 3, "batch": 4,
+            "method": "overlap", "seed": 2}
+    store, run = _store(tmp_path / "s.sqlite", spec)
+    program = store.site_ids(run, {"<program>": PROJECT_SITE}, {"<program>": {"api": PROJECT_SITE}})
+    store.add_events(run, 1, 1, {
+        "site_id": np.array([program["<program>"]]), "tid": np.zeros(1, np.int64),
+        "t_start_ns": np.array([10 * 10**9 - 10**6]), "t_end_ns": np.array([14 * 10**9]),
+        "status": np.zeros(1, np.int64), "in_bytes": np.full(1, -1), "out_bytes": np.full(1, -1)})
+    whole = analyse_run(store, run, "overlap", compare_levels=False)
+    streamed = analyse_run(store, run, "overlap", compare_levels=False, stream_above=0)
+    scale = max(abs(d["above_idle_J"]) for d in whole.domains)
+    program_row = next(r for r in whole.apis if r["api"] == PROJECT_SITE)
+    assert program_row["energy"]["cpu-package"]["raw_self_J"] < program_row["energy"][
+        "cpu-package"]["raw_above_idle_J"]  # its calls nest in it: not all of it is its own
+    for kind in ("sites", "apis"):
+        for mine, theirs in zip(getattr(streamed, kind), getattr(whole, kind), strict=True):
+            _same(theirs, mine, kind, scale)
+    store.close()

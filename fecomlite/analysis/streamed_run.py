@@ -53,22 +53,21 @@ def _first_pass_facts(store: Store, run_id: int, sites: list[dict[str, Any]]
     start}): read only when the run has such sites."""
     program = _site_ids(store, run_id, sites, set(), {PROJECT_SITE})
     replays = _site_ids(store, run_id, sites, {CALIBRATION_KIND}, set())
-    main: dict[tuple[int, int], int] = {}
     first_replay: dict[int, int] = {}
     if not program and not replays:
-        return main, first_replay
-    for cols in store.event_chunks(run_id):
-        is_program = np.isin(cols["site_id"], program)
-        for i in np.flatnonzero(~is_program):  # the first other event of each process: main
-            main.setdefault((int(cols["rep"][i]), int(cols["pid"][i])), int(cols["tid"][i]))
-            if len(main) > 10_000:
-                break
+        return {}, first_replay
+    earliest: dict[tuple[int, int], tuple[int, int]] = {}  # (rep, pid): (start, tid)
+    for cols in store.event_chunks(run_id):  # a chunk is one process's, in one repetition
+        key = (int(cols["rep"][0]), int(cols["pid"][0]))
+        others = np.flatnonzero(~np.isin(cols["site_id"], program))
+        if others.size:  # the process's first other event: its main thread
+            first = (int(cols["t_start_ns"][others[0]]), int(cols["tid"][others[0]]))
+            earliest[key] = min(earliest.get(key, first), first)
         mine = np.isin(cols["site_id"], replays)
         if mine.any():
-            rep = int(cols["rep"][0])
-            first = int(cols["t_start_ns"][mine].min())
-            first_replay[rep] = min(first_replay.get(rep, first), first)
-    return main, first_replay
+            start = int(cols["t_start_ns"][mine].min())
+            first_replay[key[0]] = min(first_replay.get(key[0], start), start)
+    return {key: tid for key, (_, tid) in earliest.items()}, first_replay
 
 
 def _windows(reps: list[dict[str, Any]], first_replay: dict[int, int]) -> streamed.Windows:
