@@ -10,6 +10,7 @@ and the gauges' series), so it merges; which call is a site's first in its proce
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,7 @@ class MemorySums:
     def __init__(self, gauges: Gauges, n_sites: int) -> None:
         self.gauges = gauges
         self.n = n_sites
-        self.seen: set[tuple[int, int, int]] = set()
+        self.seen: set[tuple[int, ...]] = set()  # (repetition, process, site)
         self.calls = np.zeros(n_sites)
         self.sums = {k: {m: (np.zeros(n_sites), np.zeros(n_sites)) for m in _MEANS}
                      for k in KEYS}
@@ -43,9 +44,17 @@ class MemorySums:
         heads = np.flatnonzero((status & CONTINUES) == 0)
         if not heads.size:
             return out
-        keys = np.stack((rep[heads], pid[heads], site[heads]), axis=1)
-        uniq, first = np.unique(keys, axis=0, return_index=True)
-        for key, i in zip(map(tuple, uniq.tolist()), first.tolist(), strict=True):
+        r, p, s = (a[heads].astype(np.int64) for a in (rep, pid, site))
+        keys: Iterable[tuple[int, ...]]
+        if r.max() < 1 << 21 and p.min() >= 0 and p.max() < 1 << 22 and s.max() < 1 << 20:
+            # one integer per (repetition, process, site): a 1-D sort, not one over rows (10x)
+            packed, first = np.unique((r << 42) | (p << 20) | s, return_index=True)
+            keys = zip((packed >> 42).tolist(), ((packed >> 20) & ((1 << 22) - 1)).tolist(),
+                       (packed & ((1 << 20) - 1)).tolist(), strict=True)
+        else:
+            rows, first = np.unique(np.stack((r, p, s), axis=1), axis=0, return_index=True)
+            keys = map(tuple, rows.tolist())
+        for key, i in zip(keys, first.tolist(), strict=True):
             if key not in self.seen:
                 self.seen.add(key)
                 out[heads[i]] = True
