@@ -312,83 +312,125 @@ def sweep_two(chunks: Chunks, threads: sweep.Threads, site_fit: np.ndarray,
               batch_events: int = sweep.BATCH_EVENTS) -> tuple[SiteSums, dict[str, Any]]:
     """Every call's energies and memory figures merged per site, and the domains' in-call sums
     (sweep 2)."""
-    n_sites = site_fit.size
-    sums = _zeros_sums(n_sites, len(reps), list(domains))
-    rep_col = {r: i for i, r in enumerate(reps)}
-    totals = {d: {"in_calls_J": 0.0, "in_calls_total_J": 0.0} for d in domains}
-    rep_in_calls = {d: np.zeros(len(reps)) for d in domains}
-    rep_events = np.zeros(len(reps), np.int64)
-    carried: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    pieces = False
+    state = _SweepTwo(site_fit, domains, rates, reps, memory)
     for b in sweep.batches(chunks(), threads, batch_events):
+        state.add(_View.of(b, site_index(b.columns["site_id"]), site_fit, state.rep_col))
+    return state.sums, {"totals": state.totals, "pieces": state.pieces,
+                        "rep_events": state.rep_events.tolist(),
+                        "rep_in_calls": {d: v.tolist() for d, v in state.rep_in_calls.items()}}
+
+
+@dataclass
+class _View:
+    """One batch as sweep 2 reads it: each call's site, fit group, start and end (never before
+    its start), repetition column (−1: not a stored repetition); the new calls, the new calls
+    with a parent and their parents, depths within the batch, the calls closed after it."""
+
+    b: sweep.Batch
+    site: np.ndarray
+    grp: np.ndarray
+    t0: np.ndarray
+    t1: np.ndarray
+    rep_of: np.ndarray
+    new: np.ndarray
+    child: np.ndarray
+    par: np.ndarray
+    depth: np.ndarray
+    closed: np.ndarray
+
+    @classmethod
+    def of(cls, b: sweep.Batch, site: np.ndarray, site_fit: np.ndarray,
+           rep_col: dict[int, int]) -> _View:
         cols = b.columns
-        site = site_index(cols["site_id"])
-        grp = site_fit[site]
         t0 = cols["t_start_ns"]
-        t1 = np.maximum(cols["t_end_ns"], t0)
-        new = np.arange(b.carried, b.size)
         seen = np.unique(cols["rep"])
         rep_of = np.array([rep_col.get(int(r), -1) for r in seen], np.int64)[
             np.searchsorted(seen, cols["rep"])]
-        status = cols["status"][new]
-        counted = rep_of[new] >= 0
-        rep_events += np.bincount(rep_of[new][counted], minlength=len(reps))
-        pieces = pieces or bool((status & CONTINUES).any())
-        _count_calls(sums, site[new], status, t1[new] - t0[new], rep_of[new], n_sites)
-        memory.add(site[new], cols["rep"][new], cols["pid"][new], status, t0[new],
-                   cols["t_end_ns"][new])
+        new = np.arange(b.carried, b.size)
         child = new[b.parent[new] >= 0]
-        par = b.parent[child]
-        depth = at._depths(b.parent)
-        closed = np.flatnonzero(b.closed)
-        at_edges: dict[bytes, tuple[_At, _At]] = {}
-        for d, dom in domains.items():
-            r = rates[d]
+        return cls(b, site, site_fit[site], t0, np.maximum(cols["t_end_ns"], t0), rep_of, new,
+                   child, b.parent[child], at._depths(b.parent), np.flatnonzero(b.closed))
+
+
+class _SweepTwo:
+    """Sweep 2's sums, batch by batch; `carried`: per domain, the open calls' running inclusive
+    energy above idle and idle share."""
+
+    def __init__(self, site_fit: np.ndarray, domains: dict[str, Domain],
+                 rates: dict[str, Rates], reps: list[int], memory: MemorySums) -> None:
+        self.n_sites, self.n_reps = site_fit.size, len(reps)
+        self.domains, self.rates, self.memory = domains, rates, memory
+        self.sums = _zeros_sums(self.n_sites, self.n_reps, list(domains))
+        self.rep_col = {r: i for i, r in enumerate(reps)}
+        self.totals = {d: {"in_calls_J": 0.0, "in_calls_total_J": 0.0} for d in domains}
+        self.rep_in_calls = {d: np.zeros(self.n_reps) for d in domains}
+        self.rep_events = np.zeros(self.n_reps, np.int64)
+        self.carried: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.pieces = False
+
+    def add(self, v: _View) -> None:
+        cols, new = v.b.columns, v.new
+        status = cols["status"][new]
+        counted = v.rep_of[new] >= 0
+        self.rep_events += np.bincount(v.rep_of[new][counted], minlength=self.n_reps)
+        self.pieces = self.pieces or bool((status & CONTINUES).any())
+        _count_calls(self.sums, v.site[new], status, v.t1[new] - v.t0[new], v.rep_of[new],
+                     self.n_sites)
+        self.memory.add(v.site[new], cols["rep"][new], cols["pid"][new], status, v.t0[new],
+                        cols["t_end_ns"][new])
+        lookups: dict[bytes, tuple[_At, _At]] = {}
+        for d, dom in self.domains.items():
             edges = dom.iv.edges_ns
             key = edges.tobytes() if edges.size < 4096 else str(id(edges)).encode()
-            if key not in at_edges:  # domains read at the same instants share the lookups
-                at_edges[key] = (_At(edges, t0[new]), _At(edges, t1[new]))
-            start, end = at_edges[key]
-            acc = np.zeros(b.size)
-            accq = np.zeros(b.size)
-            if b.carried:
-                acc[:b.carried], accq[:b.carried] = carried[d]
-            own = child - b.carried
-            x = end.integral(r.rates, r.cum, grp[new]) - start.integral(r.rates, r.cum, grp[new])
-            xq = end.integral(r.q[:, None], r.cum_q[:, None], 0) - start.integral(
-                r.q[:, None], r.cum_q[:, None], 0)
-            term = (end.integral(r.rates, r.cum, grp[par], own)
-                    - start.integral(r.rates, r.cum, grp[par], own))
-            termq = xq[own]
-            acc[new] += x
-            accq[new] += xq
-            np.subtract.at(acc, par, term)
-            np.subtract.at(accq, par, termq)
-            e = sums.energy[d]
-            e["self"] += np.bincount(site[new], x, n_sites) - np.bincount(site[par], term,
-                                                                          n_sites)
-            _push_up(acc, accq, b.parent, depth, closed)
-            inc, incq = acc[closed], accq[closed]
-            top = b.parent[closed] < 0
-            totals[d]["in_calls_J"] += float(inc[top].sum())
-            totals[d]["in_calls_total_J"] += float(inc[top].sum() + incq[top].sum())
-            top_rep = rep_of[closed][top]
-            rep_in_calls[d] += np.bincount(top_rep[top_rep >= 0], inc[top][top_rep >= 0],
-                                           len(reps))
-            s = site[closed]
-            e["inclusive"] += np.bincount(s, inc, n_sites)
-            e["total"] += np.bincount(s, inc + incq, n_sites)
-            _per_rep(e["per_rep"], s, rep_of[closed], inc)
-            _merge_moments(e, s, inc, n_sites)
-            sharing, meas = _uncertainty(dom, r, grp[new], t0[new], t1[new])
-            e["shared"] += np.bincount(site[new], np.abs(sharing), n_sites)
-            e["meas_sq"] += np.bincount(site[new], meas ** 2, n_sites)
-            e["below"] += np.bincount(site[new], (t1[new] - t0[new]) / at.NS < dom.iv.period_s,
-                                      n_sites)
-            open_ = ~b.closed
-            carried[d] = (acc[open_], accq[open_])
-    return sums, {"totals": totals, "pieces": pieces, "rep_events": rep_events.tolist(),
-                  "rep_in_calls": {d: v.tolist() for d, v in rep_in_calls.items()}}
+            if key not in lookups:  # domains read at the same instants share the lookups
+                lookups[key] = (_At(edges, v.t0[new]), _At(edges, v.t1[new]))
+            self._domain(v, d, *lookups[key])
+
+    def _domain(self, v: _View, d: str, start: _At, end: _At) -> None:
+        """A call's inclusive energy: ∫ its group's rate over its span, less the same over its
+        children's spans, plus their inclusive energy once they close."""
+        r, b, new = self.rates[d], v.b, v.new
+        acc, accq = np.zeros(b.size), np.zeros(b.size)
+        if b.carried:
+            acc[:b.carried], accq[:b.carried] = self.carried[d]
+        own = v.child - b.carried
+        x = end.integral(r.rates, r.cum, v.grp[new]) - start.integral(r.rates, r.cum, v.grp[new])
+        xq = end.integral(r.q[:, None], r.cum_q[:, None], 0) - start.integral(
+            r.q[:, None], r.cum_q[:, None], 0)
+        term = (end.integral(r.rates, r.cum, v.grp[v.par], own)
+                - start.integral(r.rates, r.cum, v.grp[v.par], own))
+        acc[new] += x
+        accq[new] += xq
+        np.subtract.at(acc, v.par, term)
+        np.subtract.at(accq, v.par, xq[own])
+        e = self.sums.energy[d]
+        e["self"] += (np.bincount(v.site[new], x, self.n_sites)
+                      - np.bincount(v.site[v.par], term, self.n_sites))
+        _push_up(acc, accq, b.parent, v.depth, v.closed)
+        self._closed(v, d, acc[v.closed], accq[v.closed])
+        sharing, meas = _uncertainty(self.domains[d], r, v.grp[new], v.t0[new], v.t1[new])
+        e["shared"] += np.bincount(v.site[new], np.abs(sharing), self.n_sites)
+        e["meas_sq"] += np.bincount(v.site[new], meas ** 2, self.n_sites)
+        e["below"] += np.bincount(v.site[new], (v.t1[new] - v.t0[new]) / at.NS
+                                  < self.domains[d].iv.period_s, self.n_sites)
+        open_ = ~b.closed
+        self.carried[d] = (acc[open_], accq[open_])
+
+    def _closed(self, v: _View, d: str, inc: np.ndarray, incq: np.ndarray) -> None:
+        """The final figures of the calls that closed: per site, per repetition and, for the
+        top-level ones, the domain's energy in calls."""
+        top = v.b.parent[v.closed] < 0
+        totals = self.totals[d]
+        totals["in_calls_J"] += float(inc[top].sum())
+        totals["in_calls_total_J"] += float(inc[top].sum() + incq[top].sum())
+        top_rep = v.rep_of[v.closed][top]
+        self.rep_in_calls[d] += np.bincount(top_rep[top_rep >= 0], inc[top][top_rep >= 0],
+                                            self.n_reps)
+        e, s = self.sums.energy[d], v.site[v.closed]
+        e["inclusive"] += np.bincount(s, inc, self.n_sites)
+        e["total"] += np.bincount(s, inc + incq, self.n_sites)
+        _per_rep(e["per_rep"], s, v.rep_of[v.closed], inc)
+        _merge_moments(e, s, inc, self.n_sites)
 
 
 class _At:
