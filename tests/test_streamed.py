@@ -279,3 +279,29 @@ def test_a_project_level_program_event_joins_its_main_thread_when_streamed(tmp_p
         for mine, theirs in zip(getattr(streamed, kind), getattr(whole, kind), strict=True):
             _same(theirs, mine, kind, scale)
     store.close()
+
+
+def test_calls_stored_during_the_sweeps_are_named_in_a_note(tmp_path, monkeypatch):
+    """A run still recording gets chunks between the two sweeps: the analysis says its figures
+    may count them in part."""
+    from fecomlite.analysis import streamed
+
+    spec = {"events": [(1, 1, 1, 10 * 10**9 + k * 10**8, 10 * 10**9 + k * 10**8 + 5 * 10**7,
+                        k % 4, 0) for k in range(20)], "reps": 1, "cuts": 2, "batch": 5,
+            "method": "overlap", "seed": 3}
+    store, run = _store(tmp_path / "s.sqlite", spec)
+    ids = store.site_ids(run, SITES, {k: {"api": v} for k, v in SITES.items()})
+    sweep_two = streamed.sweep_two
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        store.add_events(run, 1, 1, {
+            "site_id": np.array([ids["a.py:0:0"]]), "tid": np.ones(1, np.int64),
+            "t_start_ns": np.array([13 * 10**9]), "t_end_ns": np.array([13 * 10**9 + 10**6]),
+            "status": np.zeros(1, np.int64), "in_bytes": np.full(1, -1),
+            "out_bytes": np.full(1, -1)})
+        return sweep_two(*args, **kwargs)
+
+    assert not any("still recording" in n for n in analyse_streamed(store, run).notes)
+    monkeypatch.setattr(streamed, "sweep_two", recording)
+    assert any("still recording" in n for n in analyse_streamed(store, run).notes)
+    store.close()

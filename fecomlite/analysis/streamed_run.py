@@ -121,6 +121,7 @@ def analyse_streamed(store: Store, run_id: int, method: str = "auto",
     fit_names, fit_index = fit_groups(api_names)
     fit_of_api = np.array(fit_index, np.int64)
     site_fit = fit_of_api[api_of_site] if sites else np.zeros(0, np.int64)
+    stored = store.event_count(run_id)  # a running run's chunks keep coming: see below
     main, first_replay = _first_pass_facts(store, run_id, sites)
     program = _site_ids(store, run_id, sites, set(), {PROJECT_SITE})
 
@@ -178,6 +179,10 @@ def analyse_streamed(store: Store, run_id: int, method: str = "auto",
             sensor, dom.iv, (dom.idle_W, idle_source), dom.ceiling_W, res, reps,
             rep_window_energy(dom.iv, dom.idle_W, reps), baseline, rep_spans(reps, span)))
     note = streamed.pieces_note(extra["pieces"])
+    if store.event_count(run_id) != stored:
+        notes.append("the run was still recording: calls stored while it was analysed may be "
+                     "counted in part (the two sweeps over its chunks read what was stored by "
+                     "then); report it again once it has finished")
     return StreamedRun(domain_rows, sums, memory, gauges.used, domains, rep_ids,
                        extra["rep_events"], extra["rep_in_calls"], sites, api_names,
                        api_of_site, fit_names, fit_of_api, site_fit,
