@@ -135,6 +135,41 @@ def analyse_streamed(store: Store, run_id: int, method: str = "auto",
         return np.searchsorted(site_ids, ids)
 
     chosen, notes = choose_energy_sensors(sensors, details)
+    domains, sensor_of = _plan_domains(store, run, chosen, details, len(fit_names), notes)
+    windows = _windows(reps, first_replay)
+    span = streamed.sweep_one(chunks, threads(), site_fit, site_index, domains, windows,
+                              batch_events)
+    for domain, dom in domains.items():  # an idle level estimated in sweep 1 sets the ceiling
+        if idle_baseline(run, sensor_of[domain])[0] is None:
+            t, v = read_samples(store, sensor_of[domain]["id"])
+            dom.ceiling_W = ceiling_W(sensor_of[domain], details, v, dom.idle_W)
+    rates = streamed.rates_of(domains, method)
+    rep_ids = [r["rep"] for r in reps] or _reps_seen(store, run_id)
+    gauges = memory_gauges(store, sensors)
+    memory = MemorySums(gauges, len(sites))
+    sums, extra = streamed.sweep_two(chunks, threads(), site_fit, site_index, domains, rates,
+                                     rep_ids, memory, batch_events)
+    baseline = store.result(run_id, "idle_baseline") or {}
+    domain_rows = [_domain_row(run, reps, dom, sensor_of[d], rates[d], {
+        **extra["totals"][d], "self_J": float(sums.energy[d]["self"].sum())}, baseline, span)
+        for d, dom in domains.items()]
+    note = streamed.pieces_note(extra["pieces"])
+    if store.event_count(run_id) != stored:
+        notes.append("the run was still recording: calls stored while it was analysed may be "
+                     "counted in part (the two sweeps over its chunks read what was stored by "
+                     "then); report it again once it has finished")
+    return StreamedRun(domain_rows, sums, memory, gauges.used, domains, rep_ids,
+                       extra["rep_events"], extra["rep_in_calls"], sites, api_names,
+                       api_of_site, fit_names, fit_of_api, site_fit,
+                       notes + ([note] if note else []))
+
+
+def _plan_domains(
+    store: Store, run: dict[str, Any], chosen: dict[str, dict[str, Any]],
+    details: dict[str, Any], n_fit: int, notes: list[str],
+) -> tuple[dict[str, streamed.Domain], dict[str, dict[str, Any]]]:
+    """({domain: `streamed.Domain`}, {domain: its sensor}) of the chosen sensors that can be
+    attributed (those that cannot get a note, as in `analyse_run`)."""
     domains: dict[str, streamed.Domain] = {}
     sensor_of: dict[str, dict[str, Any]] = {}
     for domain, sensor in sorted(chosen.items()):
@@ -150,43 +185,23 @@ def analyse_streamed(store: Store, run_id: int, method: str = "auto",
         idle, _ = idle_baseline(run, sensor)
         ceiling = ceiling_W(sensor, details, v, idle if idle is not None else 0.0)
         domains[domain] = streamed.Domain(domain, iv, idle, ceiling, domain in HOST_DOMAINS,
-                                          max(len(fit_names), 1))
+                                          max(n_fit, 1))
         sensor_of[domain] = sensor
-    windows = _windows(reps, first_replay)
-    span = streamed.sweep_one(chunks, threads(), site_fit, site_index, domains, windows,
-                              batch_events)
-    for domain, dom in domains.items():  # an idle level estimated in sweep 1 sets the ceiling
-        if idle_baseline(run, sensor_of[domain])[0] is None:
-            t, v = read_samples(store, sensor_of[domain]["id"])
-            dom.ceiling_W = ceiling_W(sensor_of[domain], details, v, dom.idle_W)
-    rates = streamed.rates_of(domains, method)
-    rep_ids = [r["rep"] for r in reps] or _reps_seen(store, run_id)
-    gauges = memory_gauges(store, sensors)
-    memory = MemorySums(gauges, len(sites))
-    sums, extra = streamed.sweep_two(chunks, threads(), site_fit, site_index, domains, rates,
-                                     rep_ids, memory, batch_events)
-    domain_rows = []
-    baseline = store.result(run_id, "idle_baseline") or {}
-    for domain, dom in domains.items():
-        totals = {**extra["totals"][domain],
-                  "self_J": float(sums.energy[domain]["self"].sum())}
-        sensor = sensor_of[domain]
-        idle_source = idle_baseline(run, sensor)[1] if idle_baseline(run, sensor)[0] is not None \
-            else "estimated from quiet intervals (no baseline stored)"
-        res = SimpleNamespace(**streamed.run_totals(dom, rates[domain], totals),
-                              method=dom.method, fell_back=dom.fell_back)
-        domain_rows.append(domain_row(
-            sensor, dom.iv, (dom.idle_W, idle_source), dom.ceiling_W, res, reps,
-            rep_window_energy(dom.iv, dom.idle_W, reps), baseline, rep_spans(reps, span)))
-    note = streamed.pieces_note(extra["pieces"])
-    if store.event_count(run_id) != stored:
-        notes.append("the run was still recording: calls stored while it was analysed may be "
-                     "counted in part (the two sweeps over its chunks read what was stored by "
-                     "then); report it again once it has finished")
-    return StreamedRun(domain_rows, sums, memory, gauges.used, domains, rep_ids,
-                       extra["rep_events"], extra["rep_in_calls"], sites, api_names,
-                       api_of_site, fit_names, fit_of_api, site_fit,
-                       notes + ([note] if note else []))
+    return domains, sensor_of
+
+
+def _domain_row(run: dict[str, Any], reps: list[dict[str, Any]], dom: streamed.Domain,
+                sensor: dict[str, Any], rates: streamed.Rates, totals: dict[str, float],
+                baseline: dict[str, Any], span: tuple[int, int] | None) -> dict[str, Any]:
+    """`program_figures.domain_row` from the sweeps' figures of one domain."""
+    measured = idle_baseline(run, sensor)
+    idle_source = measured[1] if measured[0] is not None else (
+        "estimated from quiet intervals (no baseline stored)")
+    res = SimpleNamespace(**streamed.run_totals(dom, rates, totals), method=dom.method,
+                          fell_back=dom.fell_back)
+    return domain_row(sensor, dom.iv, (dom.idle_W, idle_source), dom.ceiling_W, res, reps,
+                      rep_window_energy(dom.iv, dom.idle_W, reps), baseline,
+                      rep_spans(reps, span))
 
 
 def _reps_seen(store: Store, run_id: int) -> list[int]:
