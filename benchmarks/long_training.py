@@ -9,11 +9,13 @@ as the server writes them. Events go through the store's write path as the serve
 probe batch (`batch_codec.decode` + `Store.add_batch`, one batch per 0.2 s of the run, the
 probe's flush period); one size also through the server's HTTP ingest (`--senders` processes
 posting on kept-alive connections, as the probe does). `report` runs in a child process whose
-peak RSS is read with `getrusage(RUSAGE_CHILDREN)` in an intermediary of its own.
+peak RSS is read with `getrusage(RUSAGE_CHILDREN)` in an intermediary of its own; by default it
+analyses every size streamed (`--stream-above 0`), as a run above `run_analysis.STREAM_ABOVE`
+calls is (`analysis/streamed.py`).
 
     python benchmarks/long_training.py [--sizes 1000000 10000000] [--huge] [--report-max N]
-                                       [--http N] [--senders S] [--batch-calls N]
-                                       [--json FILE] [--keep DIR]
+                                       [--stream-above N] [--http N] [--senders S]
+                                       [--batch-calls N] [--json FILE] [--keep DIR]
 
 Runs against whichever fecomlite is on PYTHONPATH: the same script measured the previous
 row-per-call store (PYTHONPATH=/work/main) and the chunked one.
@@ -269,8 +271,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--huge", action="store_true", help="add 100 M calls (long)")
-    parser.add_argument("--report-max", type=int, default=10_000_000,
+    parser.add_argument("--report-max", type=int, default=100_000_000,
                         help="run `fecomlite report` only on runs up to this many calls")
+    parser.add_argument("--stream-above", type=int, default=0,
+                        help="the report analyses a run of more calls than this streamed "
+                             "(FECOMLITE_STREAM_ABOVE; 0: every size, as a long run is)")
     parser.add_argument("--http", type=int, default=1_000_000,
                         help="calls to post through a live server (0: none)")
     parser.add_argument("--senders", type=int, default=1,
@@ -308,6 +313,7 @@ def main() -> None:
             row["tables"] = parts
             if n <= args.report_max:
                 out = folder / f"report-{n}"
+                os.environ["FECOMLITE_STREAM_ABOVE"] = str(args.stream_above)
                 row["report_s"], row["report_peak_rss"] = measured(
                     [sys.executable, "-m", "fecomlite.cli", "report", str(run), "--store",
                      str(path), "-o", str(out), "-f", "json"])
@@ -325,7 +331,8 @@ def main() -> None:
         for a, b in zip(figures, figures[1:], strict=False):
             grow = {k: exponent(a[k], b[k], a["calls"], b["calls"])
                     for k in ("file_bytes", "report_s", "report_peak_rss") if k in a and k in b}
-            print(f"growth {a['calls']:,} -> {b['calls']:,} calls (exponent; 1 = linear): "
+            print(f"growth {a['calls']:,} -> {b['calls']:,} calls (exponent; 1 = linear, "
+                  "0 = constant): "
                   + ", ".join(f"{k} {v:.2f}" for k, v in grow.items()))
         if args.http:
             rate, cpu_ns = http_ingest(folder, args.http, args.senders, args.batch_calls)

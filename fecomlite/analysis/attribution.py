@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -298,6 +299,10 @@ def nesting(
     A call that overlaps an earlier one on its thread without lying inside it (not a stack: async
     code, generators) gets the nearest enclosing call as parent; energy stays conserved, that
     thread's time just counts twice where the two overlap.
+
+    A call's depth is the calls of its thread open when it starts: those started before it
+    (outer first at one instant: the later end) less those ended by then (an end before a start
+    at one instant, a zero-length call's after); its parent the latest call one level up.
     """
     t0 = np.asarray(t_start_ns, np.int64)
     t1 = np.maximum(np.asarray(t_end_ns, np.int64), t0)
@@ -305,29 +310,34 @@ def nesting(
     th = np.zeros(n, np.int64) if thread is None else np.asarray(thread, np.int64)
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    ids = np.arange(n)
-    # events: ends (kind 0) before starts (kind 1) at one instant; outer starts first (later
-    # end), inner ends first (later start); zero-length calls end after every start (kind 2)
-    kind = np.concatenate((np.ones(n, np.int64), np.where(t1 > t0, 0, 2)))
-    time = np.concatenate((t0, t1))
-    tie = np.concatenate((-t1, -t0))
-    who = np.concatenate((ids, ids))
-    order = np.lexsort((tie, kind, time, np.concatenate((th, th))))
-    step = np.where(kind[order] == 1, 1, -1)
-    depth_after = np.cumsum(step)
-    is_start = kind[order] == 1
-    pos = np.flatnonzero(is_start)
-    call = who[order][is_start]
+    order = _start_order(t0, t1, th)
+    th_o = th[order]
+    bounds = np.flatnonzero(np.concatenate(([True], th_o[1:] != th_o[:-1], [True])))
+    ends = 2 * t1[order] + (t1[order] == t0[order])  # a zero-length call ends after the starts
+    depth_o = np.empty(n, np.int64)
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        ended = np.searchsorted(np.sort(ends[a:b]), 2 * t0[order[a:b]], "right")
+        depth_o[a:b] = np.arange(b - a) - ended
     depth = np.empty(n, np.int64)
-    depth[call] = depth_after[is_start] - 1
+    depth[order] = depth_o
     parent = np.full(n, -1, np.int64)
-    call_at = who[order]
-    for d in range(1, int(depth.max()) + 1):
-        outer = pos[depth[call] == d - 1]
-        inner = depth[call] == d
-        found = np.searchsorted(outer, pos[inner]) - 1
-        parent[call[inner]] = np.where(found >= 0, call_at[outer[np.maximum(found, 0)]], -1)
+    for d in range(1, int(depth_o.max()) + 1):
+        outer = np.flatnonzero(depth_o == d - 1)
+        inner = np.flatnonzero(depth_o == d)
+        found = np.searchsorted(outer, inner) - 1
+        parent[order[inner]] = np.where(found >= 0, order[outer[np.maximum(found, 0)]], -1)
     return _contained(parent, t0, t1, th)
+
+
+def _start_order(t0: np.ndarray, t1: np.ndarray, th: np.ndarray) -> np.ndarray:
+    """Calls by thread, then start, outer first at one instant (later end), then as given;
+    without a sort by time when the calls come in start order (they usually do)."""
+    if t0.size > 1 and bool((t0[1:] >= t0[:-1]).all()):
+        order = np.argsort(th, kind="stable")
+        t0_o, th_o = t0[order], th[order]
+        if not ((t0_o[1:] == t0_o[:-1]) & (th_o[1:] == th_o[:-1])).any():
+            return order
+    return np.lexsort((-t1, t0, th))
 
 
 def _contained(
@@ -901,7 +911,16 @@ def _uncertainty(
 
 
 def group_uncertainty(res: Attribution, members: np.ndarray, group: int | None = None) -> float:
-    """1σ of the summed energy_J of the calls in `members` (a mask or indices).
+    """1σ of the summed energy_J of the calls in `members` (a mask or indices): `group_sigma`
+    of their sharing and measurement parts."""
+    return group_sigma(float(np.abs(res.sharing_J[members]).sum()),
+                       float((res.measurement_J[members] ** 2).sum()), res, group)
+
+
+def group_sigma(shared: float, measurement_sq: float, res: Any,
+                group: int | None = None) -> float:
+    """1σ of a group's summed energy from Σ |sharing_J| and Σ measurement_J² of its calls (sums
+    that merge over chunks).
 
     Measurement errors are independent between calls and add in quadrature. Sharing errors are
     not: if an API draws more than assumed, all its calls are off the same way. So the sharing
@@ -909,8 +928,7 @@ def group_uncertainty(res: Attribution, members: np.ndarray, group: int | None =
     intensity σ / intensity; with overlap and a fit, how far the fit puts the group from the
     pooled mean (what assuming equal power gets wrong), at least its σ; else rel_spread.
     """
-    shared = float(np.abs(res.sharing_J[members]).sum())
-    meas = float(np.sqrt((res.measurement_J[members] ** 2).sum()))
+    meas = math.sqrt(measurement_sq)
     fit = res.fit
     rel = res.rel_spread
     if fit is not None and group is not None and fit.pooled_W > 0 and np.isfinite(

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from fecomlite.runtime.calibration_replay import PREFIX
 
 if TYPE_CHECKING:
-    from fecomlite.analysis.run_analysis import RunAnalysis
+    from fecomlite.analysis.run_result import RunAnalysis
 
 
 def fit_groups(api_names: list[str]) -> tuple[list[str], list[int]]:

@@ -18,10 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from fecomlite.analysis import attribution as at
-from fecomlite.analysis.run_analysis import (  # the analysis's own reads
-    _samples,
-    choose_energy_sensors,
-)
+from fecomlite.analysis.sensors_baseline import choose_energy_sensors, read_samples
 from fecomlite.runtime.batch_codec import CONTINUES, RAISED
 from fecomlite.store import Store
 
@@ -134,7 +131,7 @@ def _power(
     chosen, _ = choose_energy_sensors(sensors, details)
     out: list[dict[str, Any]] = []
     for domain, sensor in sorted(chosen.items()):
-        t, v = _samples(store, sensor["id"])
+        t, v = read_samples(store, sensor["id"])
         try:
             iv = at.sensor_intervals(sensor["kind"], t, v, period_s=sensor.get("period_s"))
         except ValueError:
@@ -152,7 +149,7 @@ def _memory(store: Store, sensors: list[dict[str, Any]], origin: int) -> list[di
     for sensor in sensors:
         if sensor["kind"] != "gauge" or sensor["domain"] not in MEMORY_DOMAINS:
             continue
-        t, v = _samples(store, sensor["id"])
+        t, v = read_samples(store, sensor["id"])
         name = f"memory {sensor['name']} (MiB)"
         out += [
             _counter(name, _us(int(a), origin), {"MiB": float(b) / MIB})

@@ -21,7 +21,6 @@ import numpy as np
 from fecomlite.analysis import collectives, noise_floor, units
 from fecomlite.analysis.baseline_text import described
 from fecomlite.analysis.carbon import Intensity
-from fecomlite.analysis.pieces import call_count
 from fecomlite.analysis.ranks import add_rank_figures
 from fecomlite.analysis.run_analysis import RunAnalysis, analyse_run, mean_ci95
 from fecomlite.report import first_use, tables
@@ -176,7 +175,7 @@ def _header(a: RunAnalysis) -> dict[str, Any]:
         "duration": units.scaled((t1 - t0) / 1e9, "s") if t0 is not None and t1 else "–",
         "program_time": units.scaled(rep_time, "s") if reps else "–",
         "repetitions": len(reps),
-        "calls": call_count(a.calls["status"]),
+        "calls": sum(r["calls"] for r in a.apis),  # a streamed run keeps no call's columns
         "apis": len(a.apis),
         "sites": len(a.sites),
         "sync": settings.get("sync_used", settings.get("sync")),
