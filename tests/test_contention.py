@@ -5,12 +5,15 @@ use, as the contention sensors store them), not a loaded machine."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from report_helpers import build_run
 from rich.console import Console
 from test_figures_invariants import add_process_share
 
+from fecomlite.analysis import contention
 from fecomlite.analysis.contention import DISTORTION_LIMIT
 from fecomlite.analysis.run_analysis import analyse_run
 from fecomlite.report.build import build_report
@@ -137,3 +140,15 @@ def test_over_repetitions_identical_code_gives_no_verdict_and_15x_is_seen() -> N
     assert all(p["verdict"] == "higher" for p in slower)
     assert all(p["min_detectable_rel"] < 0.5 for p in slower)
     assert all(p["reps_for_10pct"] > 3 for p in slower)  # a 10 % change needs more than 3
+
+
+def test_a_wait_too_short_to_sample_is_not_known_rather_than_small():
+    """A repetition with no `util:process` sample inside it (a program of a few ms) has no wait
+    per CPU second: the text says it was not sampled, never "nan s" nor "too little"."""
+    t = np.array([0, 10, 20], np.int64)
+    series = {"sched:wait": (t, np.array([5.0, 5.0, 5.0])),
+              "util:process": (t, np.array([0.0, 0.0, 0.0]))}
+    out = contention.measure(series, [(1, 0, 30)])
+    assert out["checked"] and not math.isfinite(out["distortion"]) and not out["distorted"]
+    assert "nan" not in out["text"] and "Too little" not in out["text"]
+    assert "not sampled" in out["text"] and "not known" in out["text"]

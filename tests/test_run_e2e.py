@@ -243,7 +243,8 @@ def test_a_killed_server_loses_nothing_the_program_measured(home, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "fecomlite.cli", "run", "--home", str(home),
-         "--api", "numpy", "--repeat", "1", "--no-gate", "--idle", "0.2", "--tail", "0.2", str(script)],
+         "--api", "numpy", "--repeat", "1", "--no-gate", "--idle", "0.2", "--tail", "0.2",
+         str(script)],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     deadline = time.monotonic() + 60

@@ -58,7 +58,7 @@ def measure(series: dict[str, tuple[np.ndarray, np.ndarray]],
            "wait_per_cpu_s": mean("wait_per_cpu_s"), "steal_pct": mean("steal_pct"),
            "runnable_per_cpu": mean("runnable_per_cpu")}
     steal_share = out["steal_pct"] / 100 if math.isfinite(out["steal_pct"]) else 0.0
-    wait_share = out["wait_per_cpu_s"] if math.isfinite(out["wait_per_cpu_s"]) else 0.0
+    wait_share = out["wait_per_cpu_s"]  # NaN: too short to be sampled, so not known
     out["distortion"] = wait_share + steal_share if out["checked"] else math.nan
     out["distorted"] = out["checked"] and out["distortion"] > DISTORTION_LIMIT
     out["text"] = describe(out)
@@ -70,12 +70,17 @@ def describe(c: dict[str, Any]) -> str:
     if not c["checked"]:
         return ("The program's run-queue wait was not recorded: what load did to its own CPU "
                 "share (cpu-process) is not known.")
-    parts = [f"the program waited {c['wait_per_cpu_s']:.2f} s for a CPU per second of CPU time"]
+    wait = c["wait_per_cpu_s"]
+    parts = [f"the program waited {wait:.2f} s for a CPU per second of CPU time"
+             if math.isfinite(wait) else
+             "the program's wait for a CPU was not sampled (its repetitions were too short)"]
     if math.isfinite(c["runnable_per_cpu"]):
         parts.append(f"{c['runnable_per_cpu']:.1f} runnable tasks per CPU")
     if math.isfinite(c["steal_pct"]) and c["steal_pct"] > 0.5:
         parts.append(f"{c['steal_pct']:.0f} % steal time")
     head = "Load while the repetitions ran: " + ", ".join(parts) + "."
+    if not math.isfinite(c["distortion"]):
+        return head + " How much load distorted the program's own share is not known."
     if not c["distorted"]:
         return head + " Too little to distort the figures (under " + (
             f"{DISTORTION_LIMIT:.0%}).")

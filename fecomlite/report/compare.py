@@ -44,7 +44,6 @@ from fecomlite.analysis.contention import load_differs
 from fecomlite.analysis.distributions import t_quantile
 from fecomlite.analysis.paired_calls import pair_runs
 from fecomlite.analysis.paired_calls import typical_spread as paired_spread
-from fecomlite.analysis.pieces import call_count
 from fecomlite.analysis.run_analysis import HOST_DOMAINS, RunAnalysis, analyse_run, mean_ci95
 from fecomlite.report import tables
 from fecomlite.report.palette import domain_color, domain_name, shade
@@ -381,7 +380,8 @@ def _run_summary(a: RunAnalysis) -> dict[str, Any]:
         "when": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(run["created_unix"]))
         if run.get("created_unix") else "–",
         "status": run.get("status"), "level": run.get("level"),
-        "repetitions": len(a.repetitions), "calls": call_count(a.calls["status"]),
+        # from the API rows: a streamed run keeps no call's columns
+        "repetitions": len(a.repetitions), "calls": sum(r["calls"] for r in a.apis),
         "machine": f"{machine.get('cpu_model') or 'unknown CPU'}; GPUs: {gpus}",
         "method": a.method,
     }
