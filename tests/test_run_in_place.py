@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
+from fecomlite.report.build import build_report
+from fecomlite.store import Store
+
 MAIN = """\
 import inspect
 import multiprocessing
@@ -143,6 +146,10 @@ def test_a_program_killed_by_a_signal_is_named_and_exits_as_a_shell_says(
                      str(script), timeout=600)
     assert result.returncode == status, result.stdout + result.stderr
     assert f"was killed by {name}" in result.stdout
+    with Store(home / "store.sqlite", create=False) as store:
+        run = store.runs()[-1]
+        header = build_report(store, run["id"]).context["header"]
+    assert header["ended"] == f"killed by {name}"  # the report's badge, not "exit -9"
 
 
 LOADER = """\

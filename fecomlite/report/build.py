@@ -21,6 +21,7 @@ import numpy as np
 from fecomlite.analysis import collectives, noise_floor, units
 from fecomlite.analysis.baseline_text import described
 from fecomlite.analysis.carbon import Intensity
+from fecomlite.analysis.exit_status import exit_description
 from fecomlite.analysis.ranks import add_rank_figures
 from fecomlite.analysis.run_analysis import RunAnalysis, analyse_run, mean_ci95
 from fecomlite.report import first_use, tables
@@ -171,6 +172,7 @@ def _header(a: RunAnalysis) -> dict[str, Any]:
         "partial": run.get("status") == "running",  # still recording: what is stored so far
         "lost_events": run.get("lost_events", 0),  # events neither sent nor spooled
         "exit_code": run.get("exit_code"),
+        "ended": _ended(run.get("exit_code")),
         "when": _when(run.get("created_unix")),
         "duration": units.scaled((t1 - t0) / 1e9, "s") if t0 is not None and t1 else "–",
         "program_time": units.scaled(rep_time, "s") if reps else "–",
@@ -704,3 +706,10 @@ def datasize_csv(result: Any, run_mode: str) -> str | None:
                              power.get("exponent"), power.get("exponent_se"), *ci,
                              power.get("r2"), fit.get("points"), run_mode])
     return out.getvalue()
+
+
+def _ended(code: int | None) -> str | None:
+    """The badge of a program that did not exit 0: `exit 3`, `killed by SIGKILL`."""
+    if not code:
+        return None
+    return f"exit {code}" if code > 0 else exit_description(code).removeprefix("was ")

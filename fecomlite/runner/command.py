@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import enum
 import functools
-import signal
 import sqlite3
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from fecomlite.analysis.exit_status import exit_description, shell_status
 from fecomlite.terminal import plain, without_control
 
 if TYPE_CHECKING:
@@ -268,21 +268,6 @@ def _say_misplaced_options(ctx: typer.Context, outcome: RunOutcome, args: list[s
             "script does: fecomlite's own options go before the script.",
             highlight=False,
         )
-
-
-def exit_description(code: int) -> str:
-    """How a shell would say the program ended: `exited with status 3`, `was killed by SIGSEGV`."""
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with status {code}"
-
-
-def shell_status(code: int) -> int:
-    """Our own exit status for the program's: 128 + N for a signal, as a shell gives."""
-    return 128 - code if code < 0 else (code or 1)
 
 
 def _fractions(text: str) -> list[float]:

@@ -351,7 +351,7 @@ def watch_command(
         raise typer.Exit(2) from exc
     with Store(client.store_path) as store:
         console.print(summary_table(watch_summary(store, outcome.run_id)))
-    from fecomlite.runner.command import exit_description, shell_status
+    from fecomlite.analysis.exit_status import exit_description, shell_status
 
     if outcome.counted:
         listed = ", ".join(f"{pid} {command}" for pid, command in outcome.counted.items())
