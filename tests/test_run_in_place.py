@@ -33,7 +33,7 @@ from model import Net, work
 
 def main():
     print("file", __file__)
-    print("argv", sys.argv)
+    print("argv", sys.argv, sys.orig_argv[1:])
     print("cwd", os.getcwd())
     print("path0", sys.path[0])
     print("spec", __spec__, __name__)

@@ -29,6 +29,7 @@ def main() -> None:
     if hook is None:
         sys.exit("fecomlite: FECOMLITE_HOOK is not set: nothing to instrument with")
     hookview.hide(str(BOOT_DIR))  # the program sees what `python script.py` gives it
+    _hide_from_orig_argv()
     script, args = sys.argv[1], sys.argv[2:]
     try:
         run_script(script, args, hook)  # a str: `./x.py` stays as typed in sys.argv[0]
@@ -40,6 +41,15 @@ def main() -> None:
         if isinstance(error, KeyboardInterrupt):
             _die_of_sigint()
         sys.exit(1)
+
+
+def _hide_from_orig_argv() -> None:
+    """`sys.orig_argv` as `python SCRIPT ARGS` gives it: without this module's `-m` pair."""
+    argv = list(sys.orig_argv)
+    for i in range(len(argv) - 1):
+        if argv[i] == "-m" and argv[i + 1] == __spec__.name:
+            sys.orig_argv = argv[:i] + argv[i + 2:]
+            return
 
 
 def _die_of_sigint() -> None:
