@@ -29,7 +29,7 @@ from libcst.metadata.scope_provider import Scope
 from fecomlite.instrument.cstwalk import children
 
 try:
-    from libcst.metadata.scope_provider import ScopeVisitor
+    from libcst.metadata.scope_provider import _ASSIGNMENT_LIKE_NODES, ScopeVisitor
 except ImportError:  # pragma: no cover - a libcst that reorganised its internals
     ScopeVisitor = None
 
@@ -113,8 +113,9 @@ class _Scopes(BaseMetadataProvider["Scope | None"]):
         self._contexts = contexts
 
     def _gen_impl(self, module: cst.Module) -> None:
-        visitor = ScopeVisitor(self)
-        module.visit(visitor)
+        _install_read_only_visits()
+        visitor = _ReadOnlyScopeVisitor(self)
+        visitor.walk(module)
         visitor.infer_accesses()
 
     def get_metadata(self, key: Any, node: cst.CSTNode, default: Any = None) -> Any:
@@ -130,3 +131,58 @@ def resolve_scopes(module: cst.Module) -> Mapping[cst.CSTNode, Scope | None]:
     scopes = _Scopes(expression_contexts(module))
     scopes._gen_impl(module)
     return scopes._computed
+
+
+if ScopeVisitor is not None:
+
+    class _ReadOnlyScopeVisitor(ScopeVisitor):
+        """libcst's ``ScopeVisitor`` walked without rebuilding the tree.
+
+        ``CSTNode.visit`` rebuilds every node it passes (a visitor cannot change the tree, but
+        the copies are made and validated all the same): most of the scope analysis's time.
+        Here the visitor's own hooks run in the same order over the same nodes, trivia (which
+        holds no names) left out, and the nested ``child.visit(self)`` calls the visitor makes
+        come back to this walk (``_read_only_visits``).
+        """
+
+        def walk(self, node: cst.CSTNode) -> None:
+            kind = type(node)
+            hooks = _HOOKS.get(kind) or _hooks(kind)
+            visit, leave, assigns = hooks
+            if visit is None or visit(self, node) is not False:
+                for child in children(node):
+                    self.walk(child)
+            # libcst's ``ScopeVisitor.on_leave``, its isinstance over a tuple of ABCs made once
+            # per node type
+            self.provider._computed[node] = self.scope
+            if assigns:
+                self.scope._assignment_count += 1
+            if leave is not None:
+                leave(self, node)
+
+    _HOOKS: dict[type, tuple[Any, Any, bool]] = {}
+
+    def _hooks(kind: type) -> tuple[Any, Any, bool]:
+        """The visitor's ``visit_X`` and ``leave_X`` for node type X, and whether leaving one
+        counts as an assignment (the order libcst's accesses are resolved by)."""
+        name = kind.__name__
+        assigns = issubclass(kind, _ASSIGNMENT_LIKE_NODES)
+        found = (getattr(ScopeVisitor, f"visit_{name}", None),
+                 getattr(ScopeVisitor, f"leave_{name}", None), assigns)  # fmt: skip
+        _HOOKS[kind] = found
+        return found
+
+    _stock_visit = cst.CSTNode.visit
+
+    def _visit(node: cst.CSTNode, visitor: Any) -> Any:
+        if type(visitor) is _ReadOnlyScopeVisitor:
+            visitor.walk(node)
+            return node
+        return _stock_visit(node, visitor)
+
+    def _install_read_only_visits() -> None:
+        """``CSTNode.visit`` sends this module's visitor to its read-only walk (any other
+        visitor, in any thread, gets libcst's own). Installed on first use and left there:
+        setting a class attribute empties the type caches of every node class."""
+        if cst.CSTNode.visit is not _visit:
+            cst.CSTNode.visit = _visit  # type: ignore[method-assign]
