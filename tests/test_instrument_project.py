@@ -13,6 +13,7 @@ import typer
 from typer.testing import CliRunner
 
 from fecomlite.instrument import project as project_module
+from fecomlite.instrument import transform
 from fecomlite.instrument.command import instrument_command
 from fecomlite.instrument.project import (
     MANIFEST,
@@ -318,6 +319,40 @@ def test_process_pool_gives_the_same_result(
     assert parallel.sites == serial.sites and len(parallel.sites) == 6
     assert parallel.failures == serial.failures
     assert digest(parallel.out) == digest(serial.out)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_file_edited_after_the_first_pass_is_instrumented_as_it_now_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    """The first pass's parse is reused only for the very text the file pass reads: a file
+    edited in between (its call a line lower) is parsed again, the others are not."""
+    src = make(tmp_path / "proj", {f"m{i}.py": TORCH_SCRIPT for i in range(4)})
+    edited = TORCH_SCRIPT.replace("    return", "    # the same call, a line lower\n    return")
+    first_pass = project_module._project_table
+
+    def then_edit(*args: object) -> object:
+        table = first_pass(*args)  # type: ignore[arg-type]
+        (src / "m2.py").write_text(edited)
+        return table
+
+    parsed_again: list[str] = []
+    parse_check = transform.parse_check
+
+    def counted(text: str, filename: str, **options: bool) -> object:
+        parsed_again.append(filename)
+        return parse_check(text, filename, **options)
+
+    monkeypatch.setattr(project_module, "_project_table", then_edit)
+    monkeypatch.setattr(transform, "parse_check", counted)
+    monkeypatch.setattr(project_module, "PARALLEL_MIN_BYTES", 0)
+    result = instrument_path(src, tmp_path / "out", workers=workers)
+    assert result.ok and result.workers == workers
+    if workers == 1:  # forked workers count in their own processes
+        assert parsed_again == ["m2.py"]
+    expected = instrument_path(src / "m2.py", tmp_path / "alone")
+    assert (result.out / "m2.py").read_text() == (tmp_path / "alone" / "m2.py").read_text()
+    assert result.sites["m2.py:6:11"] == {"file": "m2.py", **expected.sites["m2.py:6:11"]}
 
 
 def cli() -> typer.Typer:

@@ -11,6 +11,7 @@ kept as a link to where it points, never followed or copied (the summary says so
 
 from __future__ import annotations
 
+import ast
 import errno
 import gc
 import io
@@ -68,6 +69,9 @@ PYTHON_SUFFIXES = frozenset({".py", ".pyw"})
 SKIP_SUFFIXES = frozenset({".pyc", ".pyo"})
 # Below this much Python source (~1,200 lines), starting workers costs more than they save.
 PARALLEL_MIN_BYTES = 40_000
+# Up to this much source (~100k lines; its syntax trees take ~55 times as much memory), the
+# first pass's parses are kept for the per-file pass (forked workers inherit them).
+REUSED_TREES_MAX_CHARS = 4_000_000
 
 
 class InstrumentError(Exception):
@@ -188,9 +192,12 @@ def instrument_path(
     files = _discover(path, out, result) if is_dir else [_entry(path, path.name, single=True)]
     work = [f for f in files if f.kind not in ("copy", "link")]
     copies = [f for f in files if f.kind in ("copy", "link")]
-    table = _project_table(work, roots) if is_dir else ProjectTable()
     place = _link if link_others else shutil.copy2
-    outcomes = _run(work, out, roots, list_only, workers, result, copies, table, place)
+    try:
+        table = _project_table(work, roots) if is_dir else ProjectTable()
+        outcomes = _run(work, out, roots, list_only, workers, result, copies, table, place)
+    finally:
+        _parsed.clear()
     for outcome in sorted(outcomes, key=lambda o: o.rel):
         result.lines += outcome.lines
         result.notes.extend(outcome.notes)
@@ -402,7 +409,12 @@ def _project_table(work: list[_File], roots: tuple[str, ...]) -> ProjectTable:
             sources[file.rel], _ = _decode(Path(file.path).read_bytes(), notebook=False)
         except (OSError, SourceError):
             continue  # reported by the per-file pass
-    return build_table(sources, _roots(roots))
+    small = sum(len(text) for text in sources.values()) <= REUSED_TREES_MAX_CHARS
+    trees: dict[str, ast.Module] | None = {} if small else None
+    table = build_table(sources, _roots(roots), trees)
+    for rel, tree in (trees or {}).items():
+        _parsed[rel] = (sources[rel], tree)
+    return table
 
 
 def _run(
@@ -489,6 +501,7 @@ def _roots(names: tuple[str, ...]) -> Roots:
 
 
 _project: Project | None = None  # this process's view of the first pass, set before _process
+_parsed: dict[str, tuple[str, ast.Module]] = {}  # rel → (text, its tree), from the first pass
 
 
 def _use_table(table: ProjectTable) -> None:
@@ -519,7 +532,9 @@ def _process(task: tuple[str, str, bool, str | None, tuple[str, ...]]) -> _Outco
             rewrite, cell_errors = instrument_notebook(text, rel, _roots(roots), view)
             outcome.failures += [Failure(rel, e.line, e.col, e.message) for e in cell_errors]
         else:
-            rewrite = instrument_source(text, rel, _roots(roots), view)
+            parsed = _parsed.get(rel)
+            tree = parsed[1] if parsed is not None and parsed[0] == text else None
+            rewrite = instrument_source(text, rel, _roots(roots), view, tree)
     except SourceError as error:
         outcome.failures.append(Failure(rel, error.line, error.col, error.message))
     except (RecursionError, MemoryError) as error:

@@ -114,11 +114,17 @@ def parse_check(text: str, filename: str, *, top_level_await: bool = False) -> a
 
 
 def instrument_source(
-    text: str, key_prefix: str, roots: Roots, project: ProjectView | None = None
+    text: str,
+    key_prefix: str,
+    roots: Roots,
+    project: ProjectView | None = None,
+    tree: ast.Module | None = None,
 ) -> Rewrite:
     """Instrument one module given as text; ``key_prefix`` (its relative path) starts every
-    site key; ``project`` resolves names imported from the project's other modules."""
-    tree = parse_check(text, key_prefix)
+    site key; ``project`` resolves names imported from the project's other modules; ``tree``
+    is ``text`` already parsed by ``parse_check`` (or as it does), where it was."""
+    if tree is None:
+        tree = parse_check(text, key_prefix)
     return instrument_segments(text, tree, [Segment(key_prefix, 1, tree)], roots, project)
 
 
