@@ -44,8 +44,18 @@ match kk:
     case Rr(ss=tt) as uu: pass
 print(f"{vv!r:>{ww}}", *xx, yy=zz, **aaa)
 """
-CASES = [*(p.read_text() for p in SOURCES), TARGETS]
-IDS = [*(p.name for p in SOURCES), "targets"]
+# Calls whose arguments libcst reads as type hints (the only calls it names while walking).
+TYPING = """
+import typing as t
+from typing import NewType, TypeVar, cast as c
+UserId = NewType("UserId", "Model")
+T = TypeVar("T", bound="Model")
+x = c("Model", y)
+z = t.cast("list[Model]", [])
+class Model: pass
+"""
+CASES = [*(p.read_text() for p in SOURCES), TARGETS, TYPING]
+IDS = [*(p.name for p in SOURCES), "targets", "typing"]
 
 
 def _own_nodes(node: cst.CSTNode, found: set[int]) -> set[int]:
@@ -85,7 +95,7 @@ def test_same_contexts_as_libcst(source: str) -> None:
 def test_same_scopes_as_libcst(source: str) -> None:
     module = cst.parse_module(source)
     stock = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
-    assert _summary(module, scopes.resolve_scopes(module)) == _summary(module, stock)
+    assert _summary(module, scopes.resolve_scopes(module, source)) == _summary(module, stock)
 
 
 def test_falls_back_to_libcst_provider(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -111,6 +111,7 @@ class _Scopes(BaseMetadataProvider["Scope | None"]):
     def __init__(self, contexts: Mapping[cst.CSTNode, ExpressionContext]) -> None:
         super().__init__()
         self._contexts = contexts
+        self.typing_calls = True  # whether the module may call typing.NewType/TypeVar/cast
 
     def _gen_impl(self, module: cst.Module) -> None:
         _install_read_only_visits()
@@ -124,13 +125,22 @@ class _Scopes(BaseMetadataProvider["Scope | None"]):
         return super().get_metadata(key, node, default)
 
 
-def resolve_scopes(module: cst.Module) -> Mapping[cst.CSTNode, Scope | None]:
-    """The scope of every node of ``module``, as ``ScopeProvider`` gives it."""
+def resolve_scopes(
+    module: cst.Module, source: str | None = None
+) -> Mapping[cst.CSTNode, Scope | None]:
+    """The scope of every node of ``module``, as ``ScopeProvider`` gives it; ``source``, the
+    module's text where known, lets calls skip a check only ``typing`` calls need."""
     if ScopeVisitor is None:
         return MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
     scopes = _Scopes(expression_contexts(module))
+    scopes.typing_calls = source is None or any(word in source for word in _TYPING_CALLS)
     scopes._gen_impl(module)
     return scopes._computed
+
+
+# ``ScopeVisitor`` looks up the qualified name of every call, for these alone (a call of
+# ``typing.cast`` is written with the word, whatever the import).
+_TYPING_CALLS = ("NewType", "TypeVar", "cast")
 
 
 if ScopeVisitor is not None:
@@ -160,6 +170,14 @@ if ScopeVisitor is not None:
             if leave is not None:
                 leave(self, node)
 
+        def visit_Call(self, node: cst.Call) -> bool | None:
+            if self.provider.typing_calls:
+                return super().visit_Call(node)
+            # what libcst's visit_Call does for every other call
+            self._ScopeVisitor__top_level_attribute_stack.append(None)
+            self._ScopeVisitor__in_type_hint_stack.append(False)
+            return True
+
     _HOOKS: dict[type, tuple[Any, Any, bool]] = {}
 
     def _hooks(kind: type) -> tuple[Any, Any, bool]:
@@ -167,8 +185,8 @@ if ScopeVisitor is not None:
         counts as an assignment (the order libcst's accesses are resolved by)."""
         name = kind.__name__
         assigns = issubclass(kind, _ASSIGNMENT_LIKE_NODES)
-        found = (getattr(ScopeVisitor, f"visit_{name}", None),
-                 getattr(ScopeVisitor, f"leave_{name}", None), assigns)  # fmt: skip
+        found = (getattr(_ReadOnlyScopeVisitor, f"visit_{name}", None),
+                 getattr(_ReadOnlyScopeVisitor, f"leave_{name}", None), assigns)  # fmt: skip
         _HOOKS[kind] = found
         return found
 

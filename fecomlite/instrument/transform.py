@@ -142,7 +142,7 @@ def instrument_segments(
         module = parse_module(text)
     except cst.ParserSyntaxError as error:
         raise SourceError(error.raw_line, error.raw_column + 1, error.message) from error
-    collected, sites = find_sites(module, resolve_scopes(module), roots, project)
+    collected, sites = find_sites(module, resolve_scopes(module, text), roots, project)
     if not sites:
         return Rewrite(None)
     lines = _Lines(text)
