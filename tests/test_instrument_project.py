@@ -3,6 +3,7 @@ notebooks, the process pool and the command line."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -353,6 +354,21 @@ def test_a_file_edited_after_the_first_pass_is_instrumented_as_it_now_reads(
     expected = instrument_path(src / "m2.py", tmp_path / "alone")
     assert (result.out / "m2.py").read_text() == (tmp_path / "alone" / "m2.py").read_text()
     assert result.sites["m2.py:6:11"] == {"file": "m2.py", **expected.sites["m2.py:6:11"]}
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_garbage_collection_is_left_as_the_caller_had_it(tmp_path: Path, enabled: bool) -> None:
+    """Collection pauses while a file is rewritten, in the caller's process too, and comes back
+    only where it was on: also after a file that could not be parsed."""
+    src = make(tmp_path / "proj", {"ok.py": TORCH_SCRIPT, "bad.py": "import torch\nx = (\n"})
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        result = instrument_path(src, tmp_path / "out", workers=1)
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert [f.path for f in result.failures] == ["bad.py"] and len(result.sites) == 1
 
 
 def cli() -> typer.Typer:
