@@ -279,10 +279,13 @@ def libcst_reference(root: Path) -> dict[str, float]:
 
 
 def measure(checkout: Path, root: Path, out: Path, workers: int) -> dict[str, float]:
-    """One run of ``instrument_path`` with ``checkout``'s fecomlite, in a fresh process."""
+    """One run of ``instrument_path`` with ``checkout``'s fecomlite, in a fresh process (run
+    outside every checkout: ``python -c`` and ``-m`` put the working folder first on the path)."""
     env = {**os.environ, "PYTHONPATH": str(checkout)}
-    done = subprocess.run([sys.executable, "-c", MEASURE, str(root), str(out), str(workers)],
-                          env=env, capture_output=True, text=True, check=True)  # fmt: skip
+    command = [sys.executable, "-c", MEASURE, str(root), str(out), str(workers)]
+    done = subprocess.run(
+        command, env=env, cwd=out.parent, capture_output=True, text=True, check=True
+    )
     return json.loads(done.stdout.splitlines()[-1])
 
 
@@ -291,8 +294,8 @@ def measure_cli(checkout: Path, root: Path, out: Path) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     before = _cpu_seconds()
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "fecomlite.cli", "instrument", str(root),
-                    "--out", str(out)], env=env, capture_output=True, check=True)  # fmt: skip
+    command = [sys.executable, "-m", "fecomlite.cli", "instrument", str(root), "--out", str(out)]
+    subprocess.run(command, env=env, cwd=out.parent, capture_output=True, check=True)
     return {"seconds": time.perf_counter() - started, "cpu": _cpu_seconds() - before}
 
 
