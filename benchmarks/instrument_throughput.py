@@ -1,24 +1,31 @@
 """Lines per second of `fecomlite instrument`, end to end, on a generated project.
 
 Generates a project of realistic deep-learning files (Keras models, PyTorch modules and training
-loops, tf.data pipelines, plus plain helper modules that import no framework), instruments it
-with `instrument_path` (walk, read, analyse, rewrite, write, manifest) with one process and with
-one per CPU, and prints the rates beside libcst's own building blocks on the same files:
-parse + code generation, scope analysis, and the qualified-name provider.
+loops, tf.data pipelines, plus plain helper modules that import no framework) and instruments it,
+each measurement in a fresh process: `instrument_path` (walk, read, analyse, rewrite, write,
+manifest) with one process and with one per CPU, and the whole command
+(`python -m fecomlite.cli instrument`, start-up and imports included). Rounds alternate, and
+`--against CHECKOUT` runs the same measurements with another checkout's fecomlite in the same
+rounds (before/after side by side on one machine and load). The rates of libcst's own building
+blocks on the same files follow (parse + code generation, scope analysis, qualified names).
 
     python benchmarks/instrument_throughput.py [--lines 24000] [--framework-only]
+        [--rounds 3] [--against /path/to/other/checkout] [--no-reference]
 
-"seconds" is wall-clock time end to end; "CPU s" is the CPU time it took (workers included).
-On a shared machine other processes take CPU too: CPU s well below processes × seconds means
-the processes waited for a core, and lines / (CPU s / processes) is what free cores would give.
+"seconds" is wall-clock time end to end (the median of the rounds); "CPU s" the CPU time it took
+(workers included). On a shared machine other processes take CPU too: CPU s well below
+processes × seconds means the processes waited for a core.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
-import shutil
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,8 +34,24 @@ import _results
 import libcst as cst
 from libcst.metadata import MetadataWrapper, QualifiedNameProvider, ScopeProvider
 
+REPO = Path(__file__).resolve().parents[1]
+# One measurement, in a fresh process of the checkout under test.
+MEASURE = """
+import json, resource, sys, time
+from pathlib import Path
 from fecomlite.instrument import project
-from fecomlite.instrument.project import instrument_path
+root, out, workers = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+if workers > 1:
+    project.PARALLEL_MIN_BYTES = 0
+def cpu():
+    own, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+before = cpu()
+result = project.instrument_path(root, out, workers=workers)
+assert result.ok and result.workers == workers, (result.failures, result.workers)
+print(json.dumps({"seconds": result.seconds, "cpu": cpu() - before, "sites": len(result.sites),
+                  "lines": result.lines}))
+"""
 
 KERAS = '''"""Model {i}: a small CNN, trained with Keras."""
 from __future__ import annotations
@@ -255,49 +278,93 @@ def libcst_reference(root: Path) -> dict[str, float]:
     return timings
 
 
+def measure(checkout: Path, root: Path, out: Path, workers: int) -> dict[str, float]:
+    """One run of ``instrument_path`` with ``checkout``'s fecomlite, in a fresh process (run
+    outside every checkout: ``python -c`` and ``-m`` put the working folder first on the path)."""
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    command = [sys.executable, "-c", MEASURE, str(root), str(out), str(workers)]
+    done = subprocess.run(
+        command, env=env, cwd=out.parent, capture_output=True, text=True, check=True
+    )
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def measure_cli(checkout: Path, root: Path, out: Path) -> dict[str, float]:
+    """The whole command, interpreter start-up and imports included."""
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    before = _cpu_seconds()
+    started = time.perf_counter()
+    command = [sys.executable, "-m", "fecomlite.cli", "instrument", str(root), "--out", str(out)]
+    subprocess.run(command, env=env, cwd=out.parent, capture_output=True, check=True)
+    return {"seconds": time.perf_counter() - started, "cpu": _cpu_seconds() - before}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=24_000)
     parser.add_argument("--framework-only", action="store_true",
                         help="every file imports a framework (no helper modules)")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--against", type=Path, action="append", default=[],
+                        help="another checkout to measure in the same rounds")  # fmt: skip
+    parser.add_argument("--no-reference", action="store_true",
+                        help="leave out libcst's building blocks")  # fmt: skip
     _results.add_option(parser, "instrument_throughput")
     args = parser.parse_args()
     cpus = len(os.sched_getaffinity(0))
+    checkouts = {"this checkout": REPO, **{str(path): path.resolve() for path in args.against}}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "project"
         lines = generate(root, args.lines, args.framework_only)
         files = len(list(root.rglob("*.py")))
         kind = "framework files only" if args.framework_only else "framework and helper files"
         print(f"generated project: {lines} lines in {files} files ({kind}); {cpus} CPUs")
-        rows: list[tuple[str, float, float]] = []  # label, wall seconds, CPU seconds
-        for label, workers, threshold in (
-            ("fecomlite instrument, 1 process", 1, project.PARALLEL_MIN_BYTES),
-            (f"fecomlite instrument, {cpus} processes", cpus, 0),
-        ):
-            project.PARALLEL_MIN_BYTES = threshold
-            out = Path(tmp) / f"out-{workers}"
-            cpu_before = _cpu_seconds()
-            result = instrument_path(root, out, workers=workers)
-            assert result.ok and result.workers == workers, (result.failures, result.workers)
-            rows.append((label, result.seconds, _cpu_seconds() - cpu_before))
-            shutil.rmtree(out)
-        print(f"sites wrapped: {len(result.sites)} ({result.sites_by_root})")
-        for label, seconds in libcst_reference(root).items():
-            rows.append((label, seconds, seconds))
-        baseline = rows[0][1]
-        print(f"{'':38s} {'seconds':>8s} {'lines/s':>9s} {'vs 1 process':>12s} {'CPU s':>7s}")
-        for label, seconds, cpu in rows:
-            print(
-                f"{label:38s} {seconds:8.2f} {lines / seconds:9,.0f} {baseline / seconds:11.2f}x"
-                f" {cpu:7.2f}"
-            )
-        load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-        print(f"load average during the run: {load} (other processes take CPU from these figures)")
-    _results.write(args.json, "instrument_throughput", {
-        "lines": lines, "files": files, "framework_only": args.framework_only,
-        "sites": len(result.sites),
-        "rows": {label: {"seconds": seconds, "lines_per_s": lines / seconds, "cpu_s": cpu}
-                 for label, seconds, cpu in rows}})
+        runs: dict[str, list[dict[str, float]]] = {}
+        sites: dict[str, int] = {}
+        loads = []
+        for round_ in range(args.rounds):
+            for name, checkout in checkouts.items():
+                for workers in sorted({1, cpus}):
+                    out = Path(tmp) / f"out-{round_}-{len(runs)}"
+                    figures = measure(checkout, root, out, workers)
+                    sites[name] = int(figures["sites"])
+                    label = f"{name}: instrument_path, {workers} process" + "es" * (workers > 1)
+                    runs.setdefault(label, []).append(figures)
+                out = Path(tmp) / f"cli-{round_}-{len(runs)}"
+                runs.setdefault(f"{name}: the CLI command", []).append(
+                    measure_cli(checkout, root, out)
+                )
+            loads.append(os.getloadavg()[0])
+        rows = {label: (statistics.median(r["seconds"] for r in found),
+                        statistics.median(r["cpu"] for r in found))
+                for label, found in runs.items()}  # fmt: skip
+        print(f"sites wrapped: {sites}")
+        if not args.no_reference:
+            for label, seconds in libcst_reference(root).items():
+                rows[label] = (seconds, seconds)
+        width = max(map(len, rows))
+        print(f"{'':{width}s} {'seconds':>8s} {'lines/s':>9s} {'CPU s':>7s} {'lines/CPU s':>11s}")
+        for label, (seconds, cpu) in rows.items():
+            print(f"{label:{width}s} {seconds:8.2f} {lines / seconds:9,.0f} {cpu:7.2f}"
+                  f" {lines / cpu:11,.0f}")  # fmt: skip
+        load = ", ".join(f"{value:.1f}" for value in loads)
+        print(f"1-min load after each round: {load} (other processes take CPU from these figures)")
+    _results.write(
+        args.json,
+        "instrument_throughput",
+        {
+            "lines": lines,
+            "files": files,
+            "framework_only": args.framework_only,
+            "sites": sites,
+            "rounds": args.rounds,
+            "loads": loads,
+            "rows": {
+                label: {"seconds": seconds, "lines_per_s": lines / seconds, "cpu_s": cpu}
+                for label, (seconds, cpu) in rows.items()
+            },
+        },
+    )
 
 
 def _cpu_seconds() -> float:

@@ -3,6 +3,7 @@ notebooks, the process pool and the command line."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -13,6 +14,7 @@ import typer
 from typer.testing import CliRunner
 
 from fecomlite.instrument import project as project_module
+from fecomlite.instrument import transform
 from fecomlite.instrument.command import instrument_command
 from fecomlite.instrument.project import (
     MANIFEST,
@@ -318,6 +320,55 @@ def test_process_pool_gives_the_same_result(
     assert parallel.sites == serial.sites and len(parallel.sites) == 6
     assert parallel.failures == serial.failures
     assert digest(parallel.out) == digest(serial.out)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_file_edited_after_the_first_pass_is_instrumented_as_it_now_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    """The first pass's parse is reused only for the very text the file pass reads: a file
+    edited in between (its call a line lower) is parsed again, the others are not."""
+    src = make(tmp_path / "proj", {f"m{i}.py": TORCH_SCRIPT for i in range(4)})
+    edited = TORCH_SCRIPT.replace("    return", "    # the same call, a line lower\n    return")
+    first_pass = project_module._project_table
+
+    def then_edit(*args: object) -> object:
+        table = first_pass(*args)  # type: ignore[arg-type]
+        (src / "m2.py").write_text(edited)
+        return table
+
+    parsed_again: list[str] = []
+    parse_check = transform.parse_check
+
+    def counted(text: str, filename: str, **options: bool) -> object:
+        parsed_again.append(filename)
+        return parse_check(text, filename, **options)
+
+    monkeypatch.setattr(project_module, "_project_table", then_edit)
+    monkeypatch.setattr(transform, "parse_check", counted)
+    monkeypatch.setattr(project_module, "PARALLEL_MIN_BYTES", 0)
+    result = instrument_path(src, tmp_path / "out", workers=workers)
+    assert result.ok and result.workers == workers
+    if workers == 1:  # forked workers count in their own processes
+        assert parsed_again == ["m2.py"]
+    expected = instrument_path(src / "m2.py", tmp_path / "alone")
+    assert (result.out / "m2.py").read_text() == (tmp_path / "alone" / "m2.py").read_text()
+    assert result.sites["m2.py:6:11"] == {"file": "m2.py", **expected.sites["m2.py:6:11"]}
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_garbage_collection_is_left_as_the_caller_had_it(tmp_path: Path, enabled: bool) -> None:
+    """Collection pauses while a file is rewritten, in the caller's process too, and comes back
+    only where it was on: also after a file that could not be parsed."""
+    src = make(tmp_path / "proj", {"ok.py": TORCH_SCRIPT, "bad.py": "import torch\nx = (\n"})
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        result = instrument_path(src, tmp_path / "out", workers=1)
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert [f.path for f in result.failures] == ["bad.py"] and len(result.sites) == 1
 
 
 def cli() -> typer.Typer:

@@ -9,6 +9,7 @@ import pytest
 from libcst.metadata import ExpressionContextProvider, MetadataWrapper, ScopeProvider
 
 from fecomlite.instrument import scopes
+from fecomlite.instrument.cstwalk import children
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = sorted(
@@ -43,27 +44,34 @@ match kk:
     case Rr(ss=tt) as uu: pass
 print(f"{vv!r:>{ww}}", *xx, yy=zz, **aaa)
 """
-CASES = [*(p.read_text() for p in SOURCES), TARGETS]
-IDS = [*(p.name for p in SOURCES), "targets"]
+# Calls whose arguments libcst reads as type hints (the only calls it names while walking).
+TYPING = """
+import typing as t
+from typing import NewType, TypeVar, cast as c
+UserId = NewType("UserId", "Model")
+T = TypeVar("T", bound="Model")
+x = c("Model", y)
+z = t.cast("list[Model]", [])
+class Model: pass
+"""
+CASES = [*(p.read_text() for p in SOURCES), TARGETS, TYPING]
+IDS = [*(p.name for p in SOURCES), "targets", "typing"]
 
 
-class _AllNodes(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.nodes: set[int] = set()
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        self.nodes.add(id(node))
-        return True
+def _own_nodes(node: cst.CSTNode, found: set[int]) -> set[int]:
+    found.add(id(node))
+    for child in children(node):
+        _own_nodes(child, found)
+    return found
 
 
 def _summary(module: cst.Module, mapping: object) -> list[tuple[object, ...]]:
     """Every node's scope kind, and every access with the assignments it sees.
 
-    Only nodes of the module's own tree count: inside annotations libcst parses string
-    contents into new nodes on each run, which no two runs share."""
-    collector = _AllNodes()
-    module.visit(collector)
-    own = collector.nodes
+    Only nodes of the module's own tree count (inside annotations libcst parses string
+    contents into new nodes on each run, which no two runs share), trivia left out (it holds
+    no names, and the fast analysis does not walk it)."""
+    own = _own_nodes(module, set())
     table = {node: scope for node, scope in dict(mapping).items() if id(node) in own}  # type: ignore[call-overload]
     kinds = sorted((id(node), type(scope).__name__) for node, scope in table.items())
     accesses = []
@@ -87,7 +95,7 @@ def test_same_contexts_as_libcst(source: str) -> None:
 def test_same_scopes_as_libcst(source: str) -> None:
     module = cst.parse_module(source)
     stock = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
-    assert _summary(module, scopes.resolve_scopes(module)) == _summary(module, stock)
+    assert _summary(module, scopes.resolve_scopes(module, source)) == _summary(module, stock)
 
 
 def test_falls_back_to_libcst_provider(monkeypatch: pytest.MonkeyPatch) -> None:

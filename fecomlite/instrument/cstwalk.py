@@ -8,7 +8,8 @@ only ever hold whitespace, punctuation or plain strings are skipped.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+import operator
+from collections.abc import Callable
 
 import libcst as cst
 
@@ -75,13 +76,41 @@ def fields(tp: type) -> tuple[str, ...]:
     return names
 
 
-def children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     """The child nodes of ``node`` (trivia excluded), in source order."""
-    for name in fields(type(node)):
-        value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
-            yield value
-        elif type(value) is tuple or type(value) is list:
-            for item in value:
-                if isinstance(item, cst.CSTNode):
-                    yield item
+    kind = type(node)
+    getter = _GETTERS.get(kind) or _getter(kind)
+    found: list[cst.CSTNode] = []
+    for value in getter(node):
+        cls = value.__class__
+        if cls is tuple or cls is list:
+            found.extend(item for item in value if _is_node(item.__class__))
+        elif _is_node(cls):
+            found.append(value)
+    return found
+
+
+_GETTERS: dict[type, Callable[[cst.CSTNode], tuple[object, ...]]] = {}
+_NODE_CLASSES: dict[type, bool] = {}
+
+
+def _getter(kind: type) -> Callable[[cst.CSTNode], tuple[object, ...]]:
+    """A C-level reader of the node fields of ``kind``, always giving a tuple."""
+    names = fields(kind)
+    if len(names) > 1:
+        getter: Callable[[cst.CSTNode], tuple[object, ...]] = operator.attrgetter(*names)
+    elif names:
+        one = operator.attrgetter(names[0])
+        getter = lambda node: (one(node),)  # noqa: E731 - one field, still a tuple
+    else:
+        getter = lambda node: ()  # noqa: E731
+    _GETTERS[kind] = getter
+    return getter
+
+
+def _is_node(cls: type) -> bool:
+    """``issubclass(cls, CSTNode)``, remembered (an ABC's subclass check is slow)."""
+    known = _NODE_CLASSES.get(cls)
+    if known is None:
+        known = _NODE_CLASSES[cls] = issubclass(cls, cst.CSTNode)
+    return known

@@ -406,8 +406,11 @@ class _Builder:
         return None
 
 
-def build_table(sources: Mapping[str, str], roots: Roots) -> ProjectTable:
-    """The table for a project given as ``{relpath: source}`` (unparsable files are skipped)."""
+def build_table(
+    sources: Mapping[str, str], roots: Roots, trees: dict[str, ast.Module] | None = None
+) -> ProjectTable:
+    """The table for a project given as ``{relpath: source}`` (unparsable files are skipped);
+    ``trees``, where given, receives each file's parse for the per-file pass to reuse."""
     modules: dict[str, _Module] = {}
     texts: dict[str, str] = {}
     for rel, text in sources.items():
@@ -415,6 +418,8 @@ def build_table(sources: Mapping[str, str], roots: Roots) -> ProjectTable:
             tree = compile(text, rel, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
+        if trees is not None:
+            trees[rel] = tree
         compiles = _compile_calls(tree) if _COMPILER_WORDS.search(text) else []
         for name, package in module_identities(rel):
             module = _Module(name, package, compiles=compiles)

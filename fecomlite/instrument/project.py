@@ -11,6 +11,7 @@ kept as a link to where it points, never followed or copied (the summary says so
 
 from __future__ import annotations
 
+import ast
 import errno
 import gc
 import io
@@ -22,14 +23,15 @@ import threading
 import time
 import tokenize
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fecomlite.instrument.exports import Project, ProjectTable, build_table
+from fecomlite.instrument.exports import Project, ProjectTable, ProjectView, build_table
 from fecomlite.instrument.names import DEFAULT_ROOTS, Roots
 
 if TYPE_CHECKING:  # libcst comes with the rewriting, not with the checks a reused copy needs
@@ -68,6 +70,9 @@ PYTHON_SUFFIXES = frozenset({".py", ".pyw"})
 SKIP_SUFFIXES = frozenset({".pyc", ".pyo"})
 # Below this much Python source (~1,200 lines), starting workers costs more than they save.
 PARALLEL_MIN_BYTES = 40_000
+# Up to this much source (~100k lines; its syntax trees take ~55 times as much memory), the
+# first pass's parses are kept for the per-file pass (forked workers inherit them).
+REUSED_TREES_MAX_CHARS = 4_000_000
 
 
 class InstrumentError(Exception):
@@ -188,9 +193,12 @@ def instrument_path(
     files = _discover(path, out, result) if is_dir else [_entry(path, path.name, single=True)]
     work = [f for f in files if f.kind not in ("copy", "link")]
     copies = [f for f in files if f.kind in ("copy", "link")]
-    table = _project_table(work, roots) if is_dir else ProjectTable()
     place = _link if link_others else shutil.copy2
-    outcomes = _run(work, out, roots, list_only, workers, result, copies, table, place)
+    try:
+        table = _project_table(work, roots) if is_dir else ProjectTable()
+        outcomes = _run(work, out, roots, list_only, workers, result, copies, table, place)
+    finally:
+        _parsed.clear()
     for outcome in sorted(outcomes, key=lambda o: o.rel):
         result.lines += outcome.lines
         result.notes.extend(outcome.notes)
@@ -402,7 +410,12 @@ def _project_table(work: list[_File], roots: tuple[str, ...]) -> ProjectTable:
             sources[file.rel], _ = _decode(Path(file.path).read_bytes(), notebook=False)
         except (OSError, SourceError):
             continue  # reported by the per-file pass
-    return build_table(sources, _roots(roots))
+    small = sum(len(text) for text in sources.values()) <= REUSED_TREES_MAX_CHARS
+    trees: dict[str, ast.Module] | None = {} if small else None
+    table = build_table(sources, _roots(roots), trees)
+    for rel, tree in (trees or {}).items():
+        _parsed[rel] = (sources[rel], tree)
+    return table
 
 
 def _run(
@@ -489,6 +502,7 @@ def _roots(names: tuple[str, ...]) -> Roots:
 
 
 _project: Project | None = None  # this process's view of the first pass, set before _process
+_parsed: dict[str, tuple[str, ast.Module]] = {}  # rel → (text, its tree), from the first pass
 
 
 def _use_table(table: ProjectTable) -> None:
@@ -499,8 +513,7 @@ def _use_table(table: ProjectTable) -> None:
 
 def _process(task: tuple[str, str, bool, str | None, tuple[str, ...]]) -> _Outcome:
     """Instrument one file (in a worker process or here); never raises."""
-    from fecomlite.instrument.notebook import instrument_notebook
-    from fecomlite.instrument.transform import SourceError, instrument_source
+    from fecomlite.instrument.transform import SourceError
 
     source, rel, notebook, target, roots = task
     outcome = _Outcome(rel)
@@ -515,11 +528,8 @@ def _process(task: tuple[str, str, bool, str | None, tuple[str, ...]]) -> _Outco
     view = _project.view(rel) if _project is not None else None
     try:
         text, encoding = _decode(data, notebook)
-        if notebook:
-            rewrite, cell_errors = instrument_notebook(text, rel, _roots(roots), view)
-            outcome.failures += [Failure(rel, e.line, e.col, e.message) for e in cell_errors]
-        else:
-            rewrite = instrument_source(text, rel, _roots(roots), view)
+        with _collection_deferred():
+            rewrite = _rewrite(text, rel, notebook, roots, view, outcome)
     except SourceError as error:
         outcome.failures.append(Failure(rel, error.line, error.col, error.message))
     except (RecursionError, MemoryError) as error:
@@ -538,6 +548,40 @@ def _process(task: tuple[str, str, bool, str | None, tuple[str, ...]]) -> _Outco
             outcome.failures.append(Failure(rel, 1, 1, f"cannot write copy: {error.strerror}"))
             outcome.sites = []
     return outcome
+
+
+def _rewrite(
+    text: str,
+    rel: str,
+    notebook: bool,
+    roots: tuple[str, ...],
+    view: ProjectView | None,
+    outcome: _Outcome,
+) -> Rewrite:
+    from fecomlite.instrument.notebook import instrument_notebook
+    from fecomlite.instrument.transform import instrument_source
+
+    if notebook:
+        rewrite, cell_errors = instrument_notebook(text, rel, _roots(roots), view)
+        outcome.failures += [Failure(rel, e.line, e.col, e.message) for e in cell_errors]
+        return rewrite
+    parsed = _parsed.get(rel)
+    tree = parsed[1] if parsed is not None and parsed[0] == text else None
+    return instrument_source(text, rel, _roots(roots), view, tree)
+
+
+@contextmanager
+def _collection_deferred() -> Iterator[None]:
+    """No cyclic garbage collection while one file is rewritten: libcst makes hundreds of
+    thousands of objects a file, and the collections they set off re-scan the file's live tree
+    again and again (~10 % of the time); the file's garbage is collected after it instead."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _decode(data: bytes, notebook: bool) -> tuple[str, str]:
