@@ -20,8 +20,11 @@ from fecomlite.store import Store
 FAST = ["--idle", "0.5", "--tail", "0.3", "--gate-max-wait", "2"]
 
 
-def fecomlite_run(home: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_cli(cwd, "run", "--home", str(home), *args)
+def fecomlite_run(
+    home: Path, cwd: Path, script: str, *options: str
+) -> subprocess.CompletedProcess[str]:
+    """`fecomlite run --home HOME OPTIONS SCRIPT`: what follows the script would be its own."""
+    return run_cli(cwd, "run", "--home", str(home), *options, script)
 
 
 def latest(home: Path) -> tuple[Store, int]:

@@ -18,8 +18,10 @@ from fecomlite.server.client import ServerError, ensure_server
 from fecomlite.store import Store
 
 
-def wait_until_dead(pid: int, timeout: float = 10.0) -> None:
-    """Until the process is gone or a zombie (it is our child: nobody else reaps it)."""
+def wait_until_dead(pid: int, timeout: float = 60.0) -> None:
+    """Until the process is gone or a zombie (it is our child: nobody else reaps it). The bound
+    is generous: a clean stop joins the sampler's threads and writes its ends, which took over
+    10 s once under the full suite on a loaded 2-vCPU machine; a server that hangs still fails."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:

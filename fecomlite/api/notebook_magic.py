@@ -42,7 +42,8 @@ class _CellSink:
     batches: list[tuple[list[str], list[bytes]]] = field(default_factory=list)
     names: dict[str, dict[str, Any]] = field(default_factory=dict)  # site → the callee it ran
 
-    def send(self, drain: Any) -> None:
+    def send(self, drain: Any, final: bool = False) -> None:
+        """As `Sender.send` (the probe passes `final` on its own flushes): keeps the batch."""
         names, *columns = drain()
         if names:
             self.batches.append((names, columns))
