@@ -18,7 +18,7 @@ calls is (`analysis/streamed.py`).
                                        [--batch-calls N] [--json FILE] [--keep DIR]
 
 Runs against whichever fecomlite is on PYTHONPATH: the same script measured the previous
-row-per-call store (PYTHONPATH=/work/main) and the chunked one.
+row-per-call store (PYTHONPATH=a checkout of the older release) and the chunked one.
 """
 
 from __future__ import annotations
