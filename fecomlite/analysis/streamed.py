@@ -166,7 +166,7 @@ def _zeros_sums(n_sites: int, n_reps: int, domains: list[str]) -> SiteSums:
     def z() -> np.ndarray:
         return np.zeros(n_sites)
 
-    energy = {d: {"inclusive": z(), "total": z(), "self": z(), "shared": z(), "meas_sq": z(),
+    energy = {d: {"inclusive": z(), "total": z(), "self": z(), "sharing_abs": z(), "meas_sq": z(),
                   "below": z(), "per_rep": np.zeros((n_sites, n_reps)),
                   "n": z(), "mean": z(), "m2": z()} for d in domains}
     return SiteSums(z(), z(), z(), z(), np.zeros((n_sites, n_reps)), energy)
@@ -409,7 +409,7 @@ class _SweepTwo:
         _push_up(acc, accq, b.parent, v.depth, v.closed)
         self._closed(v, d, acc[v.closed], accq[v.closed])
         sharing, meas = _uncertainty(self.domains[d], r, v.grp[new], v.t0[new], v.t1[new])
-        e["shared"] += np.bincount(v.site[new], np.abs(sharing), self.n_sites)
+        e["sharing_abs"] += np.bincount(v.site[new], np.abs(sharing), self.n_sites)
         e["meas_sq"] += np.bincount(v.site[new], meas ** 2, self.n_sites)
         e["below"] += np.bincount(v.site[new], (v.t1[new] - v.t0[new]) / at.NS
                                   < self.domains[d].iv.period_s, self.n_sites)

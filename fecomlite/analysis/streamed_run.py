@@ -232,7 +232,7 @@ def group_rows(result: StreamedRun, group_of_site: np.ndarray, ngroups: int,
             e = sums.energy[domain]
             dom = result.dom[domain]
             sigma = math.hypot(
-                at.group_sigma(float(e["shared"][members].sum()),
+                at.group_sigma(float(e["sharing_abs"][members].sum()),
                                float(e["meas_sq"][members].sum()), dom, int(fit_of_group[g])),
                 finite_or_zero(info.get("idle_sigma_W", math.nan)) * total_s)
             inclusive = float(e["inclusive"][members].sum())

@@ -39,120 +39,135 @@ class Format(str, enum.Enum):
 console: Console  # set by run_command: stderr when stdout carries CSV or JSON
 
 
+# The options of `fecomlite run`, declared apart so that run_command reads as what it does.
+ScriptArg = Annotated[str, typer.Argument(help="The script to measure (original or instrumented).")]
+ArgsArg = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="Arguments for the script: everything after SCRIPT is the script's, as with "
+        "`python SCRIPT ARGS` (a `--` right after SCRIPT is dropped)."
+    ),
+]
+LevelArg = Annotated[
+    str | None, typer.Option(help="method: every framework call; project: the whole script.")
+]
+RepeatArg = Annotated[int | None, typer.Option(help="Repetitions (default 3).")]
+ApiArg = Annotated[
+    list[str] | None, typer.Option(help="Another API root to wrap (e.g. numpy); repeatable.")
+]
+IdleArg = Annotated[float | None, typer.Option(help="Seconds of idle baseline (default 5).")]
+TailArg = Annotated[float | None, typer.Option(help="Seconds sampled after each repetition.")]
+GateArg = Annotated[
+    bool | None, typer.Option("--gate/--no-gate", help="Wait for stable power/temperature.")
+]
+GateMaxWaitArg = Annotated[
+    float | None, typer.Option(help="Longest wait of the stability gate, s (default 120).")
+]
+SyncArg = Annotated[str | None, typer.Option(help="GPU sync at probe boundaries: auto | on | off.")]
+ParamArg = Annotated[
+    list[str] | None, typer.Option(help="A hyperparameter by hand, KEY=VALUE; repeatable.")
+]
+DatasizeArg = Annotated[
+    str | None,
+    typer.Option(help="Data-size experiment: a site key (file:line:col) or an API name."),
+]
+FractionsArg = Annotated[str, typer.Option(help="Fractions of the first dimension for --datasize.")]
+CalibrateArg = Annotated[
+    bool, typer.Option(help="Replay the costliest side-effect-free calls alone afterwards.")
+]
+TopArg = Annotated[int, typer.Option(help="Call sites replayed by --calibrate.")]
+CarbonIntensityArg = Annotated[
+    float | None, typer.Option(help="Grid carbon intensity, gCO2e/kWh, for CO2e figures.")
+]
+RegionArg = Annotated[
+    str | None, typer.Option(help="Or a country code (e.g. FRA) from the bundled table.")
+]
+PueArg = Annotated[float | None, typer.Option(help="Data-centre PUE for CO2e (default 1).")]
+MlflowArg = Annotated[
+    bool | None, typer.Option("--mlflow/--no-mlflow", help="Log the run to MLflow.")
+]
+HomeArg = Annotated[
+    Path | None, typer.Option(help="fecomlite's folder: store, server state (./.fecomlite).")
+]
+QuietArg = Annotated[
+    bool,
+    typer.Option(
+        "--quiet", "-q", help="Only log the program's output (rep-N.log), do not also show it."
+    ),
+]
+ProjectArg = Annotated[
+    Path | None,
+    typer.Option(
+        help="The project whose modules are instrumented as they are imported (default: the "
+        "nearest folder above the script that is the working directory or holds .git, "
+        "pyproject.toml, setup.py or setup.cfg, short of the home and temporary folders; "
+        "else the script's folder).",
+    ),
+]
+NprocPerNodeArg = Annotated[
+    int | None,
+    typer.Option(help="Ranks on this machine, launched by torchrun (docs/distributed.md)."),
+]
+QuickArg = Annotated[
+    bool,
+    typer.Option(
+        "--quick",
+        help="Rough figures fast: 1 repetition, 1 s idle baseline, no "
+        "stability gate, 0.5 s tail (options given override these).",
+    ),
+]
+OutputFormatArg = Annotated[
+    Format,
+    typer.Option(
+        "--format",
+        help="The summary: a table, or CSV or JSON on stdout (messages then go to stderr).",
+    ),
+]
+TraceLayersArg = Annotated[
+    bool | None,
+    typer.Option(
+        "--trace-layers/--no-trace-layers",
+        help="Time each framework layer (forward and backward) inside calls.",
+    ),
+]
+
+
 def run_command(
     ctx: typer.Context,
-    script: Annotated[
-        str, typer.Argument(help="The script to measure (original or instrumented).")
-    ],
-    args: Annotated[
-        list[str] | None,
-        typer.Argument(
-            help="Arguments for the script: everything after SCRIPT is the script's, as with "
-            "`python SCRIPT ARGS` (a `--` right after SCRIPT is dropped)."
-        ),
-    ] = None,
-    level: Annotated[
-        str | None, typer.Option(help="method: every framework call; project: the whole script.")
-    ] = None,
-    repeat: Annotated[int | None, typer.Option(help="Repetitions (default 3).")] = None,
-    api: Annotated[
-        list[str] | None, typer.Option(help="Another API root to wrap (e.g. numpy); repeatable.")
-    ] = None,
-    idle: Annotated[
-        float | None, typer.Option(help="Seconds of idle baseline (default 5).")
-    ] = None,
-    tail: Annotated[
-        float | None, typer.Option(help="Seconds sampled after each repetition.")
-    ] = None,
-    gate: Annotated[
-        bool | None, typer.Option("--gate/--no-gate", help="Wait for stable power/temperature.")
-    ] = None,
-    gate_max_wait: Annotated[
-        float | None, typer.Option(help="Longest wait of the stability gate, s (default 120).")
-    ] = None,
-    sync: Annotated[
-        str | None, typer.Option(help="GPU sync at probe boundaries: auto | on | off.")
-    ] = None,
-    param: Annotated[
-        list[str] | None, typer.Option(help="A hyperparameter by hand, KEY=VALUE; repeatable.")
-    ] = None,
-    datasize: Annotated[
-        str | None,
-        typer.Option(help="Data-size experiment: a site key (file:line:col) or an API name."),
-    ] = None,
-    fractions: Annotated[
-        str, typer.Option(help="Fractions of the first dimension for --datasize.")
-    ] = DEFAULT_FRACTIONS,
-    calibrate: Annotated[
-        bool, typer.Option(help="Replay the costliest side-effect-free calls alone afterwards.")
-    ] = False,
-    top: Annotated[int, typer.Option(help="Call sites replayed by --calibrate.")] = 5,
-    carbon_intensity: Annotated[
-        float | None, typer.Option(help="Grid carbon intensity, gCO2e/kWh, for CO2e figures.")
-    ] = None,
-    region: Annotated[
-        str | None, typer.Option(help="Or a country code (e.g. FRA) from the bundled table.")
-    ] = None,
-    pue: Annotated[float | None, typer.Option(help="Data-centre PUE for CO2e (default 1).")] = None,
-    mlflow: Annotated[
-        bool | None, typer.Option("--mlflow/--no-mlflow", help="Log the run to MLflow.")
-    ] = None,
-    home: Annotated[
-        Path | None, typer.Option(help="fecomlite's folder: store, server state (./.fecomlite).")
-    ] = None,
-    quiet: Annotated[
-        bool,
-        typer.Option(
-            "--quiet", "-q", help="Only log the program's output (rep-N.log), do not also show it."
-        ),
-    ] = False,
-    project: Annotated[
-        Path | None,
-        typer.Option(
-            help="The project whose modules are instrumented as they are imported (default: the "
-            "nearest folder above the script that is the working directory or holds .git, "
-            "pyproject.toml, setup.py or setup.cfg, short of the home and temporary folders; "
-            "else the script's folder).",
-        ),
-    ] = None,
-    nproc_per_node: Annotated[
-        int | None,
-        typer.Option(help="Ranks on this machine, launched by torchrun (docs/distributed.md)."),
-    ] = None,
-    quick: Annotated[
-        bool,
-        typer.Option(
-            "--quick",
-            help="Rough figures fast: 1 repetition, 1 s idle baseline, no "
-            "stability gate, 0.5 s tail (options given override these).",
-        ),
-    ] = False,
-    output_format: Annotated[
-        Format,
-        typer.Option(
-            "--format",
-            help="The summary: a table, or CSV or JSON on stdout (messages then go to stderr).",
-        ),
-    ] = Format.table,
-    trace_layers: Annotated[
-        bool | None,
-        typer.Option(
-            "--trace-layers/--no-trace-layers",
-            help="Time each framework layer (forward and backward) inside calls.",
-        ),
-    ] = None,
+    script: ScriptArg,
+    args: ArgsArg = None,
+    level: LevelArg = None,
+    repeat: RepeatArg = None,
+    api: ApiArg = None,
+    idle: IdleArg = None,
+    tail: TailArg = None,
+    gate: GateArg = None,
+    gate_max_wait: GateMaxWaitArg = None,
+    sync: SyncArg = None,
+    param: ParamArg = None,
+    datasize: DatasizeArg = None,
+    fractions: FractionsArg = DEFAULT_FRACTIONS,
+    calibrate: CalibrateArg = False,
+    top: TopArg = 5,
+    carbon_intensity: CarbonIntensityArg = None,
+    region: RegionArg = None,
+    pue: PueArg = None,
+    mlflow: MlflowArg = None,
+    home: HomeArg = None,
+    quiet: QuietArg = False,
+    project: ProjectArg = None,
+    nproc_per_node: NprocPerNodeArg = None,
+    quick: QuickArg = False,
+    output_format: OutputFormatArg = Format.table,
+    trace_layers: TraceLayersArg = None,
 ) -> None:
     """Run SCRIPT under the measurement server and store per-call energy and memory.
 
     fecomlite's options go before SCRIPT; everything after it is the script's own, as with
     `python SCRIPT ARGS`. `fecomlite run -- torchrun [OPTIONS] SCRIPT [ARGS]` runs a launcher
     you name."""
-    from fecomlite.runner.experiment import prepare_program
     from fecomlite.runner.launch import LaunchError, resolve_launch
-    from fecomlite.runner.settings import SettingsError, find_project_config, resolve
-    from fecomlite.runner.workcopy import CopyError, ScriptError
-    from fecomlite.server.client import ServerError, ensure_server
-    from fecomlite.store import StoreError, default_home, private_home
+    from fecomlite.store import default_home
 
     args = script_arguments(Path(script), list(args or []))
     try:
@@ -165,64 +180,36 @@ def run_command(
     console = _console(stderr=output_format is not Format.table)
     if not script.is_file():
         raise typer.BadParameter(f"{script} is not a file", param_hint="SCRIPT")
+    settings = _resolved_settings(
+        script,
+        quick,
+        {
+            "level": level,
+            "repeat": repeat,
+            "api": api,
+            "idle_s": idle,
+            "tail_s": tail,
+            "gate": gate,
+            "gate_max_wait_s": gate_max_wait,
+            "sync": sync,
+            "params": dict(_key_value(p) for p in param) if param else None,
+            "carbon_intensity": carbon_intensity,
+            "region": region,
+            "pue": pue,
+            "mlflow": mlflow,
+            "trace_layers": trace_layers,
+        },
+    )
     try:
-        config_path, config = find_project_config(script.resolve().parent)
-        settings = resolve(
-            {**config, **(QUICK if quick else {})},
-            {
-                "level": level,
-                "repeat": repeat,
-                "api": api,
-                "idle_s": idle,
-                "tail_s": tail,
-                "gate": gate,
-                "gate_max_wait_s": gate_max_wait,
-                "sync": sync,
-                "params": dict(_key_value(p) for p in param) if param else None,
-                "carbon_intensity": carbon_intensity,
-                "region": region,
-                "pue": pue,
-                "mlflow": mlflow,
-                "trace_layers": trace_layers,
-            },
-        )
         fraction_list = _fractions(fractions) if datasize else []
-    except (SettingsError, ValueError) as exc:
+    except ValueError as exc:
         console.print(f"[red]error:[/] {plain(exc)}")
         raise typer.Exit(2) from exc
     home = (home or default_home()).resolve()
-    if config_path:
-        console.print(f"settings from [bold]{plain(config_path)}[/]")
-    if quick:
-        console.print(
-            "[yellow]quick mode[/]: one repetition, 1 s idle baseline, no stability "
-            "gate: rough figures"
-        )
-    try:
-        private_home(home)  # before the instrumented copy is written into it
-        program = prepare_program(script, list(args or []), settings, home / "work", project)
-    except ScriptError as exc:
-        console.print(f"[red]cannot run {plain(script)}[/]: a syntax error")
-        console.print(str(exc), markup=False, highlight=False)
-        raise typer.Exit(2) from exc
-    except CopyError as exc:
-        console.print(
-            f"[red]cannot instrument {plain(script.parent)}[/]: {plain(exc)}", highlight=False
-        )
-        raise typer.Exit(2) from exc
-    except (StoreError, OSError) as exc:  # e.g. a read-only or full home
-        console.print(f"[red]error:[/] {plain(exc)}")
-        raise typer.Exit(1) from None
+    program = _prepared_program(script, args, settings, home, project)
     program.launcher = launch.prefix
     program.argv0 = typed
-    for note in program.skipped:
-        console.print(f"note: {note}", markup=False, highlight=False)
-    try:
-        client = ensure_server(home)
-    except (ServerError, StoreError, OSError) as exc:  # e.g. a read-only or full home
-        console.print(f"[red]error:[/] {plain(exc)}")
-        raise typer.Exit(1) from None
-    _say_server(client)
+    client = _connected(home)
     after = functools.partial(_calibration, top=top) if calibrate else None
     with contextlib.redirect_stdout(sys.stdout if output_format is Format.table else sys.stderr):
         # CSV or JSON own stdout: the program's output shows on stderr meanwhile
@@ -239,6 +226,70 @@ def run_command(
         _log_to_mlflow(client, outcome.run_id)
     if outcome.status != "finished":
         raise typer.Exit(shell_status(outcome.exit_code))
+
+
+def _resolved_settings(script: Path, quick: bool, given: dict[str, Any]) -> RunSettings:
+    """The run's settings: the project's `[tool.fecomlite]`, `--quick`'s, then the options
+    given; a bad value ends the command with status 2."""
+    from fecomlite.runner.settings import SettingsError, find_project_config, resolve
+
+    try:
+        config_path, config = find_project_config(script.resolve().parent)
+        settings = resolve({**config, **(QUICK if quick else {})}, given)
+    except (SettingsError, ValueError) as exc:
+        console.print(f"[red]error:[/] {plain(exc)}")
+        raise typer.Exit(2) from exc
+    if config_path:
+        console.print(f"settings from [bold]{plain(config_path)}[/]")
+    if quick:
+        console.print(
+            "[yellow]quick mode[/]: one repetition, 1 s idle baseline, no stability "
+            "gate: rough figures"
+        )
+    return settings
+
+
+def _prepared_program(
+    script: Path, args: list[str], settings: RunSettings, home: Path, project: Path | None
+) -> Program:
+    """The program made ready to run in place (or a notebook's copy), or the command ends
+    with the reason: a syntax error, a project it cannot instrument, an unwritable home."""
+    from fecomlite.runner.experiment import prepare_program
+    from fecomlite.runner.workcopy import CopyError, ScriptError
+    from fecomlite.store import StoreError, private_home
+
+    try:
+        private_home(home)  # before the instrumented copy is written into it
+        program = prepare_program(script, list(args), settings, home / "work", project)
+    except ScriptError as exc:
+        console.print(f"[red]cannot run {plain(script)}[/]: a syntax error")
+        console.print(str(exc), markup=False, highlight=False)
+        raise typer.Exit(2) from exc
+    except CopyError as exc:
+        console.print(
+            f"[red]cannot instrument {plain(script.parent)}[/]: {plain(exc)}", highlight=False
+        )
+        raise typer.Exit(2) from exc
+    except (StoreError, OSError) as exc:  # e.g. a read-only or full home
+        console.print(f"[red]error:[/] {plain(exc)}")
+        raise typer.Exit(1) from None
+    for note in program.skipped:
+        console.print(f"note: {note}", markup=False, highlight=False)
+    return program
+
+
+def _connected(home: Path) -> ServerClient:
+    """The home's measurement server, started if none runs, announced."""
+    from fecomlite.server.client import ServerError, ensure_server
+    from fecomlite.store import StoreError
+
+    try:
+        client = ensure_server(home)
+    except (ServerError, StoreError, OSError) as exc:  # e.g. a read-only or full home
+        console.print(f"[red]error:[/] {plain(exc)}")
+        raise typer.Exit(1) from None
+    _say_server(client)
+    return client
 
 
 def script_arguments(script: Path, args: list[str]) -> list[str]:
