@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass
@@ -23,10 +24,10 @@ class Result:
         return self.stdout + self.stderr
 
 
-def invoke(args: list[str], env: dict[str, str] | None = None) -> Result:
-    """Run `python -m fecomlite.cli ARGS` with no FECOMLITE_ variables inherited."""
+def invoke(args: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> Result:
+    """Run `python -m fecomlite.cli ARGS` (in `cwd`) with no FECOMLITE_ variables inherited."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
     environ.update({"COLUMNS": "200", **(env or {})})
-    done = subprocess.run([sys.executable, "-m", "fecomlite.cli", *args], env=environ,
+    done = subprocess.run([sys.executable, "-m", "fecomlite.cli", *args], env=environ, cwd=cwd,
                           capture_output=True, text=True, timeout=600)
     return Result(done.returncode, done.stdout, done.stderr)

@@ -11,13 +11,12 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import click.testing
 import numpy as np
 import pytest
+from cli_runner import invoke
 from report_helpers import build_run
 from test_model_fit import ESTIMATED, PLANTED, grid_configs, synthetic_rows
 
-from fecomlite.cli import app
 from fecomlite.model.fit import fit_models
 from fecomlite.store import Store
 
@@ -102,17 +101,12 @@ def cases(w: dict[str, Path]) -> list[list[str]]:
     return found
 
 
-def test_no_bad_input_gives_a_traceback(world: dict[str, Path], tmp_path: Path,
-                                        monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("FECOMLITE_HOME", str(tmp_path / "home"))
-    runner = click.testing.CliRunner()
+def test_no_bad_input_gives_a_traceback(world: dict[str, Path], tmp_path: Path):
+    env = {"FECOMLITE_HOME": str(tmp_path / "home")}
     tracebacks = []
     for args in cases(world):
-        result = runner.invoke(app, args)
-        if result.exception is not None and not isinstance(result.exception, SystemExit):
-            tracebacks.append(f"{' '.join(args)}: {result.exception!r}")
-        elif "Traceback" in result.output:
+        result = invoke(args, env=env, cwd=tmp_path)
+        if "Traceback" in result.output:
             tracebacks.append(f"{' '.join(args)}: {result.output[-300:]}")
     assert tracebacks == [], "\n".join(tracebacks)
 
@@ -130,9 +124,7 @@ NAMED = {  # a bad input -> what its one-line error says
 }
 
 
-def test_bad_inputs_are_named(world: dict[str, Path], tmp_path: Path,
-                              monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.chdir(tmp_path)
+def test_bad_inputs_are_named(world: dict[str, Path], tmp_path: Path):
     w, s = world, str(world["store"])
     calls, samples, model = str(w["calls"]), str(w["samples"]), str(w["model"])
     argv = {
@@ -149,9 +141,8 @@ def test_bad_inputs_are_named(world: dict[str, Path], tmp_path: Path,
         if key[0] == "model":
             argv[key] = ["model", "predict", "--model", model, "--width", "64", "--depth", "2",
                          *key[1:]]
-    runner = click.testing.CliRunner()
     for key, said in NAMED.items():
-        result = runner.invoke(app, argv[key])
+        result = invoke(argv[key], cwd=tmp_path)
         assert said in " ".join(result.output.split()), (key, result.output)
         assert (result.exit_code != 0) == (key[1] != "--width"), (key, result.output)
 
@@ -161,11 +152,10 @@ def test_run_refuses_bad_numbers_before_starting_anything(world: dict[str, Path]
     from fecomlite.server.client import live_client
 
     home, script = tmp_path / "home", str(world["project"] / "train.py")
-    runner = click.testing.CliRunner()
     try:
         for option, value in (("--idle", "nan"), ("--tail", "inf"), ("--gate-max-wait", "-1"),
                               ("--repeat", "99999999999999999999999"), ("--pue", "nan")):
-            result = runner.invoke(app, ["run", "--home", str(home), option, value, script])
+            result = invoke(["run", "--home", str(home), option, value, script], cwd=tmp_path)
             assert result.exit_code != 0 and "must be" in result.output, (option, result.output)
         assert not (home / "server.json").exists()  # no server was started for any of them
     finally:
