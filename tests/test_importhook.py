@@ -114,3 +114,33 @@ def test_the_project_root_is_the_working_directory_or_a_marked_folder_above_the_
     assert project_root(script, tmp_path / "elsewhere") == tmp_path / "repo"
     assert project_root(script, script.parent) == script.parent  # the nearest wins
     assert project_root(tmp_path / "x.py", Path(tempfile.gettempdir())) == tmp_path
+
+
+def test_the_programs_processes_use_the_runs_first_pass_without_listing_the_project(
+    tmp_path: Path, monkeypatch,
+):
+    from fecomlite.instrument.importhook import Rewriter
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "helper.py").write_text(HELPER)
+    (root / "api.py").write_text("from json import dumps as encode\n")  # an export
+    runner = Rewriter(root, ["json"], tmp_path / "cache")
+    runner.rewrite_all()
+    key = runner.table_key()
+
+    def listing(self: Rewriter) -> list[Path]:
+        raise AssertionError("listed the project again")
+
+    data = (root / "helper.py").read_bytes()
+    expected = runner.entry(str(root / "helper.py"), data)
+    monkeypatch.setattr(Rewriter, "python_files", listing)
+    child = Rewriter(root, ["json"], tmp_path / "cache", table_key=key)
+    assert child.entry(str(root / "helper.py"), data) == expected
+    assert child.table_key() == key
+    monkeypatch.undo()  # the run's first pass gone from the cache: listed and made again
+    for table in (tmp_path / "cache" / "tables").iterdir():
+        table.unlink()
+    orphan = Rewriter(root, ["json"], tmp_path / "cache", table_key=key)
+    assert orphan.entry(str(root / "helper.py"), data) == expected
+    assert orphan.table_key() == key

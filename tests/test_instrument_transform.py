@@ -128,3 +128,16 @@ def test_libcst_positions_give_the_same_rewrite(case: str, monkeypatch: pytest.M
     source = (GOLDEN / f"{case}.py.in").read_text()
     monkeypatch.setattr(transform, "_spans_from_ast", lambda *args: None)
     assert instrument_source(source, "t.py", ROOTS).text == (GOLDEN / f"{case}.py.out").read_text()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_cpython_positions_pair_up(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast path: CPython's calls (``_ast_calls``) pair one-to-one with libcst's, so
+    libcst's position pass is never needed on these sources."""
+    source = (GOLDEN / f"{case}.py.in").read_text()
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("fell back to libcst's positions")
+
+    monkeypatch.setattr(transform, "_spans_from_libcst", refuse)
+    assert instrument_source(source, "t.py", ROOTS).text == (GOLDEN / f"{case}.py.out").read_text()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import libcst as cst
 
@@ -81,36 +81,43 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     kind = type(node)
     getter = _GETTERS.get(kind) or _getter(kind)
     found: list[cst.CSTNode] = []
+    is_node = _IS_NODE
     for value in getter(node):
         cls = value.__class__
         if cls is tuple or cls is list:
-            found.extend(item for item in value if _is_node(item.__class__))
-        elif _is_node(cls):
+            found.extend([item for item in value if is_node[item.__class__]])
+        elif is_node[cls]:
             found.append(value)
     return found
 
 
+class _NodeClasses(dict[type, bool]):
+    """``issubclass(cls, CSTNode)`` by class, remembered (an ABC's subclass check is slow):
+    a plain dict lookup once a class is known."""
+
+    def __missing__(self, cls: type) -> bool:
+        known = self[cls] = issubclass(cls, cst.CSTNode)
+        return known
+
+
 _GETTERS: dict[type, Callable[[cst.CSTNode], tuple[object, ...]]] = {}
-_NODE_CLASSES: dict[type, bool] = {}
+_IS_NODE = _NodeClasses()
 
 
 def _getter(kind: type) -> Callable[[cst.CSTNode], tuple[object, ...]]:
     """A C-level reader of the node fields of ``kind``, always giving a tuple."""
-    names = fields(kind)
-    if len(names) > 1:
-        getter: Callable[[cst.CSTNode], tuple[object, ...]] = operator.attrgetter(*names)
-    elif names:
-        one = operator.attrgetter(names[0])
-        getter = lambda node: (one(node),)  # noqa: E731 - one field, still a tuple
-    else:
-        getter = lambda node: ()  # noqa: E731
+    getter = tuple_getter(fields(kind))
     _GETTERS[kind] = getter
     return getter
 
 
-def _is_node(cls: type) -> bool:
-    """``issubclass(cls, CSTNode)``, remembered (an ABC's subclass check is slow)."""
-    known = _NODE_CLASSES.get(cls)
-    if known is None:
-        known = _NODE_CLASSES[cls] = issubclass(cls, cst.CSTNode)
-    return known
+def tuple_getter(names: Sequence[str]) -> Callable[[object], tuple[object, ...]]:
+    """A reader of the attributes `names` of an object as a tuple, at C level where it can be
+    (`operator.attrgetter` gives a bare value for one name, and cannot take none)."""
+    if len(names) > 1:
+        return operator.attrgetter(*names)
+    if names:
+        one = operator.attrgetter(names[0])
+        return lambda node: (one(node),)
+    return lambda node: ()
+

@@ -192,13 +192,12 @@ def _self_attributes(method: ast.AST, receiver: str, names: set[str],
                      callees: dict[str, str | None]) -> None:
     """Every ``receiver.x`` a method stores: its name, and its callee while all agree."""
     called: dict[int, str | None] = {}  # id(target) → callee, for `receiver.x = callee(...)`
-    for inner in ast.walk(method):
+    for inner in ast.walk(method):  # breadth first: an assignment comes before its target
         if isinstance(inner, ast.Assign) and len(inner.targets) == 1:
             value = inner.value
             called[id(inner.targets[0])] = (
                 _dotted(value.func) if isinstance(value, ast.Call) else None)
-    for inner in ast.walk(method):
-        if (isinstance(inner, ast.Attribute) and isinstance(inner.ctx, ast.Store)
+        elif (isinstance(inner, ast.Attribute) and isinstance(inner.ctx, ast.Store)
                 and isinstance(inner.value, ast.Name) and inner.value.id == receiver):
             names.add(inner.attr)
             callee = called.get(id(inner))
@@ -458,6 +457,8 @@ class Project:
             parts = name.split(".")
             modules.update(".".join(parts[:cut]) for cut in range(1, len(parts) + 1))
         self.modules = frozenset(modules)
+        # top-level packages of the project's modules (an import of one may be the project's)
+        self.packages = frozenset(name.split(".", 1)[0] for name in self.stars)
 
     def view(self, rel: str) -> ProjectView:
         identities = module_identities(rel)

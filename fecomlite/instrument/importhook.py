@@ -46,13 +46,14 @@ from fecomlite.instrument import project as _project
 from fecomlite.instrument.exports import Project, ProjectTable, build_table
 from fecomlite.runtime.names import set_roots
 
-HOOK_ENV = "FECOMLITE_HOOK"  # JSON: {"root", "api", "cache", "known"} for child processes
+HOOK_ENV = "FECOMLITE_HOOK"  # JSON: {"root", "api", "cache", "known", "table"} for children
 SITES_ENV = "FECOMLITE_SITES"  # a run's folder where each process logs its modules' sites
 BOOT_DIR = Path(__file__).resolve().with_name("hookboot")  # holds the children's sitecustomize
 _PACKAGE = Path(__file__).resolve().parents[1]  # fecomlite itself is never rewritten
 _INSTRUMENTER = Path(__file__).resolve().parent
 _MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 _FORMAT = 1  # of the cache entries
+_UNREADABLE = (OSError, pickle.PickleError, EOFError, ValueError, TypeError, AttributeError)
 PROBE = "__fecomlite__"  # the name rewritten calls use (`transform.PROBE`, without libcst)
 
 
@@ -124,13 +125,18 @@ def write_atomic(path: Path, data: bytes) -> None:
 class Rewriter:
     """The project's rewritten modules, from the cache or made (and cached) on first need."""
 
-    def __init__(self, root: Path, api_roots: list[str] | None, cache_dir: Path | None) -> None:
+    def __init__(
+        self, root: Path, api_roots: list[str] | None, cache_dir: Path | None,
+        table_key: str | None = None,
+    ) -> None:
+        """`table_key`: the first pass a parent process made for the run (`table_key()`), read
+        from the cache instead of listing the project again in every process of the run."""
         self.root = Path(os.path.realpath(root))
         self.roots = _project.configured_roots(self.root, api_roots or [])
         self.cache = Path(os.path.abspath(cache_dir or default_cache()))
         self._lock = threading.RLock()
         self._table: tuple[Project | None, str] | None = None
-        self._state_key = ""  # the project's files as found (names, sizes, mtimes)
+        self._state_key = table_key or ""  # the project's files as found (names, sizes, mtimes)
         self._files: list[Path] | None = None
         base = json.dumps([_FORMAT, instrumenter_state(), list(self.roots)])
         self._base = hashlib.sha256(base.encode()).hexdigest()
@@ -159,7 +165,7 @@ class Rewriter:
         """The project's Python files (listed once per Rewriter)."""
         if self._files is None:
             scratch = _project.InstrumentResult(self.root, self.root, None, ())
-            found = _project._discover(self.root, self.cache, scratch)
+            found = _project.discover_files(self.root, self.cache, scratch)
             self._files = [Path(f.path) for f in found
                            if f.kind == "python" and self.covers(f.path)]
         return self._files
@@ -174,7 +180,15 @@ class Rewriter:
                 self._table = self._load_table()
             return self._table
 
+    def table_key(self) -> str:
+        """The key of the first pass this Rewriter uses (its project's files as found)."""
+        self._project_table()
+        return self._state_key
+
     def _load_table(self) -> tuple[Project | None, str]:
+        if self._state_key:  # the run's, made by the parent: every process uses the same one
+            with contextlib.suppress(*_UNREADABLE):
+                return self._unpickled(self._cached_table(self._state_key).read_bytes())
         files = self.python_files()
         state = []
         for path in files:
@@ -183,16 +197,24 @@ class Rewriter:
                 state.append((str(path), stat.st_size, stat.st_mtime_ns))
         key = hashlib.sha256(json.dumps([self._base, state]).encode()).hexdigest()
         self._state_key = key
-        cached = self.cache / "tables" / f"{key}.pickle"
+        cached = self._cached_table(key)
         try:
-            table, digest = pickle.loads(cached.read_bytes())
-        except (OSError, pickle.PickleError, EOFError, ValueError, TypeError, AttributeError):
+            return self._unpickled(cached.read_bytes())
+        except _UNREADABLE:
             table = self._build_table(files)
             digest = hashlib.sha256(json.dumps(_canonical(table)).encode()).hexdigest()
+            data = pickle.dumps((table, digest))
             with contextlib.suppress(OSError):
-                write_atomic(cached, pickle.dumps((table, digest)))
-        project = Project(table) if table.exports or table.stars else None
-        return project, digest
+                write_atomic(cached, data)
+            return self._unpickled(data)
+
+    def _cached_table(self, key: str) -> Path:
+        return self.cache / "tables" / f"{key}.pickle"
+
+    @staticmethod
+    def _unpickled(data: bytes) -> tuple[Project | None, str]:
+        table, digest = pickle.loads(data)
+        return (Project(table) if table.exports or table.stars else None), digest
 
     def _build_table(self, files: list[Path]) -> ProjectTable:
         from fecomlite.instrument.transform import SourceError
@@ -200,10 +222,10 @@ class Rewriter:
         sources = {}
         for path in files:
             try:
-                sources[self.rel(str(path))], _ = _project._decode(path.read_bytes(), False)
+                sources[self.rel(str(path))], _ = _project.decode_source(path.read_bytes(), False)
             except (OSError, SourceError):
                 continue
-        return build_table(sources, _project._roots(self.roots))
+        return build_table(sources, _project.roots_of(self.roots))
 
     # --------------------------------------------------------------------- one file
 
@@ -230,9 +252,9 @@ class Rewriter:
 
         made: dict[str, Any] = {"text": None, "sites": {}, "failures": [], "notes": []}
         try:
-            text, _ = _project._decode(data, False)
+            text, _ = _project.decode_source(data, False)
             view = project.view(rel) if project is not None else None
-            rewrite = instrument_source(text, rel, _project._roots(self.roots), view)
+            rewrite = instrument_source(text, rel, _project.roots_of(self.roots), view)
         except SourceError as error:
             made["failures"].append([rel, error.line, error.col, error.message])
             return made
@@ -515,12 +537,12 @@ class ImportHook(importlib.abc.MetaPathFinder):
 
 def install(
     root: Path, *, api_roots: list[str] | None = None, cache_dir: Path | None = None,
-    site_log: SiteLog | None = None,
+    site_log: SiteLog | None = None, table_key: str | None = None,
 ) -> ImportHook:
     """Rewrite every module whose file lies under `root` (not a virtualenv's or site-packages',
     not fecomlite's) as it is imported, from now on in this process. Modules imported before
-    stay as they are."""
-    hook = ImportHook(Rewriter(root, api_roots, cache_dir), site_log)
+    stay as they are. `table_key`: the run's first pass (`Rewriter`)."""
+    hook = ImportHook(Rewriter(root, api_roots, cache_dir, table_key), site_log)
     sys.meta_path.insert(0, hook)
     hook._serve_runpy()
     importlib.invalidate_caches()
@@ -537,6 +559,7 @@ def child_environment(
         "api": list(hook.rewriter.roots),
         "cache": str(hook.rewriter.cache),
         "known": str(known) if known is not None else None,
+        "table": hook.rewriter.table_key(),  # no process of the run lists the project again
     }
     paths = [str(BOOT_DIR), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     return {**env, HOOK_ENV: json.dumps(settings), "PYTHONPATH": os.pathsep.join(paths)}
@@ -555,7 +578,8 @@ def install_from_environment() -> ImportHook | None:
         known, folder = settings.get("known"), os.environ.get(SITES_ENV)
         log = SiteLog(Path(folder), Path(known) if known else None) if folder else None
         return install(Path(settings["root"]), api_roots=list(settings["api"]),
-                       cache_dir=Path(settings["cache"]), site_log=log)
+                       cache_dir=Path(settings["cache"]), site_log=log,
+                       table_key=settings.get("table"))
     except (ValueError, KeyError, TypeError, OSError):
         return None
 

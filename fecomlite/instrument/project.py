@@ -7,6 +7,9 @@ file is read where it lies). Files are independent, so a project big enough to r
 of worker processes is spread over the CPUs. Folders keep their permissions
 (a private project stays private in its copy), and a symlink that leads out of the project is
 kept as a link to where it points, never followed or copied (the summary says so).
+
+The import hook (``importhook.py``) shares this module's listing, decoding and roots:
+``discover_files``, ``decode_source`` and ``roots_of``.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ import time
 import tokenize
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -190,7 +192,7 @@ def instrument_path(
     )
     if not list_only:
         _prepare_out(path, out)
-    files = _discover(path, out, result) if is_dir else [_entry(path, path.name, single=True)]
+    files = discover_files(path, out, result) if is_dir else [_entry(path, path.name, single=True)]
     work = [f for f in files if f.kind not in ("copy", "link")]
     copies = [f for f in files if f.kind in ("copy", "link")]
     place = _link if link_others else shutil.copy2
@@ -198,6 +200,7 @@ def instrument_path(
         table = _project_table(work, roots) if is_dir else ProjectTable()
         outcomes = _run(work, out, roots, list_only, workers, result, copies, table, place)
     finally:
+        gc.unfreeze()
         _parsed.clear()
     for outcome in sorted(outcomes, key=lambda o: o.rel):
         result.lines += outcome.lines
@@ -230,7 +233,7 @@ def source_state(path: Path, out: Path) -> list[tuple[str, str, int, int]]:
         return [(path.name, "python", stat.st_size, stat.st_mtime_ns)]
     scratch = InstrumentResult(source=path, out=path, manifest=None, api_roots=())
     state = []
-    for file in _discover(path, Path(os.path.abspath(out)), scratch):
+    for file in discover_files(path, Path(os.path.abspath(out)), scratch):
         try:
             stat = os.stat(file.path)
         except OSError:
@@ -288,14 +291,16 @@ def _write_manifest(result: InstrumentResult) -> None:
 
 
 @dataclass(frozen=True)
-class _File:
+class ProjectFile:
+    """A file of the project as ``discover_files`` found it (the import hook lists the same)."""
+
     path: str  # absolute, as found (symlinks not resolved); a link's: where it points
     rel: str  # relative to the instrumented root, with "/"
     kind: str  # python | notebook | copy | link (out of the project: recreated, not followed)
     size: int
 
 
-def _entry(path: Path, rel: str, *, single: bool = False) -> _File:
+def _entry(path: Path, rel: str, *, single: bool = False) -> ProjectFile:
     """A file found in a project; a file given alone is Python (a script) unless a notebook."""
     suffix = path.suffix.lower()
     if suffix == ".ipynb":
@@ -308,12 +313,14 @@ def _entry(path: Path, rel: str, *, single: bool = False) -> _File:
         size = path.stat().st_size
     except OSError:
         size = 0  # reported when read
-    return _File(str(path), rel, kind, size)
+    return ProjectFile(str(path), rel, kind, size)
 
 
-def _discover(root: Path, out: Path, result: InstrumentResult) -> list[_File]:
-    """Every file to instrument or copy, following symlinks once (loops are reported)."""
-    files: list[_File] = []
+def discover_files(root: Path, out: Path, result: InstrumentResult) -> list[ProjectFile]:
+    """Every file to instrument or copy under ``root`` (``out``, instrumented copies and
+    virtual environments left out), following symlinks once; loops, unreadable folders and
+    links out of the project go to ``result``'s notes and failures."""
+    files: list[ProjectFile] = []
     real_out = os.path.realpath(out)
     real_root = os.path.realpath(root)
     seen = {_identity(root)}
@@ -325,7 +332,7 @@ def _discover(root: Path, out: Path, result: InstrumentResult) -> list[_File]:
         target = os.path.realpath(full)
         if os.path.commonpath([target, real_root]) == real_root:
             return False
-        files.append(_File(target, rel, "link", 0))
+        files.append(ProjectFile(target, rel, "link", 0))
         result.notes.append(f"{rel}: kept as a link to {target} (outside the project, not "
                             "followed)")
         return True
@@ -398,7 +405,7 @@ class _Outcome:
     notes: list[str] = field(default_factory=list)
 
 
-def _project_table(work: list[_File], roots: tuple[str, ...]) -> ProjectTable:
+def _project_table(work: list[ProjectFile], roots: tuple[str, ...]) -> ProjectTable:
     """The first pass (``exports.py``) over the project's Python files, before any worker."""
     from fecomlite.instrument.transform import SourceError
 
@@ -407,25 +414,27 @@ def _project_table(work: list[_File], roots: tuple[str, ...]) -> ProjectTable:
         if file.kind != "python":
             continue
         try:
-            sources[file.rel], _ = _decode(Path(file.path).read_bytes(), notebook=False)
+            sources[file.rel], _ = decode_source(Path(file.path).read_bytes(), notebook=False)
         except (OSError, SourceError):
             continue  # reported by the per-file pass
     small = sum(len(text) for text in sources.values()) <= REUSED_TREES_MAX_CHARS
     trees: dict[str, ast.Module] | None = {} if small else None
-    table = build_table(sources, _roots(roots), trees)
+    with _collection_deferred():  # the kept trees would be scanned again and again
+        table = build_table(sources, roots_of(roots), trees)
+        gc.freeze()  # and once more when collection resumes (thawed by instrument_path)
     for rel, tree in (trees or {}).items():
         _parsed[rel] = (sources[rel], tree)
     return table
 
 
 def _run(
-    work: list[_File],
+    work: list[ProjectFile],
     out: Path,
     roots: tuple[str, ...],
     list_only: bool,
     workers: int | None,
     result: InstrumentResult,
-    copies: list[_File],
+    copies: list[ProjectFile],
     table: ProjectTable,
     place: Callable[[str, Path], object],
 ) -> list[_Outcome]:
@@ -435,26 +444,28 @@ def _run(
     ]
     count = _worker_count(work, workers)
     result.workers = count
+    # the first pass's trees (and, in forked workers, the whole parent heap) are never scanned
+    # by the collections between files (nor copied by the workers' scans); thawed by the caller
+    gc.freeze()
     if count == 1:
         _use_table(table)
         outcomes = [_process(task) for task in tasks]
         if not list_only:
             _copy_all(copies, out, result, place)
         return outcomes
-    gc.freeze()  # forked workers then never scan (and so never copy) the parent's heap
-    try:
-        with ProcessPoolExecutor(
-            max_workers=count, mp_context=_context(), initializer=_use_table, initargs=(table,)
-        ) as pool:
-            futures = [pool.submit(_process, task) for task in tasks]
-            if not list_only:
-                _copy_all(copies, out, result, place)  # meanwhile, in this process
-            return [future.result() for future in futures]
-    finally:
-        gc.unfreeze()
+    # imported here: every process of a measured program imports this module (the import hook)
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(
+        max_workers=count, mp_context=_context(), initializer=_use_table, initargs=(table,)
+    ) as pool:
+        futures = [pool.submit(_process, task) for task in tasks]
+        if not list_only:
+            _copy_all(copies, out, result, place)  # meanwhile, in this process
+        return [future.result() for future in futures]
 
 
-def _worker_count(work: list[_File], workers: int | None) -> int:
+def _worker_count(work: list[ProjectFile], workers: int | None) -> int:
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -478,7 +489,10 @@ def _link(source: str, target: Path) -> None:
 
 
 def _copy_all(
-    copies: list[_File], out: Path, result: InstrumentResult, place: Callable[[str, Path], object]
+    copies: list[ProjectFile],
+    out: Path,
+    result: InstrumentResult,
+    place: Callable[[str, Path], object],
 ) -> None:
     made: set[Path] = set()
     for file in copies:
@@ -497,7 +511,8 @@ def _copy_all(
 
 
 @lru_cache(maxsize=8)
-def _roots(names: tuple[str, ...]) -> Roots:
+def roots_of(names: tuple[str, ...]) -> Roots:
+    """The ``Roots`` of configured root names, made once per tuple (every file asks for it)."""
     return Roots(names)
 
 
@@ -527,7 +542,7 @@ def _process(task: tuple[str, str, bool, str | None, tuple[str, ...]]) -> _Outco
     encoding = "utf-8"
     view = _project.view(rel) if _project is not None else None
     try:
-        text, encoding = _decode(data, notebook)
+        text, encoding = decode_source(data, notebook)
         with _collection_deferred():
             rewrite = _rewrite(text, rel, notebook, roots, view, outcome)
     except SourceError as error:
@@ -562,12 +577,12 @@ def _rewrite(
     from fecomlite.instrument.transform import instrument_source
 
     if notebook:
-        rewrite, cell_errors = instrument_notebook(text, rel, _roots(roots), view)
+        rewrite, cell_errors = instrument_notebook(text, rel, roots_of(roots), view)
         outcome.failures += [Failure(rel, e.line, e.col, e.message) for e in cell_errors]
         return rewrite
     parsed = _parsed.get(rel)
     tree = parsed[1] if parsed is not None and parsed[0] == text else None
-    return instrument_source(text, rel, _roots(roots), view, tree)
+    return instrument_source(text, rel, roots_of(roots), view, tree)
 
 
 @contextmanager
@@ -584,8 +599,9 @@ def _collection_deferred() -> Iterator[None]:
             gc.enable()
 
 
-def _decode(data: bytes, notebook: bool) -> tuple[str, str]:
-    """The text of a file and its encoding (PEP 263 cookie or BOM; notebooks are UTF-8)."""
+def decode_source(data: bytes, notebook: bool) -> tuple[str, str]:
+    """The text of a file and its encoding (PEP 263 cookie or BOM; notebooks are UTF-8); a
+    file that cannot be decoded raises ``SourceError`` with the line and column of the byte."""
     from fecomlite.instrument.transform import SourceError
 
     if notebook:

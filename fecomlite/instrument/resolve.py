@@ -31,7 +31,7 @@ from libcst.helpers import get_full_name_for_node
 from libcst.metadata import BuiltinAssignment, ImportAssignment
 from libcst.metadata.scope_provider import Scope
 
-from fecomlite.instrument.cstwalk import fields
+from fecomlite.instrument.cstwalk import children
 from fecomlite.instrument.exports import Export, ProjectView, StarNames
 from fecomlite.instrument.names import (
     COMPILER_GUARDS,
@@ -124,14 +124,8 @@ class _Collector:
             self.children(node)
 
     def children(self, node: cst.CSTNode) -> None:
-        for name in fields(type(node)):
-            value = getattr(node, name)
-            if isinstance(value, cst.CSTNode):
-                self.walk(value)
-            elif type(value) is tuple or type(value) is list:
-                for item in value:
-                    if isinstance(item, cst.CSTNode):
-                        self.walk(item)
+        for child in children(node):
+            self.walk(child)
 
     def mark(self, node: cst.CSTNode) -> None:
         self.counter += 1
@@ -578,7 +572,9 @@ class Resolver:
         self.roots = roots
         self.project = project
         self.referents: dict[cst.CSTNode, Iterable[Any]] = {}
-        for scope in {id(s): s for s in scopes.values() if s is not None}.values():
+        for scope in dict.fromkeys(scopes.values()):  # each scope once, as first met
+            if scope is None:
+                continue
             for access in scope.accesses:
                 self.referents[access.node] = access.referents
         self.records = {record.node: record for record in collected.calls}
@@ -591,8 +587,7 @@ class Resolver:
         self._compilers: dict[FuncInfo, str | None] = {}
         self._trains: dict[FuncInfo, tuple[bool, str]] = {}
         self._by_callee_name: dict[str, list[CallRecord]] | None = None
-        modules = project.project.stars if project is not None else {}
-        self._project_packages = frozenset(name.split(".", 1)[0] for name in modules)
+        self._project_packages = project.project.packages if project is not None else frozenset()
 
     # -- expressions
 
@@ -1102,11 +1097,11 @@ def compiled_bodies(resolver: Resolver) -> set[_DefNode]:
             if target is not None:
                 add_value(resolver.value(target), target)
     # Whatever a graph body calls of the user's own code is traced into the graph too.
-    changed = True
+    changed = bool(compiled)
     while changed:
         size = len(compiled)
         for record in col.calls:
-            if any(node in compiled for node in record.chain):
+            if not compiled.isdisjoint(record.chain):
                 add_value(resolver.value(record.node.func))
         changed = len(compiled) != size
     return compiled
@@ -1126,7 +1121,7 @@ def find_sites(
     epochs = epoch_loops(resolver)
     sites = []
     for record in collected.calls:
-        if record.in_annotation or any(node in compiled for node in record.chain):
+        if record.in_annotation or (compiled and not compiled.isdisjoint(record.chain)):
             continue
         resolution, _ = resolver.call(record.node)
         inner = record.chain[-1] if record.chain else None

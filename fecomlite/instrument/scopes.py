@@ -5,15 +5,16 @@ and ``ScopeProvider`` each do their work in a visitor of their own from ``visit_
 batching machinery then walks every node again for each of them doing nothing, and the resolver
 ends with one more batched walk with no visitor at all. Here libcst's ``ScopeVisitor`` runs once,
 through the provider hook libcst documents for custom providers (``_gen_impl`` filling
-``set_metadata``), and the expression contexts it needs (is a name stored, loaded or deleted?)
-come from the fast field walk of ``cstwalk``, following libcst's ``ExpressionContextVisitor``
-rule for rule; tests pin both to libcst's own providers. Should a libcst release move
-``ScopeVisitor``, the stock ``ScopeProvider`` is used instead.
+``set_metadata``). The one expression context it asks for (is a name stored? loaded and deleted
+names are both accesses) is marked in the same walk: entering a binding node marks the names its
+target stores, by libcst's ``ExpressionContextVisitor`` rules; a test pins the scopes to libcst's
+own provider. Should a libcst release move ``ScopeVisitor``, the stock ``ScopeProvider`` is used
+instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import libcst as cst
@@ -33,84 +34,51 @@ try:
 except ImportError:  # pragma: no cover - a libcst that reorganised its internals
     ScopeVisitor = None
 
-LOAD, STORE, DEL = ExpressionContext.LOAD, ExpressionContext.STORE, ExpressionContext.DEL
+STORE = ExpressionContext.STORE
 
 
-def expression_contexts(module: cst.Module) -> dict[cst.CSTNode, ExpressionContext]:
-    """What libcst's ``ExpressionContextProvider`` gives, from one fast walk.
-
-    Targets of assignments, loops, ``as`` clauses, walrus, definitions and parameters are
-    stored, ``del`` targets deleted, everything else loaded; an attribute's base and a
-    subscript's base and index are always loaded, and ``Attribute.attr`` gets no context.
-    """
-    out: dict[cst.CSTNode, ExpressionContext] = {}
-
-    def parts(node: cst.CSTNode, names: tuple[str, ...], context: ExpressionContext) -> None:
-        for name in names:
-            value = getattr(node, name)
-            if isinstance(value, cst.CSTNode):
-                walk(value, context)
-            elif value is not None:
-                for item in value:
-                    walk(item, context)
-
-    def walk(node: cst.CSTNode, context: ExpressionContext) -> None:
-        kind = type(node)
-        if kind is cst.Name:
-            out[node] = context
-        elif kind is cst.Attribute:
-            out[node] = context
-            walk(node.value, LOAD)
-        elif kind is cst.Subscript:
-            out[node] = context
-            walk(node.value, LOAD)
-            for element in node.slice:
-                walk(element, LOAD)
-        elif kind in _TARGET_FIRST:
-            walk(node.target, STORE)
-            parts(node, _TARGET_FIRST[kind], context)
-        elif kind is cst.Assign:
-            for target in node.targets:
-                walk(target, STORE)
-            walk(node.value, context)
-        elif kind is cst.AsName:
-            walk(node.name, STORE)
-        elif kind is cst.Del:
-            walk(node.target, DEL)
-        elif kind is cst.ClassDef or kind is cst.FunctionDef or kind is cst.Param:
-            walk(node.name, STORE)
-            parts(node, _DEFINITION_PARTS[kind], context)
-        else:
-            if kind is cst.Tuple or kind is cst.List or kind is cst.StarredElement:
-                out[node] = context
-            for child in children(node):
-                walk(child, context)
-
-    walk(module, LOAD)
-    return out
+def _store(target: cst.CSTNode, stored: set[cst.CSTNode]) -> None:
+    """The names a binding target stores: through tuples, lists and starred elements, not
+    into an attribute's base or a subscript (those are loaded)."""
+    kind = type(target)
+    if kind is cst.Name:
+        stored.add(target)
+    elif kind is not cst.Attribute and kind is not cst.Subscript:
+        for child in children(target):
+            _store(child, stored)
 
 
-# Nodes whose `target` is stored, then the other parts visited as they are.
-_TARGET_FIRST: dict[type, tuple[str, ...]] = {
-    cst.AnnAssign: ("annotation", "value"),
-    cst.AugAssign: ("value",),
-    cst.NamedExpr: ("value",),
-    cst.CompFor: ("iter", "ifs", "inner_for_in"),
-    cst.For: ("iter", "body", "orelse"),
-}
-_DEFINITION_PARTS: dict[type, tuple[str, ...]] = {
-    cst.ClassDef: ("body", "bases", "keywords", "decorators"),
-    cst.FunctionDef: ("params", "body", "decorators", "returns"),
-    cst.Param: ("annotation", "default"),
+def _store_targets(node: cst.Assign, stored: set[cst.CSTNode]) -> None:
+    for target in node.targets:
+        _store(target.target, stored)
+
+
+# What each binding node stores, marked when the walk enters it (before its names are met).
+_BINDERS: dict[type, Callable[[Any, set[cst.CSTNode]], None]] = {
+    cst.Assign: _store_targets,
+    cst.AnnAssign: lambda node, stored: _store(node.target, stored),
+    cst.AugAssign: lambda node, stored: _store(node.target, stored),
+    cst.NamedExpr: lambda node, stored: _store(node.target, stored),
+    cst.For: lambda node, stored: _store(node.target, stored),
+    cst.CompFor: lambda node, stored: _store(node.target, stored),
+    # (libcst's visitor enters a comprehension's first `for` without walking it)
+    cst.ListComp: lambda node, stored: _store(node.for_in.target, stored),
+    cst.SetComp: lambda node, stored: _store(node.for_in.target, stored),
+    cst.DictComp: lambda node, stored: _store(node.for_in.target, stored),
+    cst.GeneratorExp: lambda node, stored: _store(node.for_in.target, stored),
+    cst.AsName: lambda node, stored: _store(node.name, stored),
+    cst.ClassDef: lambda node, stored: stored.add(node.name),
+    cst.FunctionDef: lambda node, stored: stored.add(node.name),
+    cst.Param: lambda node, stored: stored.add(node.name),
 }
 
 
 class _Scopes(BaseMetadataProvider["Scope | None"]):
     """libcst's scopes, computed in one traversal from already computed contexts."""
 
-    def __init__(self, contexts: Mapping[cst.CSTNode, ExpressionContext]) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self._contexts = contexts
+        self.stored: set[cst.CSTNode] = set()  # the names bound (all others are loaded)
         self.typing_calls = True  # whether the module may call typing.NewType/TypeVar/cast
 
     def _gen_impl(self, module: cst.Module) -> None:
@@ -120,8 +88,8 @@ class _Scopes(BaseMetadataProvider["Scope | None"]):
         visitor.infer_accesses()
 
     def get_metadata(self, key: Any, node: cst.CSTNode, default: Any = None) -> Any:
-        if key is ExpressionContextProvider:  # all ScopeVisitor ever asks for
-            return self._contexts.get(node, default)
+        if key is ExpressionContextProvider:  # all ScopeVisitor ever asks for, of a name:
+            return STORE if node in self.stored else default  # stored, or else an access
         return super().get_metadata(key, node, default)
 
 
@@ -132,7 +100,7 @@ def resolve_scopes(
     module's text where known, lets calls skip a check only ``typing`` calls need."""
     if ScopeVisitor is None:
         return MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider)
-    scopes = _Scopes(expression_contexts(module))
+    scopes = _Scopes()
     scopes.typing_calls = source is None or any(word in source for word in _TYPING_CALLS)
     scopes._gen_impl(module)
     return scopes._computed
@@ -159,6 +127,10 @@ if ScopeVisitor is not None:
             kind = type(node)
             hooks = _HOOKS.get(kind) or _hooks(kind)
             visit, leave, assigns = hooks
+            binds = _BINDERS.get(kind)
+            # (a string annotation's own parse is not in the tree: libcst gives it no contexts)
+            if binds is not None and self._ScopeVisitor__last_string_annotation is None:
+                binds(node, self.provider.stored)
             if visit is None or visit(self, node) is not False:
                 for child in children(node):
                     self.walk(child)

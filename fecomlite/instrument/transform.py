@@ -6,7 +6,9 @@ The rewrite splices text at a few offsets instead of regenerating the module fro
 everything outside the inserted text stays byte-for-byte, no line moves, and no second codegen
 pass is paid for. Call positions come from CPython's own ``ast`` (fast, and the positions
 tracebacks use), paired one-to-one with libcst's calls in source order; when the pairing does
-not check out, libcst's ``PositionProvider`` supplies them instead.
+not check out, libcst's ``PositionProvider`` supplies them instead. The libcst tree analysed is
+rebuilt from that same ``ast`` tree (``astcst.py``) wherever it can be, and parsed by libcst
+otherwise.
 """
 
 from __future__ import annotations
@@ -15,16 +17,20 @@ import ast
 import bisect
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from fecomlite.instrument.astcst import module_from_ast
 from fecomlite.instrument.cstparse import parse_module
+from fecomlite.instrument.cstwalk import tuple_getter
 from fecomlite.instrument.exports import ProjectView
 from fecomlite.instrument.names import Roots
 from fecomlite.instrument.resolve import (
     CallRecord,
+    Collected,
     Site,
     epochs_name,
     find_sites,
@@ -138,18 +144,31 @@ def instrument_segments(
     """Instrument ``text`` (parsed as ``tree``), resolved as one module, keyed by segment."""
     if PROBE in text:
         raise SourceError(1, 1, f"already instrumented (it uses {PROBE}); refusing to wrap twice")
-    try:
-        module = parse_module(text)
-    except cst.ParserSyntaxError as error:
-        raise SourceError(error.raw_line, error.raw_column + 1, error.message) from error
-    collected, sites = find_sites(module, resolve_scopes(module, text), roots, project)
+    lines = _Lines(text)
+    try:  # on libcst's tree rebuilt from `tree` (``astcst``): no libcst parse
+        collected, sites = _sites(module_from_ast(tree, text), text, roots, project)
+        spans = _spans_from_ast(tree, collected.calls, lines) if sites else {}
+    except Exception:  # what it does not rebuild, or fails on: libcst's own parse decides
+        spans = None
+    if spans is None:
+        try:
+            module = parse_module(text)
+        except cst.ParserSyntaxError as error:
+            raise SourceError(error.raw_line, error.raw_column + 1, error.message) from error
+        collected, sites = _sites(module, text, roots, project)
+        if sites:
+            spans = _spans_from_ast(tree, collected.calls, lines)
+            if spans is None:
+                spans = _spans_from_libcst(module, collected.calls, lines, text)
     if not sites:
         return Rewrite(None)
-    lines = _Lines(text)
-    spans = _spans_from_ast(tree, collected.calls, lines)
-    if spans is None:
-        spans = _spans_from_libcst(module, collected.calls, lines, text)
     return _splice(text, segments, sites, spans, lines)
+
+
+def _sites(
+    module: cst.Module, text: str, roots: Roots, project: ProjectView | None
+) -> tuple[Collected, list[Site]]:
+    return find_sites(module, resolve_scopes(module, text), roots, project)
 
 
 class _Lines:
@@ -180,22 +199,38 @@ class _Lines:
 
 
 def _ast_calls(tree: ast.Module) -> list[ast.Call]:
-    """Every call of ``tree``, in source order (a plain stack walk: ``ast.walk`` costs twice
-    as much)."""
+    """Every call of ``tree``, in source order (a plain stack walk over the fields that may hold
+    a call, read per node type by one ``attrgetter``: ``ast.walk`` costs several times as much)."""
     calls = []
     stack: list[object] = [tree]
+    getters = _AST_GETTERS
     while stack:
         node = stack.pop()
-        if node.__class__ is ast.Call:
+        kind = node.__class__
+        if kind is ast.Call:
             calls.append(node)
-        for name in getattr(node, "_fields", ()):  # lists may hold names (global) and None
-            value = getattr(node, name)
-            if value.__class__ is list:
+        for value in (getters.get(kind) or _ast_getter(kind))(node):
+            if value.__class__ is list:  # lists may hold names (global) and None: no fields
                 stack.extend(value)
-            elif isinstance(value, ast.AST):
+            elif value is not None:
                 stack.append(value)
     calls.sort(key=lambda c: (c.lineno, c.col_offset, -c.end_lineno, -c.end_col_offset))
     return calls
+
+
+# Fields that never hold a call: names, operators, contexts, flags, a constant's value.
+_NO_CALLS = frozenset(
+    {"id", "ctx", "op", "ops", "arg", "attr", "name", "names", "asname", "module", "level",
+     "kind", "type_comment", "conversion", "is_async", "simple", "tag"}
+)  # fmt: skip
+_AST_GETTERS: dict[type, Callable[[object], tuple[object, ...]]] = {ast.Constant: lambda _: ()}
+
+
+def _ast_getter(kind: type) -> Callable[[object], tuple[object, ...]]:
+    """The fields of ``kind`` that may hold a call, as a tuple (none for a non-node value)."""
+    getter = tuple_getter([name for name in getattr(kind, "_fields", ()) if name not in _NO_CALLS])
+    _AST_GETTERS[kind] = getter
+    return getter
 
 
 def _same_shape(node: cst.Call, call: ast.Call) -> bool:
