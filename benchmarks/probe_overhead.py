@@ -11,12 +11,19 @@ The same loop through `dcall` (a call whose callee the instrumenter could not na
 run time) with `math` not a root measures the pass-through path a non-framework callee takes:
 target +30 ns or less with the C extension.
 
-    python benchmarks/probe_overhead.py [--calls N] [--rounds R]
+`--reference SO` times another build of the C probe in the same rounds (e.g. main's
+`_fastprobe*.so`, built in a scratch copy), configured as this one and on the same clock; its
+records are taken between loops, not sent, so compare its CPU figure (the flusher's work is not
+on the calling thread's CPU) more than its wall figure.
+
+    python benchmarks/probe_overhead.py [--calls N] [--rounds R] [--reference SO]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.machinery
+import importlib.util
 import math
 import os
 import statistics
@@ -90,6 +97,27 @@ def instrumented_ring(n: int) -> float:
         __fecomlite__._native.set_ring(None)  # what was not drained moves to memory
 
 
+def reference_loop(path: str):
+    """The same loop through `call` of another build of the C probe (`--reference`), its site
+    past its sized calls as this one's is; and the build, whose records the caller takes."""
+    loader = importlib.machinery.ExtensionFileLoader("_fastprobe", path)
+    reference = importlib.util.module_from_spec(
+        importlib.util.spec_from_file_location("_fastprobe", path, loader=loader))
+    loader.exec_module(reference)
+    reference.configure(__fecomlite__._before, __fecomlite__._after)
+    reference.use_tsc(__fecomlite__._native.clock() == "tsc")
+    reference.set_fast("bench.py:5:0", True)
+    call = reference.call
+
+    def referenced(n: int) -> float:
+        total = 0.0
+        for i in range(n):
+            total += call("bench.py:5:0", math.sqrt, i)
+        return total
+
+    return referenced, reference
+
+
 def per_call_ns(loop, n: int) -> tuple[float, float]:
     """Wall ns and the calling thread's CPU ns per call (the CPU time is what the probe itself
     costs, whatever the load: it leaves out time the thread was not running)."""
@@ -102,6 +130,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--reference", metavar="SO",
+                        help="another build's _fastprobe .so, timed in the same rounds")
     _results.add_option(parser, "probe_overhead")
     args = parser.parse_args()
     loops = {"original": original, "instrumented": instrumented, "python": python_fallback,
@@ -109,6 +139,8 @@ def main() -> None:
     if __fecomlite__._native is not None:
         loops["monotonic"] = instrumented_monotonic
         loops["ring"] = instrumented_ring
+        if args.reference:
+            loops["reference"], reference = reference_loop(args.reference)
     times: dict[str, list[float]] = {name: [] for name in loops}
     cpu: dict[str, list[float]] = {name: [] for name in loops}
     for _ in range(args.rounds):
@@ -117,13 +149,17 @@ def main() -> None:
             times[name].append(wall)
             cpu[name].append(on_cpu)
         __fecomlite__.flush()
+        if "reference" in loops:
+            reference.drain()
     base = statistics.median(times["original"])
     native = (f"C, {__fecomlite__._native.clock()}" if __fecomlite__._native is not None
               else "not built")
     print(f"original call:            {base:8.1f} ns")
-    figures = {"calls": args.calls, "rounds": args.rounds, "native": native, "bare_call_ns": base}
+    figures = {"calls": args.calls, "rounds": args.rounds, "native": native, "bare_call_ns": base,
+               "reference": args.reference}
     labels = (("instrumented", f"probe ({native})"), ("monotonic", "probe (C, monotonic)"),
               ("ring", f"probe ({native}, ring file)"),
+              ("reference", "reference build's probe"),
               ("python", "probe (pure Python)"), ("dcall", f"pass-through ({native})"),
               ("dcall_python", "pass-through (Python)"))
     for name, label in (item for item in labels if item[0] in times):

@@ -153,6 +153,62 @@ def test_calls_in_progress_start_when_the_call_did(clock):
         assert site == "open:1" and before <= t0 <= entered
 
 
+def test_the_sites_past_their_sized_calls_are_the_c_paths_flags():
+    """`probe._fast` reads and changes the C path's flag per site: what it holds is what the
+    hot path does (sized call or timestamps only)."""
+    site = "flags:1"
+    for _ in range(probe.SLOW_CALLS_PER_SITE + 1):
+        probe.call(site, len, b"abc")
+    assert site in probe._fast and probe._native.is_fast(site) and site in list(probe._fast)
+    probe._fast.discard(site)
+    assert site not in probe._fast and not probe._native.is_fast(site)
+    probe.call(site, len, b"abc")
+    probe._fast.add(site)
+    probe.call(site, len, b"abc")
+    assert [sized for *_, sized in events("flags:")] == [True] * probe.SLOW_CALLS_PER_SITE + [
+        False, True, False]
+    assert "flags:never called" not in probe._fast
+
+
+def test_a_call_in_progress_is_shown_after_more_threads_than_slots_have_called():
+    """Each thread keeps the slot of its calls in progress between calls; threads that ended,
+    or wait between calls, give theirs up to a new thread once every slot is taken."""
+    slots = 64  # OPEN_SLOTS in _fastprobe.c
+    done, go = threading.Event(), threading.Event()
+
+    def waits_between_calls() -> None:
+        probe.call("slots:idle", int)
+        go.wait()
+
+    def ends() -> None:
+        probe.call("slots:ended", int)
+
+    idle = [threading.Thread(target=waits_between_calls) for _ in range(slots // 2 + 2)]
+    for thread in idle:
+        thread.start()
+    for _ in range(slots):
+        ended = threading.Thread(target=ends)
+        ended.start()
+        ended.join()
+    seen: list[Any] = []
+
+    def in_a_call() -> None:
+        seen.extend(s for tid, _, s in probe.open_calls() if tid == threading.get_ident())
+        done.set()
+
+    late = threading.Thread(target=probe.call, args=("slots:late", in_a_call))
+    late.start()
+    late.join()
+    go.set()
+    for thread in idle:
+        thread.join()
+    assert done.is_set() and [site for site, _ in seen[0]] == ["slots:late"]
+    mine: list[Any] = []
+    probe.call("slots:again", lambda: mine.extend(
+        s for tid, _, s in probe.open_calls() if tid == threading.get_ident()))
+    assert [site for site, _ in mine[0]] == ["slots:again"]
+
+
 def test_tsc_stamps_convert_to_clock_monotonic_within_a_microsecond():
     """Stamps taken over ~3 s between two clock_gettime reads, converted at the end (as a drain
     converts them, across the anchors read meanwhile): each lands between its two reads, within

@@ -31,12 +31,16 @@
 #include <unistd.h>
 #include <pthread.h>
 
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+
 /* Sites by number: the first time a site key object is seen it gets a small id (equal keys share
  * one), kept in `site_names` with a reference for the process's life; the hot path finds it in a
  * direct-mapped cache by the key object's address (a site key is a constant of the user's code:
  * one object per site), one compare on a hit. The slot holds a reference to the key, so its
  * address cannot be reused while it is cached. Each id has a flag byte: SITE_FAST, the site is
- * past its sized calls (probe.py's `_fast`, mirrored here by `set_fast`). */
+ * past its sized calls (`set_fast`; probe.py's `_fast` reads and changes these flags, the only
+ * record of them when the C probe is built). */
 #define SITE_CACHE_SLOTS 4096
 #define SITE_FAST 1
 typedef struct {
@@ -108,9 +112,23 @@ static int site_id_slow(PyObject *site, SiteSlot *slot, uint32_t *id) {
     return 0;
 }
 
-static inline int site_id(PyObject *site, uint32_t *id) {
+/* The id of a site seen before: 1 when known, 0 when not (none is made), -1 on an error. */
+static int known_site_id(PyObject *site, uint32_t *id) {
     SiteSlot *slot = &site_cache[((uintptr_t)site >> 4) & (SITE_CACHE_SLOTS - 1)];
     if (slot->site == site) {
+        *id = slot->id;
+        return 1;
+    }
+    if (!site_ids) return 0;
+    PyObject *known = PyDict_GetItemWithError(site_ids, site);
+    if (!known) return PyErr_Occurred() ? -1 : 0;
+    *id = (uint32_t)PyLong_AsUnsignedLong(known);
+    return 1;
+}
+
+static inline int site_id(PyObject *site, uint32_t *id) {
+    SiteSlot *slot = &site_cache[((uintptr_t)site >> 4) & (SITE_CACHE_SLOTS - 1)];
+    if (LIKELY(slot->site == site)) {
         *id = slot->id;
         return 0;
     }
@@ -143,8 +161,12 @@ static inline int64_t ticks(void) { return now_ns(); }
 enum { CLOCK_NS = 0, CLOCK_TICKS = 1 }; /* what a stamp counts */
 static int stamp_clock = CLOCK_NS;
 
-/* A stamp of the active clock (CLOCK_TICKS or CLOCK_NS). */
-static inline int64_t stamp(void) { return stamp_clock == CLOCK_TICKS ? ticks() : now_ns(); }
+/* A stamp of the clock given (CLOCK_TICKS or CLOCK_NS); stamp(): of the active one. A call's end
+ * is stamped on its start's clock, whatever use_tsc() did meanwhile. */
+static inline int64_t stamp_on(int clock) {
+    return LIKELY(clock == CLOCK_TICKS) ? ticks() : now_ns();
+}
+static inline int64_t stamp(void) { return stamp_on(stamp_clock); }
 
 typedef struct {
     int64_t tick, ns;
@@ -294,21 +316,48 @@ static int grow(void) {
     return 0;
 }
 
-static inline int append_id(uint32_t site, int64_t t0, int64_t t1, uint64_t tid, int status,
-                            int clock, int64_t in_bytes, int64_t out_bytes) {
-    Record r = {t0, t1, tid, in_bytes, out_bytes, site, (uint8_t)status, (uint8_t)clock, {0, 0}};
+/* Where the next record goes: the ring's next slot (`*in_ring` set; published by `commit`), or
+ * the overflow's (counted at once); NULL when the overflow cannot grow. The record is then
+ * written field by field in place: a copy of a record built on the stack costs three
+ * store-forwarding stalls a call (its 16-byte loads span the 8-byte stores that built it). */
+static Record *overflow_slot(void) {
+    if (n_records == records_cap && grow() < 0) return NULL;
+    if (ring_head) ring_head->overflowed++;
+    return &records[n_records++];
+}
+
+static inline Record *next_record(int *in_ring) {
     RingHeader *h = ring_head;
-    if (h && n_records == 0) {
+    if (LIKELY(h != NULL && n_records == 0)) {
         uint64_t end = h->ring_end;
-        if (end - h->sent <= ring_mask) {
-            ring[end & ring_mask] = r;
-            __atomic_store_n(&h->ring_end, end + 1, __ATOMIC_RELEASE);
-            return 0;
+        if (LIKELY(end - h->sent <= ring_mask)) {
+            *in_ring = 1;
+            return &ring[end & ring_mask];
         }
     }
-    if (n_records == records_cap && grow() < 0) return -1;
-    records[n_records++] = r;
-    if (h) h->overflowed++;
+    *in_ring = 0;
+    return overflow_slot();
+}
+
+/* A ring record counts once it is whole: ring_end moves past it after its fields are written. */
+static inline void commit(int in_ring) {
+    if (in_ring) __atomic_store_n(&ring_head->ring_end, ring_head->ring_end + 1, __ATOMIC_RELEASE);
+}
+
+static inline int append_id(uint32_t site, int64_t t0, int64_t t1, uint64_t tid, int status,
+                            int clock, int64_t in_bytes, int64_t out_bytes) {
+    int in_ring;
+    Record *r = next_record(&in_ring);
+    if (UNLIKELY(r == NULL)) return -1;
+    r->t0 = t0;
+    r->t1 = t1;
+    r->tid = tid;
+    r->in_bytes = in_bytes;
+    r->out_bytes = out_bytes;
+    r->site = site;
+    r->status = (uint8_t)status;
+    r->clock = (uint8_t)clock;
+    commit(in_ring);
     return 0;
 }
 
@@ -342,82 +391,91 @@ static PyObject *decisions = NULL;   /* dcall sites: site -> (callee key, True |
 
 /* The calls in progress, per thread, for the live view (`open_calls`): a fixed table of thread
  * slots, each a short stack of (site id, start stamp). A call pushes before it runs and pops
- * when it returns, with the GIL held; the flusher reads the table between calls. A thread holds
- * a slot only while its stack is not empty, so threads that come and go never hold memory. Calls
- * past OPEN_DEPTH on one thread, or on more than OPEN_SLOTS threads at once, are not shown (the
- * first only counted in depth). */
+ * when it returns, with the GIL held; the flusher reads the table between calls. A thread takes a
+ * slot at its first call and keeps it (no search per call); once every slot is taken, a new
+ * thread takes over one whose thread is in no call now (a thread that ended, or is between
+ * calls: the next call of that one sees the slot is no longer its own and takes another). So
+ * threads that come and go never hold memory. Calls past OPEN_DEPTH on one thread, or on more
+ * than OPEN_SLOTS threads in calls at once, are not shown (the first only counted in depth). */
 #define OPEN_SLOTS 64
 #define OPEN_DEPTH 8
 typedef struct {
+    int64_t t0;
+    uint32_t site;
+    uint8_t clock;
+} OpenCall;
+
+typedef struct {
     uint64_t tid;  /* 0: free */
     Py_ssize_t depth;
-    int64_t t0[OPEN_DEPTH];
-    uint32_t site[OPEN_DEPTH];
-    uint8_t clock[OPEN_DEPTH];
+    OpenCall calls[OPEN_DEPTH];
 } OpenSlot;
 
 static OpenSlot open_slots[OPEN_SLOTS];
-static uint64_t open_generation = 1; /* forget_open() starts a new one: cached slots are stale */
-/* Each thread caches the slot it holds while it is in a call (initial-exec: one load). */
-static __thread OpenSlot *my_slot __attribute__((tls_model("initial-exec")));
-static __thread uint64_t my_generation __attribute__((tls_model("initial-exec")));
 
-/* PyThread_get_thread_ident(), read once per thread (a fork keeps the forking thread's). */
-static __thread uint64_t my_tid __attribute__((tls_model("initial-exec")));
+/* This thread's id (PyThread_get_thread_ident(), read once per thread; a fork keeps the forking
+ * thread's) and the slot it took, in one thread-local block (initial-exec: one address). */
+typedef struct {
+    uint64_t tid;
+    OpenSlot *slot;
+} ThisThread;
+static __thread ThisThread current __attribute__((tls_model("initial-exec")));
 
 static inline uint64_t this_thread(void) {
-    if (!my_tid) my_tid = PyThread_get_thread_ident();
-    return my_tid;
-}
-
-static inline OpenSlot *held_slot(void) {
-    return my_generation == open_generation ? my_slot : NULL;
+    if (UNLIKELY(!current.tid)) current.tid = PyThread_get_thread_ident();
+    return current.tid;
 }
 
 static OpenSlot *take_slot(uint64_t tid) {
     size_t h = (size_t)((tid * 0x9E3779B97F4A7C15ULL) >> 58); /* 6 bits: OPEN_SLOTS */
+    OpenSlot *idle = NULL;
     for (size_t k = 0; k < OPEN_SLOTS; k++) {
         OpenSlot *s = &open_slots[(h + k) & (OPEN_SLOTS - 1)];
         if (s->tid == 0) {
-            s->tid = tid;
-            s->depth = 0;
-            my_slot = s;
-            my_generation = open_generation;
-            return s;
+            idle = s;
+            break;
         }
+        if (!idle && s->depth <= 0) idle = s;
     }
-    return NULL; /* every slot taken: this call is not shown */
+    if (!idle) return NULL; /* every slot's thread is in a call: this call is not shown */
+    idle->depth = 0;
+    idle->tid = tid;
+    current.slot = idle;
+    return idle;
+}
+
+/* This thread's slot, taken at its first call (NULL: none to be had). */
+static inline OpenSlot *own_slot(uint64_t tid) {
+    OpenSlot *s = current.slot;
+    return LIKELY(s != NULL && s->tid == tid) ? s : take_slot(tid);
 }
 
 static inline void open_push(uint64_t tid, uint32_t site, int64_t t0, int clock) {
-    OpenSlot *s = held_slot();
-    if (!s && !(s = take_slot(tid))) return;
-    if (s->depth < OPEN_DEPTH) {
-        s->site[s->depth] = site;
-        s->t0[s->depth] = t0;
-        s->clock[s->depth] = (uint8_t)clock;
+    OpenSlot *s = own_slot(tid);
+    if (UNLIKELY(s == NULL)) return;
+    Py_ssize_t depth = s->depth;
+    if (LIKELY(depth < OPEN_DEPTH)) {
+        OpenCall *c = &s->calls[depth];
+        c->t0 = t0;
+        c->site = site;
+        c->clock = (uint8_t)clock;
     }
-    s->depth++;
+    s->depth = depth + 1;
 }
 
 /* Pops this call; a call that ends out of order (a greenlet switched stacks) is taken out from
  * where it is. */
-static inline void open_pop(uint32_t site, int64_t t0) {
-    OpenSlot *s = held_slot();
-    if (!s || s->depth <= 0) return;
+static inline void open_pop(uint64_t tid, uint32_t site, int64_t t0) {
+    OpenSlot *s = current.slot;
+    if (UNLIKELY(s == NULL || s->tid != tid || s->depth <= 0)) return;
     Py_ssize_t top = s->depth - 1;
-    if (top < OPEN_DEPTH && (s->t0[top] != t0 || s->site[top] != site)) {
+    if (UNLIKELY(top < OPEN_DEPTH && (s->calls[top].t0 != t0 || s->calls[top].site != site))) {
         Py_ssize_t i = top;
-        while (i >= 0 && !(s->t0[i] == t0 && s->site[i] == site)) i--;
+        while (i >= 0 && !(s->calls[i].t0 == t0 && s->calls[i].site == site)) i--;
         if (i < 0) return; /* not among this thread's calls */
-        memmove(s->site + i, s->site + i + 1, (size_t)(top - i) * sizeof(uint32_t));
-        memmove(s->t0 + i, s->t0 + i + 1, (size_t)(top - i) * sizeof(int64_t));
-        memmove(s->clock + i, s->clock + i + 1, (size_t)(top - i));
+        memmove(s->calls + i, s->calls + i + 1, (size_t)(top - i) * sizeof(OpenCall));
     }
-    if (--s->depth == 0) {
-        s->tid = 0;
-        my_slot = NULL;
-    }
+    s->depth = top;
 }
 
 /* The GPU wait around a call (FECOMLITE_SYNC); a failing wait is the probe's, never the user's:
@@ -431,21 +489,22 @@ static void gpu_wait(void) {
 }
 
 static inline void gpu_sync(void) {
-    if (sync_call) gpu_wait();
+    if (UNLIKELY(sync_call != NULL)) gpu_wait();
 }
 
 /* fn(*args) timed: the fast path. */
-static PyObject *timed_call(uint32_t site, PyObject *fn, PyObject *const *args, Py_ssize_t nargs,
-                            PyObject *kwnames, uint64_t tid) {
+static inline __attribute__((always_inline)) PyObject *
+timed_call(uint32_t site, PyObject *fn, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+           uint64_t tid) {
     gpu_sync();
     int clock = stamp_clock;
-    int64_t t0 = stamp();
+    int64_t t0 = stamp_on(clock);
     open_push(tid, site, t0, clock);
     PyObject *result = PyObject_Vectorcall(fn, args, nargs, kwnames);
     gpu_sync();
-    int64_t t1 = stamp();
-    open_pop(site, t0);
-    if (append_id(site, t0, t1, tid, result == NULL, clock, -1, -1) < 0) {
+    int64_t t1 = stamp_on(clock);
+    open_pop(tid, site, t0);
+    if (UNLIKELY(append_id(site, t0, t1, tid, result == NULL, clock, -1, -1) < 0)) {
         /* out of memory: the event is lost, the user's result is not */
         if (result) PyErr_Clear(); else return NULL;
     }
@@ -507,27 +566,29 @@ static PyObject *sized_call(PyObject *site, uint32_t id, PyObject *fn, PyObject 
         return timed_call(id, fn, args, nargs, kwnames, tid);
     }
     /* after() records the event with CLOCK_MONOTONIC stamps (it may stamp the end again) */
-    int64_t open_t0 = stamp();
+    int open_clock = stamp_clock;
+    int64_t open_t0 = stamp_on(open_clock);
     int64_t t0 = now_ns();
-    open_push(tid, id, open_t0, stamp_clock);
+    open_push(tid, id, open_t0, open_clock);
     PyObject *result = PyObject_Call(fn, PyTuple_GET_ITEM(prepared, 0),
                                      PyTuple_GET_ITEM(prepared, 1));
     int64_t t1 = now_ns();
-    open_pop(id, open_t0);
+    open_pop(tid, id, open_t0);
     call_after(site, fn, prepared, result, t0, t1);
     Py_DECREF(prepared);
     return result;
 }
 
-static PyObject *probe_call_at(PyObject *site, PyObject *fn, PyObject *const *args,
-                               Py_ssize_t nargs, PyObject *kwnames) {
+static inline __attribute__((always_inline)) PyObject *
+probe_call_at(PyObject *site, PyObject *fn, PyObject *const *args, Py_ssize_t nargs,
+              PyObject *kwnames) {
     uint64_t tid = this_thread();
     uint32_t id;
-    if (site_id(site, &id) < 0) { /* no event (out of memory, an unhashable site) */
+    if (UNLIKELY(site_id(site, &id) < 0)) { /* no event (out of memory, an unhashable site) */
         PyErr_Clear();
         return PyObject_Vectorcall(fn, args, nargs, kwnames);
     }
-    if (before_call && after_call && !(site_flags[id] & SITE_FAST))
+    if (UNLIKELY(!(site_flags[id] & SITE_FAST)) && before_call && after_call)
         return sized_call(site, id, fn, args, nargs, kwnames, tid);
     return timed_call(id, fn, args, nargs, kwnames, tid);
 }
@@ -536,7 +597,7 @@ static PyObject *probe_call_at(PyObject *site, PyObject *fn, PyObject *const *ar
 static PyObject *probe_call(PyObject *self, PyObject *const *args, Py_ssize_t nargsf,
                             PyObject *kwnames) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs < 2) {
+    if (UNLIKELY(nargs < 2)) {
         PyErr_SetString(PyExc_TypeError, "call(site, fn, /, *args, **kwargs)");
         return NULL;
     }
@@ -733,8 +794,9 @@ static PyObject *probe_open_calls(PyObject *self, PyObject *unused) {
         PyObject *stack = PyList_New(shown);
         if (!stack) goto fail;
         for (Py_ssize_t i = 0; i < shown; i++) {
-            PyObject *item = Py_BuildValue("(OL)", site_names[s->site[i]],
-                                           (long long)stamp_ns(s->t0[i], s->clock[i]));
+            const OpenCall *c = &s->calls[i];
+            PyObject *item = Py_BuildValue("(OL)", site_names[c->site],
+                                           (long long)stamp_ns(c->t0, c->clock));
             if (!item) { Py_DECREF(stack); goto fail; }
             PyList_SET_ITEM(stack, i, item);
         }
@@ -751,8 +813,7 @@ fail:
 /* forget_open(): a forked child runs none of its parent's calls (its threads are gone, and the
  * forking thread's calls, like a worker's, usually never return there). */
 static PyObject *probe_forget_open(PyObject *self, PyObject *unused) {
-    memset(open_slots, 0, sizeof(open_slots));
-    open_generation++;
+    memset(open_slots, 0, sizeof(open_slots)); /* every thread takes a slot again */
     Py_RETURN_NONE;
 }
 
@@ -765,14 +826,38 @@ static PyObject *probe_pending(PyObject *self, PyObject *unused) {
 }
 
 
-/* set_fast(site, fast): whether the site is past its sized calls (probe.py's `_fast`) */
+/* set_fast(site, fast): whether the site is past its sized calls (probe.py's `_fast`); a site
+ * not seen yet is given an id only to be made fast */
 static PyObject *probe_set_fast(PyObject *self, PyObject *args) {
     PyObject *site;
-    int fast;
+    int fast, known;
     uint32_t id;
-    if (!PyArg_ParseTuple(args, "Op", &site, &fast) || site_id(site, &id) < 0) return NULL;
-    site_flags[id] = fast ? site_flags[id] | SITE_FAST : site_flags[id] & ~SITE_FAST;
+    if (!PyArg_ParseTuple(args, "Op", &site, &fast)) return NULL;
+    if (fast) {
+        if (site_id(site, &id) < 0) return NULL;
+        site_flags[id] |= SITE_FAST;
+    } else {
+        if ((known = known_site_id(site, &id)) < 0) return NULL;
+        if (known) site_flags[id] &= ~SITE_FAST;
+    }
     Py_RETURN_NONE;
+}
+
+/* is_fast(site) -> whether the site is past its sized calls */
+static PyObject *probe_is_fast(PyObject *self, PyObject *site) {
+    uint32_t id;
+    int known = known_site_id(site, &id);
+    if (known < 0) return NULL;
+    return PyBool_FromLong(known && (site_flags[id] & SITE_FAST));
+}
+
+/* fast_sites() -> [site, ...] past their sized calls, in the order first seen */
+static PyObject *probe_fast_sites(PyObject *self, PyObject *unused) {
+    PyObject *out = PyList_New(0);
+    for (uint32_t i = 0; out && i < n_sites; i++) {
+        if ((site_flags[i] & SITE_FAST) && PyList_Append(out, site_names[i]) < 0) Py_CLEAR(out);
+    }
+    return out;
 }
 
 /* clear_fast(): every site takes its sized calls again (a resample) */
@@ -1024,6 +1109,8 @@ static PyMethodDef methods[] = {
     {"set_fast", probe_set_fast, METH_VARARGS,
      "set_fast(site, fast): whether the site is past its sized calls (timestamps only)."},
     {"clear_fast", probe_clear_fast, METH_NOARGS, "Every site takes its sized calls again."},
+    {"is_fast", probe_is_fast, METH_O, "is_fast(site): whether it is past its sized calls."},
+    {"fast_sites", probe_fast_sites, METH_NOARGS, "The sites past their sized calls."},
     {"use_tsc", probe_use_tsc, METH_O,
      "use_tsc(on) -> whether the fast path now stamps with the TSC (invariant TSC only)."},
     {"clock", probe_clock, METH_NOARGS, "What the fast path stamps with: 'tsc' or 'monotonic'."},

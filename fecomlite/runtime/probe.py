@@ -28,6 +28,7 @@ import sys
 import threading
 import types
 from array import array
+from collections.abc import Iterator
 from threading import get_ident as _thread_id
 from time import monotonic_ns as _now
 from typing import Any
@@ -51,27 +52,34 @@ CHECK_EVERY_S = 0.05  # how often the flusher looks at the buffer's size
 
 
 
-class _FastSites(set):
-    """The sites past their sized calls (timestamps only); the C path keeps the same as a flag
-    byte per site id, set here (`add`, `discard`, `clear` are the only changes made to it)."""
+try:
+    from fecomlite.runtime import _fastprobe as _native
+except ImportError:  # no compiler when installed: the pure-Python path
+    _native = None
+
+
+class _NativeFastSites:
+    """The sites past their sized calls (timestamps only) when the C probe is built: its flag
+    byte per site id, read by its hot path, is the only record of them (the pure-Python probe
+    keeps a set). The set operations the probe uses, on those flags."""
 
     def add(self, site: str) -> None:
-        super().add(site)
-        if _native is not None:
-            _native.set_fast(site, True)
+        _native.set_fast(site, True)
 
     def discard(self, site: str) -> None:
-        super().discard(site)
-        if _native is not None:
-            _native.set_fast(site, False)
+        _native.set_fast(site, False)
 
     def clear(self) -> None:
-        super().clear()
-        if _native is not None:
-            _native.clear_fast()
+        _native.clear_fast()
+
+    def __contains__(self, site: object) -> bool:
+        return bool(_native.is_fast(site))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_native.fast_sites())
 
 
-_fast = _FastSites()
+_fast: set[str] | _NativeFastSites = set() if _native is None else _NativeFastSites()
 _slow_counts: dict[str, int] = {}
 _special: dict[str, Any] = {}  # site -> handler (hyperparameters, data-size cuts): always slow
 
@@ -124,11 +132,6 @@ class _PythonBuffer:
     def pending(self) -> int:
         return len(self.flat) // self.STRIDE
 
-
-try:
-    from fecomlite.runtime import _fastprobe as _native
-except ImportError:  # no compiler when installed: the pure-Python path
-    _native = None
 
 # The Python paths' calls in progress, per thread (the C path keeps its own: `open_calls`).
 _open_py: dict[int, list[tuple[str, int]]] = {}
