@@ -48,8 +48,8 @@ FLUSH_NS = 200_000_000  # the probe's flush period
 POWER_NS, RSS_NS = 100_000_000, 5_000_000
 T0 = 10_000_000_000
 MEASURE = ("import resource, subprocess, sys, json; subprocess.run(sys.argv[1:], check=True, "
-           "stdout=subprocess.DEVNULL); print(json.dumps(resource.getrusage("
-           "resource.RUSAGE_CHILDREN).ru_maxrss * 1024))")
+           "stdout=subprocess.DEVNULL); u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+           "print(json.dumps([u.ru_maxrss * 1024, u.ru_utime + u.ru_stime]))")
 
 
 def steps(rng: np.random.Generator, n_steps: int, start: int) -> dict[str, np.ndarray]:
@@ -181,12 +181,14 @@ def sqlite3_connect(path: Path) -> Any:
     return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
 
 
-def measured(argv: list[str]) -> tuple[float, int]:
-    """(seconds, peak RSS bytes) of a command, in a child of its own."""
+def measured(argv: list[str]) -> tuple[float, int, float]:
+    """(seconds, peak RSS bytes, CPU seconds: user + system) of a command, in a child of its
+    own. The CPU seconds say what the wall seconds mean on a shared machine."""
     t = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", MEASURE, *argv], check=True,
                          capture_output=True, text=True).stdout
-    return time.perf_counter() - t, int(out.strip().splitlines()[-1])
+    rss, cpu = json.loads(out.strip().splitlines()[-1])
+    return time.perf_counter() - t, int(rss), float(cpu)
 
 
 def http_ingest(folder: Path, n_calls: int, senders: int,
@@ -314,23 +316,26 @@ def main() -> None:
             if n <= args.report_max:
                 out = folder / f"report-{n}"
                 os.environ["FECOMLITE_STREAM_ABOVE"] = str(args.stream_above)
-                row["report_s"], row["report_peak_rss"] = measured(
+                row["report_s"], row["report_peak_rss"], row["report_cpu_s"] = measured(
                     [sys.executable, "-m", "fecomlite.cli", "report", str(run), "--store",
                      str(path), "-o", str(out), "-f", "json"])
+                row["report_load"] = os.getloadavg()[0]
             figures.append(row)
             ebc = row["event_bytes_per_call"]
             print(f"{stored:>12,} calls: file {row['file_bytes'] / 1e6:8.1f} MB = "
                   f"{row['bytes_per_call']:5.1f} B/call (events + batch ids "
                   f"{'?' if ebc is None else f'{ebc:.1f}'} B/call); store ingest "
                   f"{rate / 1e6:5.2f} M events/s; report "
-                  + (f"{row['report_s']:6.1f} s, peak RSS {row['report_peak_rss'] / 1e6:6.0f} MB"
+                  + (f"{row['report_s']:6.1f} s ({row['report_cpu_s']:.1f} s CPU), peak RSS "
+                     f"{row['report_peak_rss'] / 1e6:6.0f} MB (load {row['report_load']:.2f} after)"
                      if "report_s" in row else "not run")
                   + f"; load {row['load']:.2f}", flush=True)
             if args.keep is None:
                 path.unlink()
         for a, b in zip(figures, figures[1:], strict=False):
             grow = {k: exponent(a[k], b[k], a["calls"], b["calls"])
-                    for k in ("file_bytes", "report_s", "report_peak_rss") if k in a and k in b}
+                    for k in ("file_bytes", "report_s", "report_cpu_s", "report_peak_rss")
+                    if k in a and k in b}
             print(f"growth {a['calls']:,} -> {b['calls']:,} calls (exponent; 1 = linear, "
                   "0 = constant): "
                   + ", ".join(f"{k} {v:.2f}" for k, v in grow.items()))

@@ -8,12 +8,14 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import typer
 from typer.testing import CliRunner
 
 from fecomlite.report.build import build_report
-from fecomlite.report.process_memory import process_memory
+from fecomlite.report.process_memory import MAX_POINTS, process_memory
 from fecomlite.report.render import write_report
+from fecomlite.report.timeline import peak_per_bin
 from fecomlite.server.client import live_client
 from fecomlite.server.watch import watch_command
 from fecomlite.store import Store
@@ -49,6 +51,33 @@ def test_memory_is_read_over_the_repetitions_only(tmp_path: Path):
     assert (rss["first_B"], rss["peak_B"], memory["peak_B"]) == (100e6, 250e6, 250e6)
     assert [(r["rep"], r["peak_B"]) for r in rss["per_rep"]] == [(1, 250e6), (2, 180e6)]
     assert rss["timeline"]["t_s"] == [1.0, 2.0, 5.0, 6.0]  # no baseline, tail, nor exited 0
+
+
+def test_a_long_gauge_is_read_chunk_by_chunk_with_the_figures_of_a_whole_read(tmp_path: Path):
+    """3,000 readings over two repetitions, more than the timeline's points: read 7 at a time,
+    the peaks per bin (a bin spanning two chunks included), per repetition and overall are
+    those of the whole series binned at once."""
+    rng = np.random.default_rng(3)
+    with Store(tmp_path / "s.sqlite") as store:
+        run_id = store.create_run(program="p.py", argv=[], level="process", kind="watch",
+                                  status="finished", t_start_ns=0, t_end_ns=40 * S)
+        rss = store.add_sensor(run_id, name="proc:rss", domain="process-memory", unit="B",
+                               kind="gauge", provenance="measured", period_s=0.01)
+        t = np.arange(3000) * (S // 100)
+        v = rng.uniform(100e6, 900e6, t.size)
+        store.add_samples([(rss, int(a), float(b)) for a, b in zip(t, v, strict=True)])
+        store.upsert_repetition(run_id, 1, t_start_ns=1 * S, t_end_ns=12 * S)
+        store.upsert_repetition(run_id, 2, t_start_ns=15 * S, t_end_ns=28 * S)
+        whole = store.sample_chunks
+        store.sample_chunks = lambda *a, **k: whole(*a, **{**k, "chunk": 7})  # type: ignore
+        (got,) = process_memory(store, store.run(run_id), store.repetitions(run_id))["sensors"]
+    inside = ((t >= 1 * S) & (t <= 12 * S)) | ((t >= 15 * S) & (t <= 28 * S))
+    starts, peaks = peak_per_bin(t[inside], v[inside], np.linspace(
+        t[inside][0], t[inside][-1] + 1, MAX_POINTS + 1).astype(np.int64))
+    assert got["timeline"]["B"] == peaks.tolist() and inside.sum() > MAX_POINTS
+    assert got["timeline"]["t_s"] == (starts / 1e9).round(4).tolist()
+    assert got["peak_B"] == v[inside].max()
+    assert [r["first_B"] for r in got["per_rep"]] == [v[t == 1 * S][0], v[t == 15 * S][0]]
 
 
 def test_a_run_without_memory_readings_has_no_memory_section(tmp_path: Path):

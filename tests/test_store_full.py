@@ -71,6 +71,25 @@ def test_a_batch_the_store_refused_makes_the_run_incomplete_with_the_reason(
     assert "database or disk is full" in row["store_error"]["reason"]
 
 
+def test_a_repetition_end_the_store_refuses_ends_the_run_incomplete_not_the_runner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A full disk at a repetition's end: the request still succeeds (the runner has a run to
+    end), and the run ends `incomplete` with the store's reason."""
+    home = tmp_path / "home"
+    with serving(home, [FakeSensorForTests("p")]) as (server, client):
+        run, token = client.create_run("x.py", [], "method", {})
+        client.rep_start(run, 1)
+        assert client.post_batch(run, token, encode_batch(1, 1, [EVENT] * 5)) == 5
+        with monkeypatch.context() as full:
+            full.setattr(Store, "upsert_repetition", _refuse)
+            client.rep_end(run, 1, 0)  # raised ServerError (507) before
+        reply = client.finish_run(run, "finished", 0)
+    assert reply["status"] == "incomplete"
+    assert "repetition 1's end not stored" in reply["store_error"]
+    assert "repetition 1's end not stored" in _status(home, run)["store_error"]["reason"]
+
+
 def test_a_disk_that_fills_at_finish_still_ends_the_run(tmp_path: Path):
     """A real full disk: fecomlite's home on an 8 MB tmpfs, filled just before the finish. The
     server gives back the disk it kept in reserve, and the end is written."""

@@ -5,7 +5,10 @@ their boundaries."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -14,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fecomlite.analysis import attribution as at
+from fecomlite.analysis import sweep_fast
 from fecomlite.analysis.run_analysis import analyse_run, finite_or_zero
 from fecomlite.analysis.streamed_run import analyse_streamed, group_rows
 from fecomlite.analysis.sweep import Threads, batches
@@ -116,13 +120,39 @@ def _same(a: Any, b: Any, where: str, scale: float = 1.0) -> None:
         assert a == b, where
 
 
+@contextlib.contextmanager
+def _sweep_path(path: str) -> Iterator[None]:
+    """The C sweep (`sweep_fast`) or the numpy one, for the analyses made inside."""
+    before = os.environ.get(sweep_fast.ENV)
+    os.environ[sweep_fast.ENV] = path
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[sweep_fast.ENV]
+        else:
+            os.environ[sweep_fast.ENV] = before
+
+
+PATHS = ["c", "numpy"] if sweep_fast.Sweep is not None else ["numpy"]
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow],
           report_multiple_bugs=False)
 @given(runs())
 def test_streamed_figures_agree_with_the_whole_run_analysis(tmp_path_factory, spec):
+    """Either sweep (C where built, numpy)."""
     store, run = _store(tmp_path_factory.mktemp("s") / "s.sqlite", spec)
     whole = analyse_run(store, run, spec["method"], compare_levels=False)
-    got = analyse_streamed(store, run, spec["method"], batch_events=spec["batch"])
+    for path in PATHS:
+        with _sweep_path(path):
+            got = analyse_streamed(store, run, spec["method"], batch_events=spec["batch"])
+        _agree(got, whole)
+    store.close()
+
+
+def _agree(got: Any, whole: Any) -> None:
+    """The streamed figures are the whole-run analysis' (but the per-call median)."""
     assert [d["domain"] for d in got.domains] == [d["domain"] for d in whole.domains] != []
     scale = max([1.0, *(abs(d["above_idle_J"]) for d in whole.domains)])
     for mine, theirs in zip(got.domains, whole.domains, strict=True):
@@ -142,6 +172,30 @@ def test_streamed_figures_agree_with_the_whole_run_analysis(tmp_path_factory, sp
         assert mine.keys() == theirs.keys()
         for name, row in mine.items():
             _same(theirs[name], row, f"{kind}.{name}", scale)
+
+
+def test_calls_that_overlap_without_nesting_are_nested_as_the_whole_run_nests_them(tmp_path):
+    """Calls on one thread that overlap without one inside the other (a data loader's, as the
+    long-training benchmark makes them) beside nested ones: each sweep nests them as
+    `attribution.nesting` does (the latest call a level up, climbed until it contains the call),
+    so the figures are the whole-run analysis'."""
+    rng = np.random.default_rng(5)
+    events, t = [], 10 * 10**9
+    for _ in range(700):  # an outer call around two inner ones, three loader calls beside: over
+        # 2,048 calls a thread, so that the C sweep drops the records it no longer needs
+        events += [(1, 1, 1, t, t + 9 * 10**7, 0, 0), (1, 1, 1, t + 10**6, t + 4 * 10**7, 1, 0),
+                   (1, 1, 1, t + 4 * 10**7, t + 8 * 10**7, 2, 0)]
+        for start in np.sort(rng.integers(0, 10**8, 3)).tolist():
+            events.append((1, 1, 2, t + start, t + start + int(rng.integers(10**6, 6 * 10**7)),
+                           3 + int(rng.integers(0, 2)), 0))
+        t += 10**8
+    spec = {"events": events, "reps": 1, "cuts": 5, "batch": 10**6, "method": "auto",
+            "seed": 4}
+    store, run = _store(tmp_path / "s.sqlite", spec)
+    whole = analyse_run(store, run, "auto", compare_levels=False)
+    for path in PATHS:
+        with _sweep_path(path):
+            _agree(analyse_streamed(store, run, "auto"), whole)
     store.close()
 
 
@@ -304,4 +358,36 @@ def test_calls_stored_during_the_sweeps_are_named_in_a_note(tmp_path, monkeypatc
     assert not any("still recording" in n for n in analyse_streamed(store, run).notes)
     monkeypatch.setattr(streamed, "sweep_two", recording)
     assert any("still recording" in n for n in analyse_streamed(store, run).notes)
+    store.close()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(1, 40), min_size=0, max_size=60),
+       st.lists(st.tuples(st.integers(-50, 900), st.integers(0, 400)), min_size=1, max_size=40),
+       st.integers(2, 9))
+def test_a_gauge_read_a_window_at_a_time_gives_what_the_whole_series_gives(
+        tmp_path_factory, gaps, calls, window):
+    """`GaugeWindow` (a few samples held, calls past the window finished from the store) reads
+    each call's start, end, peak and resolution as `gauge_during` and `below_gauge_resolution`
+    read them from the whole series: calls before the first sample and after the last, calls
+    spanning many windows, and two repetitions (the second starts again at the beginning)."""
+    from fecomlite.analysis.call_memory import below_gauge_resolution, gauge_during
+    from fecomlite.analysis.streamed_memory import GaugeWindow
+
+    store = Store(tmp_path_factory.mktemp("g") / "s.sqlite")
+    run = store.create_run(program="a.py")
+    rss = store.add_sensor(run, name="proc:rss", domain="process-memory", unit="B",
+                           kind="gauge", provenance="measured", period_s=0.005)
+    t = np.cumsum(np.array(gaps, np.int64)) * 10
+    rng = np.random.default_rng(len(gaps))
+    v = rng.random(t.size) * 1e9
+    store.add_samples([(rss, int(a), float(b)) for a, b in zip(t, v, strict=True)])
+    gauge = GaugeWindow(store, rss, window=window)
+    for _ in range(2):  # as two repetitions' batches: time goes back to the start
+        t0 = np.sort(np.array([c[0] for c in calls], np.int64) * 10)
+        t1 = t0 + np.array([c[1] for c in calls], np.int64) * 10
+        got = gauge.during(t0, t1)
+        want = (*gauge_during(t, v, t0, t1), below_gauge_resolution(t, t0, t1))
+        for g, w in zip(got, want, strict=True):
+            assert np.array_equal(g, w, equal_nan=True) if g.dtype != bool else (g == w).all()
     store.close()

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from fecomlite.analysis import attribution as at
 from fecomlite.analysis import noise_floor, pieces
-from fecomlite.analysis.call_memory import memory_row
+from fecomlite.analysis.call_memory import MEMORY_COLUMNS, memory_row
 from fecomlite.analysis.distributions import t_quantile
 from fecomlite.analysis.sensors_baseline import addable, finite_or_zero
 from fecomlite.analysis.units import scaled
+from fecomlite.runtime.batch_codec import CONTINUES, RAISED
 
 
 def mean_ci95(values: np.ndarray) -> tuple[float, float, float]:
@@ -40,13 +42,53 @@ def _summary(values: np.ndarray) -> dict[str, float]:
     }
 
 
+_GROUPED = ("rep", "status", "duration_s", *MEMORY_COLUMNS)  # the columns `Grouped` sorts
+
+
+@dataclass
+class Grouped:
+    """A run's calls sorted once by (API, site, as stored), so that each site's calls and each
+    API's calls are one slice of the columns (views, not a copy made per group and column):
+    the columns `aggregate` reads (`call`, where calls are in pieces, renumbered to positions in
+    this order, so a call's pieces still share one value), per domain its energy columns and
+    uncertainty parts, and each site's and each API's (start, end) in that order."""
+
+    cols: dict[str, np.ndarray]
+    energy: dict[str, dict[str, np.ndarray]]
+    site_bounds: np.ndarray
+    api_bounds: np.ndarray
+
+
+def grouped(calls: dict[str, Any], results: dict[str, at.Attribution],
+            api_of_site: np.ndarray) -> Grouped:
+    """`Grouped` of the whole-run analysis' calls (`RunAnalysis.calls`)."""
+    n_sites = api_of_site.size
+    by_api = np.argsort(api_of_site, kind="stable")  # sites by API, then as numbered
+    rank = np.empty(n_sites, np.int64)
+    rank[by_api] = np.arange(n_sites)
+    key = rank[calls["site"]]
+    order = at.small_int_order(key)
+    starts = np.searchsorted(key[order], np.arange(n_sites + 1))  # by rank
+    site_bounds = np.stack((starts[rank], starts[rank + 1]), axis=1)
+    api_starts = np.searchsorted(api_of_site[by_api], np.arange(int(api_of_site.max(
+        initial=-1)) + 2))
+    api_bounds = np.stack((starts[api_starts[:-1]], starts[api_starts[1:]]), axis=1)
+    cols = {k: _in_order(calls[k], order) for k in _GROUPED if k in calls}
+    if (calls["status"] & CONTINUES).any():  # calls in pieces: which call each piece is of
+        position = np.empty(order.size, np.int64)
+        position[order] = np.arange(order.size)
+        cols["call"] = position[calls["call"][order]]
+    energy = {d: _grouped_energy(calls, res, d, order) for d, res in results.items()}
+    return Grouped(cols, energy, site_bounds, api_bounds)
+
+
 def aggregate(
-    calls: dict[str, Any], group: np.ndarray, ngroups: int, domains: dict[str, dict[str, Any]],
+    g: Grouped, bounds: np.ndarray, domains: dict[str, dict[str, Any]],
     above: dict[str, float], reps: list[dict[str, Any]], results: dict[str, at.Attribution],
     api_of_group: np.ndarray,
 ) -> list[dict[str, Any]]:
-    """One row per group (site or API); api_of_group: each group's API index (its fitted
-    intensity sets the group's uncertainty).
+    """One row per group (site or API): `bounds`, its calls' (start, end) in `g`;
+    api_of_group: each group's API index (its fitted intensity sets the group's uncertainty).
 
     Row: calls (continuations are pieces of a call, not calls: `pieces`), raised (calls of which a
     piece raised), total_time_s (inclusive), mean_time_s (per call, its pieces summed),
@@ -60,54 +102,58 @@ def aggregate(
     below_zero, raw_above_idle_J, raw_self_J, raw_per_rep_J}}; all_domains: the sum over
     additive domains with its provenance (raw_above_idle_J, below_zero likewise); memory:
     rss_peak_max_B, rss_delta_mean_B, gpu_mem_peak_max_B, gpu_mem_delta_mean_B."""
-    order = np.argsort(group, kind="stable")
-    bounds = np.searchsorted(group[order], np.arange(ngroups + 1))
-    rep = calls["rep"]
+    cols, per_domain = g.cols, g.energy
+    rep, status = cols["rep"], cols["status"]
     rep_ids = [r["rep"] for r in reps] or sorted(set(rep.tolist()))
+    whole = not bool((status & CONTINUES).any())  # no call in pieces: an event is a call
     rows = []
-    heads = calls["call"]
-    for g in range(ngroups):
-        idx = order[bounds[g]:bounds[g + 1]]
-        n_calls = pieces.call_count(calls["status"][idx])
-        total_s = float(calls["duration_s"][idx].sum())
+    for i, (a, b) in enumerate(bounds.tolist()):
+        idx = slice(a, b)
+        in_rep = [rep[idx] == r for r in rep_ids]
+        n_calls = pieces.call_count(status[idx])
+        total_s = float(cols["duration_s"][idx].sum())
         row: dict[str, Any] = {
             "calls": n_calls,
-            "raised": pieces.calls_raised(heads, idx, calls["status"]),
+            "raised": (int(((status[idx] & RAISED) != 0).sum()) if whole
+                       else pieces.calls_raised(cols["call"], idx, status)),
             "total_time_s": total_s,
             "mean_time_s": total_s / n_calls if n_calls else math.nan,
             # calls in each repetition: with per_rep_J, each repetition's energy per call
-            "per_rep_calls": [pieces.call_count(calls["status"][idx][rep[idx] == r])
-                              for r in rep_ids],
+            "per_rep_calls": [pieces.call_count(status[idx][m]) for m in in_rep],
             "energy": {},
-            "memory": memory_row(calls, idx),
+            "memory": memory_row(cols, idx),
         }
         busy_s = row["total_time_s"]
         for domain, info in domains.items():
-            e = calls["energy_J"][domain][idx]
-            raw_self = float(calls["self_energy_J"][domain][idx].sum())
-            per_rep = [float(e[rep[idx] == r].sum()) for r in rep_ids]
+            dc = per_domain[domain]
+            e = dc["energy_J"][idx]
+            each_call = e if whole else pieces.per_call(cols["call"], idx, dc["energy_J"])
+            raw_self = float(dc["self_energy_J"][idx].sum())
+            per_rep = [float(e[m].sum()) for m in in_rep]
             rep_mean, rep_lo, rep_hi = mean_ci95(np.array(per_rep))
             # the sharing inside sensor intervals, and the idle baseline's own spread over the
             # calls' time (what subtracting an idle level that drifts can be off by)
             sigma = math.hypot(
-                at.group_uncertainty(results[domain], idx, int(api_of_group[g])),
+                at.group_sigma(float(dc["sharing_abs"][idx].sum()),
+                               float(dc["measurement_sq"][idx].sum()), results[domain],
+                               int(api_of_group[i])),
                 finite_or_zero(info.get("idle_sigma_W", math.nan)) * busy_s)
+            below = dc["below_resolution"][idx]
             row["energy"][domain] = {
                 "sensor": info["sensor"], "provenance": info["provenance"],
                 "model": info["model"], "method": info["method"],
                 "above_idle_J": float(e.sum()),
-                "total_J": float(calls["energy_total_J"][domain][idx].sum()),
+                "total_J": float(dc["energy_total_J"][idx].sum()),
                 "self_J": raw_self,
                 "uncertainty_J": sigma,
-                "per_call": {**_summary(pieces.per_call(heads, idx, calls["energy_J"][domain])),
+                "per_call": {**_summary(each_call),
                              "noise_J": sigma / n_calls if n_calls else math.nan},
                 # self: over the APIs, with the program outside calls, it sums to 100 %;
                 # inclusive counts nested calls in their callers too and sums to more
                 "share": raw_self / above[domain],
                 "inclusive_share": float(e.sum() / above[domain]),
                 "share_sigma": sigma / above[domain],
-                "below_resolution_share": float(calls["below_resolution"][domain][idx].mean())
-                if idx.size else math.nan,
+                "below_resolution_share": float(below.mean()) if below.size else math.nan,
                 "per_rep_J": per_rep, "rep_mean_J": rep_mean,
                 "rep_ci95_low": rep_lo, "rep_ci95_high": rep_hi,
             }
@@ -115,6 +161,25 @@ def aggregate(
         row["all_domains"] = cross_domain(row["energy"])
         rows.append(row)
     return rows
+
+
+
+def _in_order(column: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """column[order]; a column of one value (GPU memory without a GPU gauge: NaN) as a view."""
+    if column.size and (np.isnan(column).all() if column.dtype.kind == "f"
+                        else bool((column == column[0]).all())):
+        return np.broadcast_to(column[:1], column.shape)
+    return column[order]
+
+
+def _grouped_energy(calls: dict[str, Any], res: at.Attribution, domain: str,
+                    order: np.ndarray) -> dict[str, np.ndarray]:
+    """One domain's per-call energy columns and uncertainty parts, in group order."""
+    out = {k: calls[k][domain][order] for k in ("energy_J", "self_energy_J", "energy_total_J",
+                                                 "below_resolution")}
+    out["sharing_abs"] = np.abs(res.sharing_J)[order]
+    out["measurement_sq"] = (res.measurement_J ** 2)[order]
+    return out
 
 
 def floor_at_zero(e: dict[str, Any], sigma: float, calls: int, reps: int) -> None:

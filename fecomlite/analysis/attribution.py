@@ -316,7 +316,8 @@ def nesting(
     ends = 2 * t1[order] + (t1[order] == t0[order])  # a zero-length call ends after the starts
     depth_o = np.empty(n, np.int64)
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-        ended = np.searchsorted(np.sort(ends[a:b]), 2 * t0[order[a:b]], "right")
+        # ends come nearly in order: a merge sort runs through them ~10x faster
+        ended = np.searchsorted(np.sort(ends[a:b], kind="stable"), 2 * t0[order[a:b]], "right")
         depth_o[a:b] = np.arange(b - a) - ended
     depth = np.empty(n, np.int64)
     depth[order] = depth_o
@@ -326,14 +327,22 @@ def nesting(
         inner = np.flatnonzero(depth_o == d)
         found = np.searchsorted(outer, inner) - 1
         parent[order[inner]] = np.where(found >= 0, order[outer[np.maximum(found, 0)]], -1)
-    return _contained(parent, t0, t1, th)
+    return _contained(parent, t0, t1, th, depth)
+
+
+def small_int_order(values: np.ndarray) -> np.ndarray:
+    """`np.argsort(values, kind="stable")`; for values that fit 16 bits (threads, sites) by
+    numpy's radix sort, ~10x faster on a million calls than the merge sort of int64."""
+    if values.size and int(values.min()) >= 0 and int(values.max()) < 1 << 15:
+        return np.argsort(values.astype(np.int16), kind="stable")
+    return np.argsort(values, kind="stable")
 
 
 def _start_order(t0: np.ndarray, t1: np.ndarray, th: np.ndarray) -> np.ndarray:
     """Calls by thread, then start, outer first at one instant (later end), then as given;
     without a sort by time when the calls come in start order (they usually do)."""
     if t0.size > 1 and bool((t0[1:] >= t0[:-1]).all()):
-        order = np.argsort(th, kind="stable")
+        order = small_int_order(th)
         t0_o, th_o = t0[order], th[order]
         if not ((t0_o[1:] == t0_o[:-1]) & (th_o[1:] == th_o[:-1])).any():
             return order
@@ -341,19 +350,25 @@ def _start_order(t0: np.ndarray, t1: np.ndarray, th: np.ndarray) -> np.ndarray:
 
 
 def _contained(
-    parent: np.ndarray, t0: np.ndarray, t1: np.ndarray, th: np.ndarray
+    parent: np.ndarray, t0: np.ndarray, t1: np.ndarray, th: np.ndarray,
+    level: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Climb each parent link until the parent really contains the call (a stack's invariant);
-    only calls that overlap without nesting need it. Returns (parent, depth)."""
+    only calls that overlap without nesting need it. Returns (parent, depth): the depth is the
+    level (open calls at the start) where no link moved and every call below the top has a
+    parent, as in a call stack."""
     parent = parent.copy()
+    moved = False
     while True:
         p = parent
         has = p >= 0
         bad = np.zeros(p.size, bool)
         bad[has] = (th[p[has]] != th[has]) | (t0[p[has]] > t0[has]) | (t1[p[has]] < t1[has])
         if not bad.any():
-            return parent, _depths(parent)
+            stack = level is not None and not moved and bool((has == (level > 0)).all())
+            return parent, level if stack and level is not None else _depths(parent)
         parent[bad] = parent[p[bad]]
+        moved = True
 
 
 def _depths(parent: np.ndarray) -> np.ndarray:
@@ -689,6 +704,22 @@ class Attribution:
     fit: IntensityFit | None
 
 
+def _group_weights(
+    method: str, fit: IntensityFit | None, leaf: np.ndarray, above: np.ndarray,
+    lengths: np.ndarray, ceiling_W: float,
+) -> tuple[np.ndarray, IntensityFit | None, bool]:
+    """Each API's relative power for `method` (all 1 by overlap), the fit they came from, and
+    whether "auto" fell back to overlap because the fit was not supported by the data."""
+    weights = np.ones(leaf.shape[1])  # leaf: intervals × APIs
+    if method == "overlap":
+        return weights, fit, False
+    if fit is None:
+        fit = fit_intensities(leaf, above, lengths_s=lengths, ceiling_W=ceiling_W)
+    if method != "intensity" and not fit.supported:
+        return weights, fit, True
+    return (fit.intensity_W / fit.pooled_W if fit.pooled_W > 0 else weights), fit, False
+
+
 def attribute(
     intervals: SensorIntervals,
     t_start_ns: np.ndarray,
@@ -703,6 +734,8 @@ def attribute(
     ngroups: int | None = None,
     nest: tuple[np.ndarray, np.ndarray] | None = None,
     ceiling_W: float = np.inf,
+    leaf: np.ndarray | None = None,
+    instants: tuple[Instants, Instants] | None = None,
 ) -> Attribution:
     """Share each sensor interval's above-idle energy among the calls active in it.
 
@@ -713,7 +746,10 @@ def attribute(
     activities sharing an interval may differ from what the method assumes (relative, 1σ), for
     the uncertainty. nest: (parent, depth) from `nesting`, when already known. ceiling_W: the
     most any activity can draw above idle (the model's or the sensor's maximum): the fit's cap,
-    and no call is given more power than it (`capped_rates`).
+    and no call is given more power than it (`capped_rates`). leaf: `leaf_time` of these calls
+    over these intervals, when already known (sensors read at the same instants share it);
+    instants: the `Instants` of the calls' starts and ends (an end never before its start)
+    among these edges, likewise.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, not {method!r}")
@@ -727,36 +763,31 @@ def attribute(
     edges = intervals.edges_ns
     lengths = intervals.lengths_s
     above = intervals.energy_J - idle_W * lengths
-    leaf = leaf_time(edges, t0, t1, grp, parent, ngroups)
+    if leaf is None:
+        leaf = leaf_time(edges, t0, t1, grp, parent, ngroups)
 
-    weights = np.ones(ngroups)
-    fell_back = False
-    if method != "overlap":
-        if fit is None:
-            fit = fit_intensities(leaf, above, lengths_s=lengths, ceiling_W=ceiling_W)
-        if method == "intensity" or fit.supported:
-            weights = fit.intensity_W / fit.pooled_W if fit.pooled_W > 0 else weights
-        else:
-            fell_back = True
+    weights, fit, fell_back = _group_weights(method, fit, leaf, above, lengths, ceiling_W)
     used = "intensity" if (method != "overlap" and not fell_back) else "overlap"
 
     d = leaf @ weights
     h = np.divide(above, d, out=np.zeros_like(above), where=d > 0)
     rates = capped_rates(above, leaf, weights, ceiling_W)
+    start, end = instants or (Instants.of(edges, t0), Instants.of(edges, t1))
     if rates is None:
-        self_e = weights[grp] * _self_integral(edges, h, t0, t1, parent)
+        self_e = weights[grp] * _self_integral(edges, h, start, end, parent)
         in_calls = float(above[d > 0].sum())
     else:  # energy no call could draw at the ceiling stays outside the calls
-        self_e = _self_by_group(edges, rates, t0, t1, parent, grp)
+        self_e = _self_by_group(edges, rates, start, end, parent, grp)
         in_calls = float(self_e.sum())
-    inclusive = _inclusive(self_e, parent, depth)
+    levels = _levels(parent, depth)
+    inclusive = _inclusive(self_e, levels)
 
     w = leaf.sum(axis=1)
     union = _union_matrix(edges, t0, t1)
     q = np.divide(idle_W * union, w, out=np.zeros_like(w), where=w > 0)
-    idle_share = _inclusive(_self_integral(edges, q, t0, t1, parent), parent, depth)
+    idle_share = _inclusive(_self_integral(edges, q, start, end, parent), levels)
 
-    sharing, measurement = _uncertainty(intervals, above, h, weights[grp], t0, t1)
+    sharing, measurement = _uncertainty(intervals, above, h, weights[grp], t0, t1, start)
     top = parent < 0
     after_last = edges[:-1] >= (t1.max() if n else edges[0])
     covered = (t0 >= edges[0]) & (t1 <= edges[-1]) & (intervals.count > 0)
@@ -819,59 +850,87 @@ def capped_rates(
 
 
 def _self_by_group(
-    edges: np.ndarray, rates: np.ndarray, t0: np.ndarray, t1: np.ndarray, parent: np.ndarray,
+    edges: np.ndarray, rates: np.ndarray, start: Instants, end: Instants, parent: np.ndarray,
     grp: np.ndarray,
 ) -> np.ndarray:
     """`_self_integral` with a rate per interval and group: each call at its own group's."""
-    out = np.zeros(t0.size)
+    out = np.zeros(grp.size)
     child = parent >= 0
     for g in np.unique(grp):
-        span = cumulative(edges, rates[:, g], t1) - cumulative(edges, rates[:, g], t0)
+        span = end.integral(edges, rates[:, g]) - start.integral(edges, rates[:, g])
         own = span - np.bincount(parent[child], span[child], minlength=span.size)
         mine = grp == g
         out[mine] = own[mine]
     return out
 
 
+@dataclass(frozen=True)
+class Instants:
+    """Where instants fall among a sensor's edges (clipped to them, the last interval closed):
+    found once, for every integral over those intervals (`cumulative`)."""
+
+    interval: np.ndarray
+    offset_ns: np.ndarray  # from the interval's first edge
+
+    @classmethod
+    def of(cls, edges: np.ndarray, t: np.ndarray) -> Instants:
+        k = edges.size - 1
+        if k <= 0:
+            return cls(np.zeros(0, np.int64), np.zeros(0, np.int64))
+        tc = np.clip(t, edges[0], edges[-1])
+        i = np.minimum(np.searchsorted(edges, tc, "right") - 1, k - 1)
+        return cls(i, tc - edges[i])
+
+    def integral(self, edges: np.ndarray, rate: np.ndarray) -> np.ndarray:
+        """∫ rate dt from the first edge to each instant (`cumulative`)."""
+        if rate.size == 0:
+            return np.zeros(self.interval.size)
+        acc = np.concatenate(([0.0], np.cumsum(rate * np.diff(edges) / NS)))
+        i = self.interval
+        return acc[i] + rate[i] * self.offset_ns / NS
+
+
 def cumulative(edges: np.ndarray, rate: np.ndarray, t: np.ndarray) -> np.ndarray:
     """∫ rate dt from the first edge to each t (rate constant per interval, 0 outside); with
     rate = `SensorIntervals.power_W` it is the sensor's energy, interpolated in time."""
-    k = rate.size
-    if k == 0:
+    if rate.size == 0:
         return np.zeros(t.size)
-    acc = np.concatenate(([0.0], np.cumsum(rate * np.diff(edges) / NS)))
-    tc = np.clip(t, edges[0], edges[-1])
-    i = np.minimum(np.searchsorted(edges, tc, "right") - 1, k - 1)
-    return acc[i] + rate[i] * (tc - edges[i]) / NS
+    return Instants.of(edges, t).integral(edges, rate)
 
 
 def _self_integral(
-    edges: np.ndarray, rate: np.ndarray, t0: np.ndarray, t1: np.ndarray, parent: np.ndarray
+    edges: np.ndarray, rate: np.ndarray, start: Instants, end: Instants, parent: np.ndarray
 ) -> np.ndarray:
     """∫ rate over each call's leaf time: its span minus its direct children's spans."""
-    span = cumulative(edges, rate, t1) - cumulative(edges, rate, t0)
+    span = end.integral(edges, rate) - start.integral(edges, rate)
     child = parent >= 0
     return span - np.bincount(parent[child], span[child], minlength=span.size)
 
 
-def _inclusive(self_values: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+def _levels(parent: np.ndarray, depth: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(calls, their parents) of each nesting level below the top, deepest first: the order in
+    which `_inclusive` pushes values up."""
+    if depth.size == 0:
+        return []
+    return [(idx, parent[idx]) for idx in (np.flatnonzero(depth == d)
+                                           for d in range(int(depth.max()), 0, -1))]
+
+
+def _inclusive(self_values: np.ndarray, levels: list[tuple[np.ndarray, np.ndarray]]
+               ) -> np.ndarray:
     """Self + all descendants: push values up one nesting level at a time, deepest first."""
     total = self_values.copy()
-    if total.size == 0:
-        return total
-    order = np.argsort(depth, kind="stable")
-    bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2))
-    for d in range(int(depth.max()), 0, -1):
-        idx = order[bounds[d]:bounds[d + 1]]
-        np.add.at(total, parent[idx], total[idx])
+    for idx, up in levels:
+        np.add.at(total, up, total[idx])
     return total
 
 
 def _uncertainty(
     intervals: SensorIntervals, above: np.ndarray, h: np.ndarray, weight: np.ndarray,
-    t0: np.ndarray, t1: np.ndarray,
+    t0: np.ndarray, t1: np.ndarray, start: Instants | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(sharing, measurement) per call, from the intervals where the call starts and ends.
+    """(sharing, measurement) per call, from the intervals where the call starts and ends
+    (`start`: the starts' `Instants`, when known).
 
     Intervals the call fills entirely are its own (no sharing error) and their shared edges cancel
     between neighbours. In the first and last interval the call gets energy e from a share of the
@@ -886,9 +945,10 @@ def _uncertainty(
     if k == 0 or t0.size == 0:
         return np.zeros(t0.size), np.zeros(t0.size)
     lengths = np.diff(edges) / NS
-    tc0 = np.clip(t0, edges[0], edges[-1])
+    start = start or Instants.of(edges, t0)
+    i = start.interval
+    tc0 = edges[i] + start.offset_ns
     tc1 = np.clip(t1, edges[0], edges[-1])
-    i = np.minimum(np.searchsorted(edges, tc0, "right") - 1, k - 1)
     j = np.maximum(np.minimum(np.searchsorted(edges, tc1, "left") - 1, k - 1), i)
     power_above = np.divide(above, lengths, out=np.zeros_like(above), where=lengths > 0)
     sig_edge = intervals.edge_sigma_ns / NS

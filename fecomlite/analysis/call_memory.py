@@ -12,6 +12,7 @@ import numpy as np
 from fecomlite.analysis import pieces
 from fecomlite.analysis.sensors_baseline import read_samples
 from fecomlite.store import Store
+from fecomlite.store.reads import dense_ranks, row_codes
 
 RSS_SENSOR = "proc:rss"
 GPU_MEMORY_DOMAINS = ("process-gpu-memory", "gpu-memory")  # preferred first, then gpu:N gauges
@@ -21,6 +22,7 @@ EMPTY_CALL_MEMORY = {
     "rss_below_resolution": np.zeros(0, bool), "gpu_mem_below_resolution": np.zeros(0, bool),
     "first_use": np.zeros(0, bool),
 }
+MEMORY_COLUMNS = tuple(EMPTY_CALL_MEMORY)  # the per-call columns `memory_row` reads
 
 
 def gauge_during(
@@ -54,8 +56,16 @@ class Gauges:
 
 
 def memory_gauges(store: Store, sensors: list[dict[str, Any]]) -> Gauges:
-    """The RSS gauge (proc:rss, else the process-memory gauge that is not a peak) and the GPU
-    memory gauges (`_gpu_memory_sensors`), read whole (they are sampled, not per call)."""
+    """The memory gauges (`gauge_sensors`), read whole (they are sampled, not per call)."""
+    rss, gpu, used = gauge_sensors(sensors)
+    return Gauges(read_samples(store, rss["id"]) if rss is not None else None,
+                  [read_samples(store, s["id"]) for s in gpu], used)
+
+
+def gauge_sensors(sensors: list[dict[str, Any]]) -> tuple[
+        dict[str, Any] | None, list[dict[str, Any]], dict[str, str]]:
+    """(the RSS gauge: proc:rss, else the process-memory gauge that is not a peak; the GPU
+    memory gauges, `_gpu_memory_sensors`; which sensor gives each)."""
     used: dict[str, str] = {}
     rss = next((s for s in sensors if s["name"] == RSS_SENSOR), None)
     if rss is None:
@@ -66,8 +76,7 @@ def memory_gauges(store: Store, sensors: list[dict[str, Any]]) -> Gauges:
     gpu = _gpu_memory_sensors(sensors)
     if gpu:
         used["gpu_memory"] = ", ".join(s["name"] for s in gpu)
-    return Gauges(read_samples(store, rss["id"]) if rss is not None else None,
-                  [read_samples(store, s["id"]) for s in gpu], used)
+    return rss, gpu, used
 
 
 def calls_memory(gauges: Gauges, t0: np.ndarray, t1: np.ndarray) -> dict[str, np.ndarray]:
@@ -109,8 +118,9 @@ def first_of_site(
     out = np.zeros(rep.size, bool)
     heads = np.flatnonzero(pieces.is_call(status))
     if heads.size:
-        keys = np.stack((rep[heads], pid[heads], site[heads]), axis=1)
-        _, first = np.unique(keys, axis=0, return_index=True)
+        distinct, which = dense_ranks(row_codes(rep[heads], pid[heads], site[heads]))
+        first = np.full(distinct, heads.size)
+        np.minimum.at(first, which, np.arange(heads.size))  # each triple's first call
         out[heads[first]] = True
     return out
 
@@ -137,7 +147,7 @@ def _gpu_memory_sensors(sensors: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [s for s in gauges if s["domain"].startswith("gpu:")]
 
 
-def memory_row(calls: dict[str, Any], idx: np.ndarray) -> dict[str, float]:
+def memory_row(calls: dict[str, Any], idx: np.ndarray | slice) -> dict[str, float]:
     """Per group, for RSS (rss_*) and GPU memory (gpu_mem_*): the peak the process reached,
     the mean memory a call retains (delta), the peak above the level the call started at (max
     and mean over calls) and the transient part (peak above both its start and end level), over
@@ -157,7 +167,8 @@ def memory_row(calls: dict[str, Any], idx: np.ndarray) -> dict[str, float]:
     for key in ("rss", "gpu_mem"):
         start, end, peak = (calls[f"{key}_{c}_B"][idx] for c in ("start", "end", "peak"))
         unresolved = calls[f"{key}_below_resolution"][idx]
-        out[f"{key}_below_resolution_share"] = float(unresolved.mean()) if idx.size else math.nan
+        out[f"{key}_below_resolution_share"] = (float(unresolved.mean()) if unresolved.size
+                                                 else math.nan)
         # a call the gauge cannot resolve has no memory figure of its own (its neighbours'
         # samples); the process's peak still counts it
         start, end = np.where(unresolved, np.nan, start), np.where(unresolved, np.nan, end)

@@ -21,8 +21,8 @@ def call_heads(
     """Each event's call, as the row of its first piece (its own row for a whole call): a
     continuation joins the event before it of its site on its thread, in the repetition."""
     n = t0.size
-    if n == 0:
-        return np.zeros(0, np.int64)
+    if not (status & CONTINUES).any():  # no call in pieces: each event is its own call
+        return np.arange(n, dtype=np.int64)
     order = np.lexsort((t0, site, tid, pid, rep))
     keys = np.stack([rep[order], pid[order], tid[order], site[order]])
     new_thread = np.concatenate(([True], (np.diff(keys, axis=1) != 0).any(axis=0)))

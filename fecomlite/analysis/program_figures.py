@@ -39,10 +39,12 @@ def program_gaps(
 def with_program_gaps(
     t0: np.ndarray, t1: np.ndarray, thread: np.ndarray, api_of: np.ndarray, n_apis: int,
     reps: list[dict[str, Any]], replay_starts: np.ndarray,
+    nest: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, Any] | None:
     """attribute() arguments with the program's time outside calls as one more activity; a
     calibration repetition's program ends where its replays begin (the gaps between replays are
-    idle, not the program's)."""
+    idle, not the program's). nest: the calls' (parent, depth) when known: the gaps, on a
+    thread of their own and disjoint, are all top-level, so the calls' nesting is unchanged."""
     windows = []
     for r in reps:
         a, b = r.get("t_start_ns"), r.get("t_end_ns")
@@ -55,10 +57,16 @@ def with_program_gaps(
     all_t0, all_t1 = np.concatenate((t0, g0)), np.concatenate((t1, g1))
     gap_thread = (int(thread.max()) + 1) if thread.size else 0
     threads = np.concatenate((thread, np.full(g0.size, gap_thread, np.int64)))
+    order = np.argsort(g0, kind="stable")
+    if nest is None or (g0[order][1:] < g1[order][:-1]).any():  # overlapping windows' gaps
+        nest = at.nesting(all_t0, all_t1, threads)
+    else:
+        top = np.full(g0.size, -1, np.int64)
+        nest = (np.concatenate((nest[0], top)), np.concatenate((nest[1], top + 1)))
     return {
         "t_start_ns": all_t0, "t_end_ns": all_t1, "thread": threads,
         "group": np.concatenate((api_of, np.full(g0.size, n_apis, np.int64))),
-        "ngroups": n_apis + 1, "nest": at.nesting(all_t0, all_t1, threads),
+        "ngroups": n_apis + 1, "nest": nest,
     }
 
 

@@ -30,11 +30,13 @@ from fecomlite.analysis.aggregate import (
     aggregate,
     below_zero_reasons,
     cross_domain,
+    grouped,
     lead_domain,
     mean_ci95,
     sort_key,
 )
 from fecomlite.analysis.calibration import fit_groups
+from fecomlite.analysis.call_buckets import mark_bucketed
 from fecomlite.analysis.call_memory import (
     EMPTY_CALL_MEMORY,
     GPU_MEMORY_DOMAINS,
@@ -85,6 +87,7 @@ from fecomlite.analysis.streamed_run import analyse_streamed, group_rows, stream
 from fecomlite.runtime.batch_codec import PROJECT_SITE
 from fecomlite.runtime.calibration_replay import KIND as CALIBRATION_KIND
 from fecomlite.store import Store
+from fecomlite.store.reads import dense_ranks, row_codes
 
 STREAM_ABOVE = 1_000_000  # calls: a longer run is analysed streamed, in bounded memory
 
@@ -137,14 +140,8 @@ def _program_on_main_thread(ev: dict[str, np.ndarray], program: np.ndarray) -> n
 
 
 def _threads(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
-    """One small integer per (pid, tid)."""
-    if pid.size == 0:
-        return np.zeros(0, np.int64)
-    order = np.lexsort((tid, pid))
-    new = np.concatenate(([True], (np.diff(pid[order]) != 0) | (np.diff(tid[order]) != 0)))
-    code = np.empty(pid.size, np.int64)
-    code[order] = np.cumsum(new) - 1
-    return code
+    """One small integer per (pid, tid), in their order."""
+    return dense_ranks(row_codes(pid, tid))[1]
 
 
 def _load_calls(store: Store, run_id: int) -> _Calls:
@@ -208,7 +205,8 @@ def _attribute_domains(
     on_device = device_masks(device_owners(store.processes(run_id)), cols["pid"])
     fit_of = calls.fit_of_api[cols["api"]]
     host = with_program_gaps(t0, t1, calls.thread, fit_of, len(calls.fit_names), reps,
-                             t0[calls.replay])
+                             t0[calls.replay], (cols["parent"], cols["depth"]))
+    leaves: dict[bytes, Any] = {}  # what sensors read at the same instants share
     for domain, sensor in sorted(chosen.items()):
         t, v = read_samples(store, sensor["id"])
         try:
@@ -226,8 +224,9 @@ def _attribute_domains(
         activities = calls.fit_names
         ceiling = ceiling_W(sensor, details, v, idle)
         if domain in HOST_DOMAINS and host is not None:
+            leaf, instants = _shared_leaf(leaves, iv.edges_ns, host)
             res = calls_only(at.attribute(iv, method=method, idle_W=idle, ceiling_W=ceiling,
-                                          **host), t0.size)
+                                          leaf=leaf, instants=instants, **host), t0.size)
             activities = [*calls.fit_names, OUTSIDE_CALLS]
         else:  # a GPU's (a merged node's) energy to its processes' calls: distributed runs
             res = attribute_calls(
@@ -245,6 +244,22 @@ def _attribute_domains(
                                    out.rep_energy[domain], baseline, windows))
         out.intensities[domain] = intensity_record(res, activities, method)
     return out
+
+
+def _shared_leaf(leaves: dict[bytes, tuple[np.ndarray, tuple[at.Instants, at.Instants]]],
+                 edges: np.ndarray, host: dict[str, Any]
+                 ) -> tuple[np.ndarray, tuple[at.Instants, at.Instants]]:
+    """`attribution.leaf_time` of the host's activities over `edges`, and where their starts and
+    ends fall among them: found once for every sensor read at those instants (a CPU and DRAM
+    model, RAPL's domains)."""
+    key = edges.tobytes()
+    if key not in leaves:
+        t0 = np.asarray(host["t_start_ns"], np.int64)
+        t1 = np.maximum(np.asarray(host["t_end_ns"], np.int64), t0)
+        leaves[key] = (at.leaf_time(edges, t0, t1, np.asarray(host["group"], np.int64),
+                                    host["nest"][0], host["ngroups"]),
+                       (at.Instants.of(edges, t0), at.Instants.of(edges, t1)))
+    return leaves[key]
 
 
 def _add_noise_figures(domains: list[dict[str, Any]], reps: list[dict[str, Any]]) -> None:
@@ -304,10 +319,11 @@ def _whole_part(store: Store, run_id: int, run: dict[str, Any], reps: list[dict[
 
     def raw_rows(dom_info: dict[str, dict[str, Any]], above: dict[str, float]
                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        return (aggregate(cols, cols["site"], len(calls.sites), dom_info, above, reps,
-                          found.results, calls.fit_of_api[calls.api_of_site]),
-                aggregate(cols, cols["api"], len(calls.api_names), dom_info, above, reps,
-                          found.results, calls.fit_of_api))
+        g = grouped(cols, {d: found.results[d] for d in dom_info}, calls.api_of_site)
+        return (aggregate(g, g.site_bounds, dom_info, above, reps, found.results,
+                          calls.fit_of_api[calls.api_of_site]),
+                aggregate(g, g.api_bounds, dom_info, above, reps, found.results,
+                          calls.fit_of_api))
 
     return _Part(cols, found, *rep_call_figures(cols, reps, list(found.rep_energy)),
                  calls.sites, calls.api_names, calls.api_of_site, raw_rows, memory_sensors)
@@ -321,9 +337,10 @@ def stream_limit() -> int:
 
 
 def _streamed_part(store: Store, run_id: int, run: dict[str, Any], reps: list[dict[str, Any]],
-                   method: str, limit: int) -> _Part:
+                   method: str, limit: int, detail: _Part | None = None) -> _Part:
     """The run's chunks swept twice (`streamed_run`): memory that does not grow with the run;
-    no per-call columns, so no per-call median or timeline of calls."""
+    no per-call columns, so no per-call median or timeline of calls, except those of a
+    bounded-storage run's calls kept in detail (`detail`: `_whole_part` of those alone)."""
     got = analyse_streamed(store, run_id, method)
     found = _Domains(got.domains, {}, {}, {}, got.notes, {d.method for d in got.dom.values()})
     for domain, dom in got.dom.items():
@@ -332,19 +349,41 @@ def _streamed_part(store: Store, run_id: int, run: dict[str, Any], reps: list[di
         found.intensities[domain] = intensity_record(dom, activities, method)  # type: ignore[arg-type]
     n_sites = len(got.sites)
     calls = int(got.sums.calls.sum())
+    why = "its calls past the detail window are in buckets" if got.folded else (
+        f"above {limit:,} calls")
+    kept = int(detail.columns["call"].size) if detail is not None else 0
     found.notes.append(
         f"{calls:,} calls: analysed streamed over the stored chunks, in memory that does not "
-        f"grow with the run (above {limit:,} calls); figures that need every call at once are "
-        "not shown: per-call medians, the calls' timeline and layer contexts")
+        f"grow with the run ({why}); " + (
+            f"per-call medians, the calls' timeline and layer contexts are those of the "
+            f"{kept:,} calls kept in detail (the first and the latest window of each "
+            "repetition)" if detail is not None else "figures that need every call at once "
+            "are not shown: per-call medians, the calls' timeline and layer contexts"))
 
     def raw_rows(dom_info: dict[str, dict[str, Any]], above: dict[str, float]
                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        return (group_rows(got, np.arange(n_sites), n_sites, got.site_fit, dom_info, above),
+        rows = (group_rows(got, np.arange(n_sites), n_sites, got.site_fit, dom_info, above),
                 group_rows(got, got.api_of_site, len(got.api_names), got.fit_of_api, dom_info,
                            above))
+        if got.folded is not None:
+            mark_bucketed(rows, got.folded, got.api_of_site, len(got.api_names))
+        if detail is not None and set(dom_info) <= set(detail.found.results):
+            _detail_medians(rows, detail.raw_rows(dom_info, above))
+        return rows
 
     return _Part(_empty_columns(list(got.dom)), found, got.rep_events, got.rep_in_calls,
                  got.sites, got.api_names, got.api_of_site, raw_rows, got.memory_sensors)
+
+
+def _detail_medians(rows: tuple[list[dict[str, Any]], list[dict[str, Any]]],
+                    detail: tuple[list[dict[str, Any]], list[dict[str, Any]]]) -> None:
+    """The per-call medians of the calls kept in detail into the streamed rows (same site and
+    API order), with how many calls each is of (`median_calls`)."""
+    for streamed_rows, detail_rows in zip(rows, detail, strict=True):
+        for row, mine in zip(streamed_rows, detail_rows, strict=True):
+            row["median_calls"] = mine["calls"]
+            for domain, e in row["energy"].items():
+                e["per_call"]["median"] = mine["energy"][domain]["per_call"]["median"]
 
 
 def _empty_columns(domains: list[str]) -> dict[str, Any]:
@@ -399,11 +438,21 @@ def analyse_run(
     details = store.result(run_id, "sensors") or {}
     chosen, notes = choose_energy_sensors(sensors, details)
     limit = stream_limit() if stream_above is None else stream_above
-    part = (_streamed_part(store, run_id, run, reps, method, limit)
-            if store.event_count(run_id) > limit and streamable(store, run_id)
-            else _whole_part(store, run_id, run, reps, chosen, method))
+    with store.snapshot():  # one moment of a run still recording (and folding)
+        folded = store.folded_calls(run_id) > 0  # `--keep`: the streamed analysis reads them
+        stored = store.event_count(run_id)
+        if (folded or stored > limit) and streamable(store, run_id):
+            detail = (_whole_part(store, run_id, run, reps, chosen, method)
+                      if folded and 0 < stored <= limit else None)
+            part = _streamed_part(store, run_id, run, reps, method, limit, detail)
+        else:
+            part = detail = _whole_part(store, run_id, run, reps, chosen, method)
     found = part.found
     notes += found.notes
+    if folded and not streamable(store, run_id):
+        notes.append(f"{store.folded_calls(run_id):,} calls past the detail window (--keep) are "
+                     "in buckets, which the analysis of a distributed job does not read: its "
+                     "figures cover the calls kept in detail only")
     domains = found.rows
     if found.intensities and not store.readonly:  # a report reads the store, never writes it
         store.put_result(run_id, "intensities", plain(found.intensities))
@@ -429,6 +478,7 @@ def analyse_run(
         method="+".join(sorted(found.methods)) or "none", notes=notes,
         site_keys=[s["key"] for s in part.sites], api_names=part.api_names, load=load,
         mode=run_mode(run.get("settings") or {}),
+        detail_calls=detail.columns if detail is not None and detail is not part else None,
     )
     if compare_levels:
         analysis.levels = _compare_levels(store, run, analysis, method)

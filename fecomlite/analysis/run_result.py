@@ -33,6 +33,9 @@ class RunAnalysis:
     the figures are a quick run's rough ones. intensities: per domain, the
     fitted API intensities and the method used (also stored as the run's "intensities" result).
     levels: method-level calls against the project-level total, when both runs exist.
+    detail_calls: a bounded-storage run's (`--keep`, analysed streamed, `calls` empty) calls
+    kept in detail, in `calls`' columns, from a whole-run analysis of those calls alone: the
+    calls' timeline and layer contexts of its detail window (`call_columns`).
     """
 
     run: dict[str, Any]
@@ -52,6 +55,13 @@ class RunAnalysis:
     notes: list[str] = field(default_factory=list)
     load: dict[str, Any] = field(default_factory=dict)
     mode: dict[str, Any] = field(default_factory=dict)
+    detail_calls: dict[str, Any] | None = None
+
+    def call_columns(self) -> dict[str, Any]:
+        """The per-call columns there are: every call's, else the detail window's."""
+        if self.detail_calls is not None and not len(self.calls.get("call", ())):
+            return self.detail_calls
+        return self.calls
 
     def to_json(self, include_calls: bool = False) -> dict[str, Any]:
         """Plain dicts, lists, floats and strings (NaN → None); per-call rows only when asked."""

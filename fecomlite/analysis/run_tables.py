@@ -43,6 +43,10 @@ _MEMORY_COLUMNS = ("rss_peak_max_B", "rss_delta_mean_B", "rss_peak_above_start_m
                    "gpu_mem_first_call_delta_mean_B")
 
 
+# calls of the row from buckets, their width; the calls kept in detail its per-call median is of
+_BUCKET_COLUMNS = ("bucketed_calls", "bucket_s", "median_calls")
+
+
 def table_csv(rows: list[dict[str, Any]], kind: str, mode: str) -> str:
     """One row per API / site; `run_mode` (quick or careful, `run_mode`) on every row, so that
     rough figures stay marked wherever the file goes."""
@@ -53,6 +57,8 @@ def table_csv(rows: list[dict[str, Any]], kind: str, mode: str) -> str:
         header += [f"{d} per_call_{c}_J" for c in _PER_CALL_COLUMNS]
     header += ["all_domains_above_idle_J", "all_domains_provenance", *_MEMORY_COLUMNS,
                "run_mode"]
+    bucketed = any("bucketed_calls" in r for r in rows)  # --keep: calls folded into buckets
+    header += list(_BUCKET_COLUMNS) if bucketed else []
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(header)
@@ -65,6 +71,7 @@ def table_csv(rows: list[dict[str, Any]], kind: str, mode: str) -> str:
             line += [e.get("per_call", {}).get(c, "") for c in _PER_CALL_COLUMNS]
         line += [r["all_domains"]["above_idle_J"], r["all_domains"]["provenance"],
                  *(r["memory"][c] for c in _MEMORY_COLUMNS), mode]
+        line += [r.get(c) for c in _BUCKET_COLUMNS] if bucketed else []
         writer.writerow(["" if isinstance(x, float) and not math.isfinite(x) else x
                          for x in line])
     return buf.getvalue()

@@ -8,7 +8,6 @@ measured counter, else measured power, else an estimated power model.
 from __future__ import annotations
 
 import math
-from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -32,10 +31,8 @@ HOST_DOMAINS = ("cpu-package", "cpu-core", "uncore", "psys", "dram", "cpu-proces
 
 
 def read_samples(store: Store, sensor_id: int) -> tuple[np.ndarray, np.ndarray]:
-    rows = store.samples(sensor_id)
-    flat = np.fromiter(chain.from_iterable(rows), float, 2 * len(rows)).reshape(-1, 2)
-    t = np.fromiter((r[0] for r in rows), np.int64, len(rows))  # exact: ns exceed 2**53
-    return t, flat[:, 1]
+    """(t_ns int64, value float64) of one sensor's whole series (`Store.sample_arrays`)."""
+    return store.sample_arrays(sensor_id)
 
 
 def choose_energy_sensors(

@@ -16,7 +16,9 @@ per-call figure is known once the call and its descendants have ended; only the 
    measurement uncertainty; merged into per-site sums and per-call moments (`Moments`, the
    pairwise update), per-API ones merged from the sites'.
 
-Agreement with `analyse_run` to float noise is a property test (tests/test_streamed.py). A run
+The per-call part of both sweeps runs in C where it is built (`sweep_fast`, `_sweep.c`); the
+numpy sweeps here are the fallback and are held to the same figures. Agreement with
+`analyse_run` to float noise is a property test (tests/test_streamed.py). A run
 with layer pieces (continuations) is counted by calls, but its per-call energy figures and
 raised counts are per piece here (`pieces_note`).
 """
@@ -30,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from fecomlite.analysis import attribution as at
-from fecomlite.analysis import sweep
+from fecomlite.analysis import sweep, sweep_fast
 from fecomlite.analysis.call_stats import Moments
 from fecomlite.analysis.streamed_memory import MemorySums
 from fecomlite.runtime.batch_codec import CONTINUES, RAISED
@@ -145,6 +147,7 @@ class Domain:
     fell_back: bool = False
     rel_spread: float = at.DEFAULT_REL_SPREAD
     capped: bool = False
+    fit_on: np.ndarray | None = None  # the intervals the intensity fit reads (None: all)
 
     def __post_init__(self) -> None:
         self.leaf = np.zeros((self.iv.count, self.ngroups + 1))
@@ -216,7 +219,9 @@ def _rates(dom: Domain, method: str) -> Rates:
     leaf = dom.leaf if dom.gaps else dom.leaf[:, :-1]
     weights = np.ones(leaf.shape[1])
     if method != "overlap":
-        dom.fit = at.fit_intensities(leaf, above, lengths_s=lengths, ceiling_W=dom.ceiling_W)
+        on = slice(None) if dom.fit_on is None else dom.fit_on
+        dom.fit = at.fit_intensities(leaf[on], above[on], lengths_s=lengths[on],
+                                     ceiling_W=dom.ceiling_W)
         if method == "intensity" or dom.fit.supported:
             if dom.fit.pooled_W > 0:
                 weights = dom.fit.intensity_W / dom.fit.pooled_W
@@ -250,27 +255,26 @@ def sweep_one(chunks: Chunks, threads: sweep.Threads, site_fit: np.ndarray,
     recent = {dom.name: _Union(dom.iv.edges_ns) for dom in leads}
     gaps = _Gaps(windows)
     found: list[tuple[np.ndarray, ...]] = []
-    t_min = t_max = None
-    for b in sweep.batches(chunks(), threads, batch_events):
-        cols = b.columns
-        new = slice(b.carried, None)
-        t0, t1 = cols["t_start_ns"][new], np.maximum(cols["t_end_ns"], cols["t_start_ns"])[new]
-        grp = site_fit[site_index(cols["site_id"])]
-        parent = b.parent[new]
-        child = parent >= 0
-        s0 = np.concatenate((t0, t0[child]))
-        s1 = np.concatenate((t1, t1[child]))
-        col = np.concatenate((grp[new], grp[parent[child]]))
-        w = np.concatenate((np.ones(t0.size), -np.ones(int(child.sum()))))
+    span: list[int] = []  # first start, last end
+
+    def outside(t0: np.ndarray, t1: np.ndarray, rep: int) -> None:
+        """The new calls of a batch (in start order) into the unions, gaps and span."""
+        if not t0.size:
+            return
         for dom in leads:
-            dom.leaf += at._overlap_matrix(dom.iv.edges_ns, s0, s1, col, w, dom.ngroups + 1)
             busy[dom.name].add(t0, t1)
             if any(domains[d].idle_W is None for d, first in lead.items() if first == dom.name):
                 recent[dom.name].add(t0, t1 + int(1.0 * at.NS))
-        found += gaps.add(int(cols["rep"][b.carried]), t0, t1) if t0.size else []
-        if t0.size:
-            t_min = int(t0.min()) if t_min is None else min(t_min, int(t0.min()))
-            t_max = int(t1.max()) if t_max is None else max(t_max, int(t1.max()))
+        found.extend(gaps.add(rep, t0, t1))
+        first, last = int(t0.min()), int(t1.max())
+        span[:] = [min(span[0], first), max(span[1], last)] if span else [first, last]
+
+    if sweep_fast.available():
+        sweep_fast.leaf_sums(chunks, threads, site_fit, site_index, leads, batch_events,
+                             outside)
+    else:
+        _leaf_numpy(chunks, threads, site_fit, site_index, leads, batch_events, outside)
+    t_min, t_max = span if span else (None, None)
     found += gaps.finish() + gaps.unseen()
     g0 = np.concatenate([g[0] for g in found]) if found else np.zeros(0, np.int64)
     g1 = np.concatenate([g[1] for g in found]) if found else np.zeros(0, np.int64)
@@ -295,6 +299,27 @@ def sweep_one(chunks: Chunks, threads: sweep.Threads, site_fit: np.ndarray,
     return None if t_min is None or t_max is None else (t_min, t_max)
 
 
+def _leaf_numpy(chunks: Chunks, threads: sweep.Threads, site_fit: np.ndarray,
+                site_index: Callable[[np.ndarray], np.ndarray], leads: list[Domain],
+                batch_events: int, outside: Callable[[np.ndarray, np.ndarray, int], None]
+                ) -> None:
+    """Sweep 1's leaf time in numpy, batch by batch (`sweep_fast` does it in C)."""
+    for b in sweep.batches(chunks(), threads, batch_events):
+        cols = b.columns
+        new = slice(b.carried, None)
+        t0, t1 = cols["t_start_ns"][new], np.maximum(cols["t_end_ns"], cols["t_start_ns"])[new]
+        grp = site_fit[site_index(cols["site_id"])]
+        parent = b.parent[new]
+        child = parent >= 0
+        s0 = np.concatenate((t0, t0[child]))
+        s1 = np.concatenate((t1, t1[child]))
+        col = np.concatenate((grp[new], grp[parent[child]]))
+        w = np.concatenate((np.ones(t0.size), -np.ones(int(child.sum()))))
+        for dom in leads:
+            dom.leaf += at._overlap_matrix(dom.iv.edges_ns, s0, s1, col, w, dom.ngroups + 1)
+        outside(t0, t1, int(cols["rep"][b.carried]) if t0.size else 0)
+
+
 def _quiet_idle(iv: at.SensorIntervals, busy: np.ndarray, recent: np.ndarray) -> float:
     """`attribution.estimate_idle_W` from the unions of sweep 1."""
     if iv.count == 0:
@@ -313,6 +338,10 @@ def sweep_two(chunks: Chunks, threads: sweep.Threads, site_fit: np.ndarray,
     """Every call's energies and memory figures merged per site, and the domains' in-call sums
     (sweep 2)."""
     state = _SweepTwo(site_fit, domains, rates, reps, memory)
+    if sweep_fast.available():
+        extra = sweep_fast.energy_sums(chunks, threads, site_fit, site_index, domains, rates,
+                                       state.sums, state.rep_col, memory, batch_events)
+        return state.sums, extra
     for b in sweep.batches(chunks(), threads, batch_events):
         state.add(_View.of(b, site_index(b.columns["site_id"]), site_fit, state.rep_col))
     return state.sums, {"totals": state.totals, "pieces": state.pieces,

@@ -16,10 +16,9 @@ from typing import Any
 import numpy as np
 
 from fecomlite.analysis import attribution as at
-from fecomlite.analysis import streamed, sweep
+from fecomlite.analysis import call_buckets, streamed, sweep
 from fecomlite.analysis.aggregate import cross_domain, floor_at_zero, mean_ci95
 from fecomlite.analysis.calibration import fit_groups
-from fecomlite.analysis.call_memory import memory_gauges
 from fecomlite.analysis.distributions import t_quantile
 from fecomlite.analysis.program_figures import domain_row, rep_spans, rep_window_energy
 from fecomlite.analysis.sensors_baseline import (
@@ -30,7 +29,7 @@ from fecomlite.analysis.sensors_baseline import (
     idle_baseline,
     read_samples,
 )
-from fecomlite.analysis.streamed_memory import MemorySums
+from fecomlite.analysis.streamed_memory import MemorySums, read_gauges
 from fecomlite.runtime.batch_codec import PROJECT_SITE
 from fecomlite.runtime.calibration_replay import KIND as CALIBRATION_KIND
 from fecomlite.store import Store
@@ -104,6 +103,7 @@ class StreamedRun:
     fit_of_api: np.ndarray
     site_fit: np.ndarray
     notes: list[str]
+    folded: call_buckets.FoldedCalls | None = None  # `--keep`'s buckets, None without
 
 
 def analyse_streamed(store: Store, run_id: int, method: str = "auto",
@@ -131,24 +131,31 @@ def analyse_streamed(store: Store, run_id: int, method: str = "auto",
     def threads() -> sweep.Threads:
         return sweep.Threads(program, main)
 
+    table = np.zeros(int(site_ids.max()) + 1 if site_ids.size else 0, np.int64)
+    table[site_ids] = np.arange(site_ids.size)  # store ids are small: a lookup, not a search
+
     def site_index(ids: np.ndarray) -> np.ndarray:
-        return np.searchsorted(site_ids, ids)
+        return table[ids] if table.size < 1 << 24 else np.searchsorted(site_ids, ids)
 
     chosen, notes = choose_energy_sensors(sensors, details)
     domains, sensor_of = _plan_domains(store, run, chosen, details, len(fit_names), notes)
     windows = _windows(reps, first_replay)
     span = streamed.sweep_one(chunks, threads(), site_fit, site_index, domains, windows,
                               batch_events)
+    folded = _folded_time(store, run_id, site_index, site_fit, domains)
     for domain, dom in domains.items():  # an idle level estimated in sweep 1 sets the ceiling
         if idle_baseline(run, sensor_of[domain])[0] is None:
             t, v = read_samples(store, sensor_of[domain]["id"])
             dom.ceiling_W = ceiling_W(sensor_of[domain], details, v, dom.idle_W)
     rates = streamed.rates_of(domains, method)
     rep_ids = [r["rep"] for r in reps] or _reps_seen(store, run_id)
-    gauges = memory_gauges(store, sensors)
+    gauges, gauges_used = read_gauges(store, sensors)
     memory = MemorySums(gauges, len(sites))
     sums, extra = streamed.sweep_two(chunks, threads(), site_fit, site_index, domains, rates,
                                      rep_ids, memory, batch_events)
+    if folded is not None:
+        notes.append(folded.note(int(sums.calls.sum())))
+        folded.add_energy(sums, extra, domains, rates, rep_ids)
     baseline = store.result(run_id, "idle_baseline") or {}
     domain_rows = [_domain_row(run, reps, dom, sensor_of[d], rates[d], {
         **extra["totals"][d], "self_J": float(sums.energy[d]["self"].sum())}, baseline, span)
@@ -158,10 +165,20 @@ def analyse_streamed(store: Store, run_id: int, method: str = "auto",
         notes.append("the run was still recording: calls stored while it was analysed may be "
                      "counted in part (the two sweeps over its chunks read what was stored by "
                      "then); report it again once it has finished")
-    return StreamedRun(domain_rows, sums, memory, gauges.used, domains, rep_ids,
+    return StreamedRun(domain_rows, sums, memory, gauges_used, domains, rep_ids,
                        extra["rep_events"], extra["rep_in_calls"], sites, api_names,
                        api_of_site, fit_names, fit_of_api, site_fit,
-                       notes + ([note] if note else []))
+                       notes + ([note] if note else []), folded)
+
+
+def _folded_time(store: Store, run_id: int, site_index: Any, site_fit: np.ndarray,
+                 domains: dict[str, streamed.Domain]) -> call_buckets.FoldedCalls | None:
+    """The calls `--keep` folded into buckets (`call_buckets`), their time added to each
+    domain's before the fit; None for a run kept call by call."""
+    folded = call_buckets.read(store, run_id, site_index, site_fit)
+    if folded is not None:
+        folded.add_time(domains)
+    return folded
 
 
 def _plan_domains(

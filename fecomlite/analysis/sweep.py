@@ -71,13 +71,31 @@ class Threads:
                     tid[i] = self.main_tid.get(key, tid[i])
         out = np.empty(tid.size, np.int64)
         pid = cols["pid"]
-        pids = np.unique(pid)
-        for p in pids.tolist():  # a few processes, each with a few threads: 1-D sorts only
-            mine = pid == p if pids.size > 1 else slice(None)
-            tids, inverse = np.unique(tid[mine], return_inverse=True)
-            codes = np.array([self.codes.setdefault((p, t), len(self.codes))
-                              for t in tids.tolist()], np.int64)
-            out[mine] = codes[inverse.reshape(-1)]
+        if not tid.size:
+            return out
+        # a few (process, thread) pairs: picked out one by one, no sort; the first over the
+        # whole batch without copying it
+        p, t = int(pid[0]), int(tid[0])
+        mine = (tid == t) & (pid == p)
+        out[mine] = self.codes.setdefault((p, t), len(self.codes))
+        left = np.flatnonzero(~mine)
+        while left.size:
+            if len(self.codes) > 64:  # many threads: one sort instead
+                return self._sorted(pid, tid, out, left)
+            p, t = int(pid[left[0]]), int(tid[left[0]])
+            mine = (tid[left] == t) & (pid[left] == p)
+            out[left[mine]] = self.codes.setdefault((p, t), len(self.codes))
+            left = left[~mine]
+        return out
+
+    def _sorted(self, pid: np.ndarray, tid: np.ndarray, out: np.ndarray,
+                left: np.ndarray) -> np.ndarray:
+        from fecomlite.store.reads import distinct_pairs
+
+        pairs, which = distinct_pairs(pid[left], tid[left])
+        codes = np.array([self.codes.setdefault((int(p), int(t)), len(self.codes))
+                          for p, t in pairs.tolist()], np.int64)
+        out[left] = codes[which]
         return out
 
 
@@ -112,22 +130,33 @@ def released(chunks: Iterable[dict[str, np.ndarray]],
         yield from _release(pending, np.inf)
 
 
+def _by_start(pending: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The pending chunks' events as one set of columns, by start (ties as read). Each chunk is
+    by start already and few events start before an earlier chunk's last: only those move."""
+    cols = _concat(pending, COLUMNS)  # fresh arrays: reordered in place
+    order = np.argsort(cols["t_start_ns"], kind="stable")
+    moved = np.flatnonzero(order != np.arange(order.size))
+    if moved.size > order.size // 4:
+        return _take(cols, order)
+    source = order[moved]
+    for values in cols.values():
+        values[moved] = values[source]  # the right side is gathered first
+    return cols
+
+
 def _release(pending: list[dict[str, np.ndarray]],
              watermark: float) -> Iterator[tuple[dict[str, np.ndarray], float]]:
-    cols = _concat(pending, COLUMNS)
-    order = np.argsort(cols["t_start_ns"], kind="stable")
-    yield _take(cols, order), watermark
+    yield _by_start(pending), watermark
 
 
 def _release_before(
     pending: list[dict[str, np.ndarray]], watermark: int
 ) -> Iterator[tuple[dict[str, np.ndarray], float]]:
-    cols = _concat(pending, COLUMNS)
-    order = np.argsort(cols["t_start_ns"], kind="stable")
-    cut = int(np.searchsorted(cols["t_start_ns"][order], watermark, "left"))
+    cols = _by_start(pending)
+    cut = int(np.searchsorted(cols["t_start_ns"], watermark, "left"))
     if cut:
-        yield _take(cols, order[:cut]), float(watermark)
-    rest = _take(cols, order[cut:])
+        yield {c: v[:cut] for c, v in cols.items()}, float(watermark)
+    rest = {c: v[cut:] for c, v in cols.items()}
     return [rest], int(rest["t_start_ns"].size)
 
 

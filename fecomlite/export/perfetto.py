@@ -54,8 +54,20 @@ def trace(store: Store, run_id: int) -> dict[str, Any]:
                 f"{s['domain']}: {s['provenance']}" for s in sensors if s["kind"] != "gauge"
             )
             or "no energy sensor",
+            **_folded(store, run_id),
         },
     }
+
+
+def _folded(store: Store, run_id: int) -> dict[str, str]:
+    """What the trace leaves out of a run with bounded storage (`--keep`)."""
+    folded = store.folded_calls(run_id)
+    if not folded:
+        return {}
+    keep = (store.run(run_id).get("settings") or {}).get("keep", "")
+    return {"folded_calls": f"{folded:,} calls past the detail window (--keep {keep}) are kept "
+                            "as per-site buckets, not as calls: the trace shows the calls kept "
+                            "in detail only"}
 
 
 def _call_rows(store: Store, run_id: int) -> list[tuple[Any, ...]]:

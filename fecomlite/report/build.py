@@ -69,8 +69,9 @@ def build_report(store: Store, run_id: int, method: str = "auto",
     timeline = TimelineBuilder(store, a)
     datasize = store.result(run_id, "datasize")
     gpu_mem = tables.has_gpu_memory(a.apis)
-    api_cols = tables.api_columns(a.domains, gpu_mem)
-    site_cols = tables.site_columns(a.domains, gpu_mem)
+    bucket_s = tables.bucket_width(a.apis)  # --keep: some calls come from buckets
+    api_cols = tables.api_columns(a.domains, gpu_mem, bucket_s)
+    site_cols = tables.site_columns(a.domains, gpu_mem, bucket_s)
     co2e = add_co2e(a, intensity, [api_cols, site_cols])  # None without an intensity
     tails = timeline.tails()
     memory = process_memory(store, a.run, a.repetitions)  # every run kind: a watch run's only
@@ -170,6 +171,7 @@ def _header(a: RunAnalysis) -> dict[str, Any]:
         "level": run.get("level"),
         "status": run.get("status"),
         "partial": run.get("status") == "running",  # still recording: what is stored so far
+        "keep": settings.get("keep"),  # bounded storage: WINDOW/BUCKET, calls between in buckets
         "lost_events": run.get("lost_events", 0),  # events neither sent nor spooled
         "exit_code": run.get("exit_code"),
         "ended": _ended(run.get("exit_code")),

@@ -17,7 +17,7 @@ import numpy as np
 
 from fecomlite.analysis import units
 from fecomlite.report.palette import SERIES_COLORS
-from fecomlite.report.timeline import peak_per_bin, samples
+from fecomlite.report.timeline import GaugePeaks
 from fecomlite.store import Store
 
 MAX_POINTS = 500  # per sensor's timeline
@@ -57,21 +57,32 @@ def process_memory(store: Store, run: dict[str, Any],
 
 def _sensor_memory(store: Store, sensor: dict[str, Any], windows: list[tuple[int, int, int]],
                    origin: int) -> dict[str, Any] | None:
-    t, v = samples(store, sensor["id"])
-    t, v = t[v > 0], v[v > 0]  # a process that has exited reads 0
-    inside = np.zeros(t.size, bool)
-    per_rep = []
-    for rep, start, end in windows:
-        mask = (t >= start) & (t <= end)
-        if mask.any():
-            inside |= mask
-            per_rep.append({"rep": rep, "first_B": float(v[mask][0]),
-                            "peak_B": float(v[mask].max())})
-    if not per_rep:
+    """One gauge's figures over the repetitions, read chunk by chunk (a day of 200 Hz RSS is
+    17 M samples): readings of 0 (a process that has exited) left out."""
+    spans = [s for _, start, end in windows
+             if (s := store.sample_span(sensor["id"], start, end, positive=True))]
+    if not spans:
         return None
-    t, v = t[inside], v[inside]
-    if t.size > MAX_POINTS:
-        t, v = peak_per_bin(t, v, np.linspace(t[0], t[-1] + 1, MAX_POINTS + 1).astype(np.int64))
+    first, last = min(a for a, _ in spans), max(b for _, b in spans)
+    timeline = GaugePeaks(np.linspace(first, last + 1, MAX_POINTS + 1).astype(np.int64),
+                          MAX_POINTS)
+    reps: dict[int, dict[str, Any]] = {}
+    for chunk in store.sample_chunks(sensor["id"], first):
+        t, v = chunk["t"], chunk["v"]
+        if t[0] > last:
+            break
+        t, v = t[v > 0], v[v > 0]
+        inside = np.zeros(t.size, bool)
+        for rep, start, end in windows:
+            mask = (t >= start) & (t <= end)
+            if mask.any():
+                inside |= mask
+                seen = reps.setdefault(rep, {"rep": rep, "first_B": float(v[mask][0]),
+                                             "peak_B": -np.inf})
+                seen["peak_B"] = max(seen["peak_B"], float(v[mask].max()))
+        timeline.add(t[inside], v[inside])
+    per_rep = [reps[rep] for rep, _, _ in windows if rep in reps]
+    t, v = timeline.result()
     peak = max(r["peak_B"] for r in per_rep)
     return {"sensor": sensor["name"], "domain": sensor["domain"], "what": _what(sensor),
             "provenance": sensor["provenance"], "first_B": per_rep[0]["first_B"],

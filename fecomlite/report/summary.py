@@ -38,7 +38,8 @@ def summary_table(analysis: RunAnalysis, top: int = 10) -> Table:
         table.add_column(f"{plain(domain['domain'])} {what}\nself / inclusive\n"
                          f"({plain(_provenance(domain))}{flag})", justify="right")
     for row in analysis.apis[:top]:
-        cells = [plain(row["api"]), str(row["calls"]), scaled(row["total_time_s"], "s")]
+        calls = str(row["calls"]) + (" ~" if row.get("bucketed_calls") else "")
+        cells = [plain(row["api"]), calls, scaled(row["total_time_s"], "s")]
         for domain in analysis.domains:
             energy = row["energy"].get(domain["domain"], {})
             cells.append(_energy_cell(energy))
@@ -127,6 +128,12 @@ def summary_notes(analysis: RunAnalysis, top: int = 10) -> list[str]:
         )
     if any(_number(c.get("above_idle_J")) is None and not c.get("below_zero") for c in cells):
         notes.append("- : no reading of that sensor covered the API's calls.")
+    bucketed = [r for r in analysis.apis[:top] if r.get("bucketed_calls")]
+    if bucketed:
+        notes.append(
+            f"~ : some of the API's calls are past the detail window (--keep) and kept as "
+            f"buckets of {scaled(bucketed[0]['bucket_s'], 's')}: their energy is spread evenly "
+            "over each bucket; counts and times are exact.")
     if any(c.get("below_zero") for c in cells):
         notes.append("≈ 0: below the idle baseline by no more than the noise, i.e. zero; below "
                      "idle: below it by more, not shown (the domain is flagged unreliable).")
@@ -143,6 +150,9 @@ def summary_rows(analysis: RunAnalysis) -> list[dict[str, Any]]:
             "time_s": row["total_time_s"],
             "run_mode": (analysis.mode or {}).get("mode", ""),
         }
+        if "bucketed_calls" in row:  # --keep: calls folded into buckets, and their width
+            record["bucketed_calls"] = row["bucketed_calls"]
+            record["bucket_s"] = row["bucket_s"]
         for domain in analysis.domains:
             energy = row["energy"].get(domain["domain"], {})
             name = domain["domain"]

@@ -167,10 +167,28 @@ def _common_tail(domains: list[dict[str, Any]], gpu_memory: bool) -> list[Column
     return cols
 
 
-def api_columns(domains: list[dict[str, Any]], gpu_memory: bool) -> list[Column]:
+def bucket_width(rows: list[dict[str, Any]]) -> float | None:
+    """The width of the buckets some rows' calls come from (`--keep`), None without."""
+    return next((r["bucket_s"] for r in rows if r.get("bucketed_calls")), None)
+
+
+def _bucket_column(bucket_s: float | None) -> list[Column]:
+    """`--keep`: how many of a row's calls come from buckets (their figures are bucketed)."""
+    if bucket_s is None:
+        return []
+    width = units.scaled(bucket_s, "s")
+    return [Column("bucketed", "from buckets", "", ("bucketed_calls",), "bucketed_calls",
+                   title=f"calls past the detail window (--keep), kept as per-site buckets of "
+                   f"{width}: their counts and times are exact, their energy is spread evenly "
+                   f"over each {width} bucket; memory per call leaves them out")]
+
+
+def api_columns(domains: list[dict[str, Any]], gpu_memory: bool,
+                bucket_s: float | None = None) -> list[Column]:
     cols = [
         Column("api", "API", "text", ("api",), "api", title="canonical name (what was written)"),
         Column("calls", "calls", "", ("calls",), "calls"),
+        *_bucket_column(bucket_s),
         Column("time", "total time", "s", ("total_time_s",), "total_time_s"),
     ]
     for d in domains:
@@ -178,13 +196,15 @@ def api_columns(domains: list[dict[str, Any]], gpu_memory: bool) -> list[Column]
     return cols + _common_tail(domains, gpu_memory)
 
 
-def site_columns(domains: list[dict[str, Any]], gpu_memory: bool) -> list[Column]:
+def site_columns(domains: list[dict[str, Any]], gpu_memory: bool,
+                 bucket_s: float | None = None) -> list[Column]:
     cols = [
         Column("site", "site", "text", ("key",), "key", title="file:line:column of the call"),
         Column("source", "source line", "text", ("source",), "source", shown=False,
                title="the call as written (also in the site's tooltip)"),
         Column("api", "API", "text", ("api",), "api"),
         Column("calls", "calls", "", ("calls",), "calls"),
+        *_bucket_column(bucket_s),
         Column("time", "total time", "s", ("total_time_s",), "total_time_s"),
     ]
     for d in domains:

@@ -34,10 +34,7 @@ TAIL_LEAD_S = 1.0  # how much of the program's end the tail chart shows before t
 
 def samples(store: Store, sensor_id: int) -> tuple[np.ndarray, np.ndarray]:
     """One sensor's samples, ordered by time, as (t_ns int64, value float64)."""
-    rows = store.samples(sensor_id)
-    t = np.fromiter((r[0] for r in rows), np.int64, len(rows))
-    v = np.fromiter((r[1] for r in rows), np.float64, len(rows))
-    return t, v
+    return store.sample_arrays(sensor_id)
 
 
 def power_steps(kind: str, t_ns: np.ndarray, values: np.ndarray,
@@ -69,6 +66,40 @@ def peak_per_bin(t_ns: np.ndarray, values: np.ndarray, bins_ns: np.ndarray) -> t
         return np.zeros(0, np.int64), np.zeros(0)
     starts = np.flatnonzero(np.concatenate(([True], np.diff(which) != 0)))
     return bins_ns[which[starts]], np.maximum.reduceat(vals, starts)
+
+
+class GaugePeaks:
+    """A gauge's samples read chunk by chunk (`Store.sample_chunks`), in the memory of a chunk
+    and the bins: as they are while there are at most `raw_max`, else the peak per bin
+    (`peak_per_bin`, the same figures as over the whole series at once)."""
+
+    def __init__(self, bins_ns: np.ndarray, raw_max: int) -> None:
+        self.bins = bins_ns
+        self.raw_max = raw_max
+        self.peak = np.full(max(bins_ns.size - 1, 0), -np.inf)
+        self.seen = np.zeros(self.peak.size, bool)
+        self.raw: list[tuple[np.ndarray, np.ndarray]] = []
+        self.count = 0
+
+    def add(self, t_ns: np.ndarray, values: np.ndarray) -> None:
+        self.count += t_ns.size
+        if self.count <= self.raw_max:
+            self.raw.append((t_ns, values))
+        else:
+            self.raw.clear()
+        starts, peaks = peak_per_bin(t_ns, values, self.bins)  # a bin may span two chunks
+        which = np.searchsorted(self.bins, starts)
+        np.maximum.at(self.peak, which, peaks)
+        self.seen[which] = True
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        """(t_ns, value): the samples, or (bin start, peak) of the bins that hold some."""
+        if self.count <= self.raw_max:
+            if not self.raw:
+                return np.zeros(0, np.int64), np.zeros(0)
+            return (np.concatenate([t for t, _ in self.raw]),
+                    np.concatenate([v for _, v in self.raw]))
+        return self.bins[:-1][self.seen], self.peak[self.seen]
 
 
 def busy_per_bin(t0: np.ndarray, t1: np.ndarray, bins_ns: np.ndarray) -> np.ndarray:
@@ -124,7 +155,7 @@ class TimelineBuilder:
 
     def __init__(self, store: Store, analysis: RunAnalysis) -> None:
         self.analysis = analysis
-        run, calls = analysis.run, analysis.calls
+        run, calls = analysis.run, analysis.call_columns()
         by_name = {s["name"]: s for s in store.sensors(run["id"])}
         self.power: list[dict[str, Any]] = []
         for d in analysis.domains:
@@ -138,19 +169,20 @@ class TimelineBuilder:
                 continue
             if power.size:
                 self.power.append({"domain": d, "edges": edges, "power": power})
-        self.memory: list[dict[str, Any]] = []
+        self.store = store
+        self.memory: list[dict[str, Any]] = []  # gauges: read chunk by chunk when drawn
         for key, sensor in self._memory_sensors(list(by_name.values())):
-            t, v = samples(store, sensor["id"])
-            if t.size:
-                self.memory.append({"key": key, "sensor": sensor, "t": t, "v": v})
+            span = store.sample_span(sensor["id"])
+            if span is not None:
+                self.memory.append({"key": key, "sensor": sensor, "span": span})
         starts = [int(calls["t_start_ns"].min())] if calls["t_start_ns"].size else []
         ends = [int(calls["t_end_ns"].max())] if calls["t_end_ns"].size else []
         for p in self.power:
             starts.append(int(p["edges"][0]))
             ends.append(int(p["edges"][-1]))
         for m in self.memory:
-            starts.append(int(m["t"][0]))
-            ends.append(int(m["t"][-1]))
+            starts.append(m["span"][0])
+            ends.append(m["span"][1])
         for r in analysis.repetitions:
             ends += [int(x) for x in (r.get("tail_end_ns"), r.get("t_end_ns")) if x is not None]
         origin = run.get("t_start_ns")
@@ -205,10 +237,10 @@ class TimelineBuilder:
             })
         memory = []
         for m in self.memory:
-            t, v = m["t"], m["v"]
-            if t.size > MAX_POINTS:
-                t, v = peak_per_bin(t, v, bins)
-            t, v = broken_at(t, v, self._process_ends())
+            peaks = GaugePeaks(bins, MAX_POINTS)
+            for chunk in self.store.sample_chunks(m["sensor"]["id"]):
+                peaks.add(chunk["t"], chunk["v"])
+            t, v = broken_at(*peaks.result(), self._process_ends())
             memory.append({
                 "label": _memory_label(m["key"], m["sensor"]),
                 "color": MEMORY_COLORS[m["key"]], "unit": "B",
@@ -222,7 +254,7 @@ class TimelineBuilder:
         }
 
     def _lanes(self, bins: np.ndarray, dec: int) -> list[dict[str, Any]]:
-        a, calls = self.analysis, self.analysis.calls
+        a, calls = self.analysis, self.analysis.call_columns()
         names = a.api_names  # the order of calls["api"]'s indices
         index = {n: i for i, n in enumerate(names)}
         top = [r["api"] for r in a.apis[:MAX_LANES] if r["api"] in index]

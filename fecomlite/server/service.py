@@ -19,6 +19,7 @@ its run end `incomplete` with the reason, and a refused end first gets the disk 
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import os
 import platform
@@ -38,7 +39,8 @@ import numpy as np
 from fecomlite import __version__
 from fecomlite.runtime import batch_codec
 from fecomlite.server import spool
-from fecomlite.server.baseline import back_since, keep
+from fecomlite.server.baseline import back_since, keep, lagless_tail_ns
+from fecomlite.server.folding import Folder, keep_of
 from fecomlite.server.gate import GateThresholds, gated, wait_for_stable
 from fecomlite.server.idlewatch import IdleWatch
 from fecomlite.server.monitor import Monitor
@@ -76,6 +78,7 @@ class _Run:
     totals: dict[str, int] = field(default_factory=dict)  # proc -> events it said it made
     # proc -> (seq, pid, threads): its calls in progress as of its latest batch that said
     open: dict[str, tuple[int, int, list[dict[str, Any]]]] = field(default_factory=dict)
+    folder: Folder | None = None  # `--keep`: folds the calls past the detail window
 
 
 class MeasurementService:
@@ -191,9 +194,12 @@ class MeasurementService:
             kind=kind, parent_id=parent_id, manifest=manifest or {}, machine=self.machine,
             t_start_ns=time.monotonic_ns(),
         )
+        keep_setting = keep_of(settings or {})
         self._register(store, run_id, self.sampler.sensors)
         with self._lock:
-            self._runs[run_id] = _Run(token, spool.site_table(manifest or {}), owner_pid)
+            self._runs[run_id] = _Run(token, spool.site_table(manifest or {}), owner_pid,
+                                      folder=Folder(keep_setting, self._own_store)
+                                      if keep_setting else None)
         self.sampler.record(run_id)
         return {"run_id": run_id, "token": token, "store_id": self.store_id}
 
@@ -248,6 +254,9 @@ class MeasurementService:
         with self._lock:
             totals = dict(run.totals)
         told = self._db().lost_events(run_id, totals)
+        if run.folder is not None:
+            with contextlib.suppress(sqlite3.Error, StoreError):  # unfolded stays in detail
+                run.folder.finish(run_id)
         for proc, n in (recorded or {}).items():
             totals[proc] = max(totals.get(proc, 0), n)
         lost = self._db().lost_events(run_id, totals)
@@ -274,21 +283,28 @@ class MeasurementService:
     def _record_end(self, run_id: int, end: dict[str, Any]) -> str | None:
         """Write a run's end; on a refusal, give the reserve back to the disk and try again.
         Returns the store's error when it still refuses (the end is then kept to retry)."""
-        error = None
-        for _ in range(2):
-            try:
-                self._write_end(run_id, end)
-            except (sqlite3.Error, StoreError) as exc:
-                error = str(exc)
-                if not self._release_reserve():
-                    break
-                continue
-            with self._lock:
-                self._pending_ends.pop(run_id, None)
-            return None
+        error = self._write_with_reserve(lambda: self._write_end(run_id, end))
         with self._lock:
-            self._pending_ends[run_id] = end
+            if error:
+                self._pending_ends[run_id] = end
+            else:
+                self._pending_ends.pop(run_id, None)
         return error
+
+    def _write_with_reserve(self, write: Callable[[], object]) -> str | None:
+        """`write` to the store; on a refusal (a full disk), give the reserve back to the disk
+        and try once more. Returns the store's error when it still refuses."""
+        try:
+            write()
+            return None
+        except (sqlite3.Error, StoreError) as exc:
+            if not self._release_reserve():
+                return str(exc)
+        try:
+            write()
+            return None
+        except (sqlite3.Error, StoreError) as exc:
+            return str(exc)
 
     def _write_end(self, run_id: int, end: dict[str, Any]) -> None:
         store = self._db()
@@ -392,12 +408,17 @@ class MeasurementService:
         )
 
     def rep_end(self, run_id: int, rep: int, t_ns: int | None, exit_code: int | None) -> None:
+        """Close a repetition. A store that refuses it (a full disk) gets the reserve, as a
+        run's end does; if it still refuses, the run is marked with the store's error (it ends
+        `incomplete`) rather than failing the runner, which still has a run to end."""
         run = self._run(run_id)
         with self._lock:
             run.open.clear()  # its processes ended: nothing of theirs is in progress
-        self._db().upsert_repetition(
-            run_id, rep, t_end_ns=t_ns or time.monotonic_ns(), exit_code=exit_code
-        )
+        end = {"t_end_ns": t_ns or time.monotonic_ns(), "exit_code": exit_code}
+        error = self._write_with_reserve(
+            lambda: self._db().upsert_repetition(run_id, rep, **end))
+        if error and not run.store_error:
+            run.store_error = f"repetition {rep}'s end not stored: {error}"
 
     def tail(
         self, run_id: int, rep: int, seconds: float, until_baseline: bool = False
@@ -405,8 +426,9 @@ class MeasurementService:
         """Keep sampling after the repetition ended (power decays late), `seconds` at most; with
         `until_baseline`, only until the machine's power is back at the run's idle baseline
         (`fecomlite.server.baseline.back_since`, checked every `TAIL_POLL_S` on what was read
-        up to then). Returns when the tail ended and since when power was back (None: not
-        seen back)."""
+        up to then); where every power sensor is a model of CPU time, only until their readings
+        cover none of the program (`lagless_tail_ns`). Returns when the tail ended and since when
+        power was back (None: not seen back)."""
         self._run(run_id)
         store = self._db()
         began = time.monotonic_ns()
@@ -416,6 +438,8 @@ class MeasurementService:
         baseline = (store.result(run_id, "idle_baseline") or {}) if until_baseline else {}
         settle = {s.name: tail_settle_ns(self.sampler.interval(s), s.period_s)
                   for s in self.sampler.sensors}
+        if (lagless := lagless_tail_ns(self.sampler.sensors, settle)) is not None:
+            deadline = min(deadline, ended + lagless)  # nothing of the program can show later
         poll_s = TAIL_POLL_S if baseline.get("sensors") else None
         back = None
         with self._doing(run_id, "tail", rep=rep, seconds=seconds):
@@ -560,12 +584,20 @@ class MeasurementService:
                     run.open[header["proc"]] = (header["seq"], header.get("pid", 0),
                                                 header["open"])
         try:
-            return self._db().add_batch(run_id, header, columns, run.sites)
+            stored = self._db().add_batch(run_id, header, columns, run.sites)
         except sqlite3.OperationalError as exc:
             if "locked" in str(exc):
                 raise
             run.store_error = run.store_error or f"the store could not take a batch: {exc}"
             raise StoreFailure(f"the store could not take the batch: {exc}") from exc
+        if stored and run.folder is not None:  # `--keep`: fold what left the detail window
+            run.folder.after_batch(run_id, int(header.get("rep", 0)), columns["t_start_ns"],
+                                   columns["t_end_ns"])
+        return stored
+
+    def _own_store(self) -> Store:
+        """A store connection of its own, for a thread that closes it (the folding's)."""
+        return Store(self.store_path)
 
     def ingest(self, path: Path, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
         return spool.ingest(self._db(), path, manifest, self.machine)

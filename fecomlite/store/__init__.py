@@ -23,7 +23,7 @@ from typing import Any
 from fecomlite.runtime.comm_hooks import site_row as collective_site_row
 from fecomlite.runtime.layers import facts as layer_facts
 from fecomlite.runtime.names import adopted, shown_written
-from fecomlite.store import events, integrity
+from fecomlite.store import call_buckets, events, integrity
 from fecomlite.store.reads import StoreReads
 
 SCHEMA_VERSION = 3
@@ -121,7 +121,8 @@ CREATE TABLE IF NOT EXISTS results (
     value TEXT NOT NULL,                 -- json
     PRIMARY KEY (run_id, name)
 );
-""" + events.SCHEMA  # call events: compressed column chunks (fecomlite/store/events.py)
+""" + events.SCHEMA + call_buckets.SCHEMA  # call events: compressed column chunks
+# (fecomlite/store/events.py); calls folded past a detail window (store/call_buckets.py)
 
 PROCESS_FIELDS = {  # a batch header's rank fields, and their types
     "rank": int,
@@ -187,7 +188,7 @@ def private_home(home: Path) -> Path:
     return home
 
 
-class Store(StoreReads):
+class Store(StoreReads, call_buckets.BucketStore):
     """A connection to one run store. Not thread-safe: one Store per thread."""
 
     def __init__(
@@ -262,6 +263,8 @@ class Store(StoreReads):
                                      f"now kept as compressed chunks); the old file is kept "
                                      f"as {kept}")
             self._init_schema()
+        elif not call_buckets.has_table(self.db):  # a store of this schema from before --keep
+            self._init_schema()
 
     def check(self) -> None:
         """Refuse a store whose pages SQLite finds damaged (~3.4 s per GB, a full read)."""
@@ -320,7 +323,8 @@ class Store(StoreReads):
         tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master")}
         return (self.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
                 and self.db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
-                and {"meta", "runs", "event_chunks", "batches", "results"} <= tables)
+                and {"meta", "runs", "event_chunks", "batches", "results", call_buckets.TABLE}
+                <= tables)
 
     @property
     def store_id(self) -> str:
