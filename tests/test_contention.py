@@ -126,15 +126,14 @@ def test_over_repetitions_identical_code_gives_no_verdict_and_15x_is_seen() -> N
     from fecomlite.report.compare import across_repetitions
 
     rng = np.random.default_rng(7)
-    none: dict = {"uncertainty_J": 0.0}
     same, slower = [], []
     for _ in range(60):
         a = 1.0 + 0.05 * rng.standard_normal(3)
         b = 1.0 + 0.05 * rng.standard_normal(3)
-        same.append(across_repetitions(a.mean(), b.mean(), a, b, (none, 1), (none, 1), 60,
+        same.append(across_repetitions(a.mean(), b.mean(), a, b, 0.0, 0.0, 60,
                                        0.05**2))
         c = 1.5 * (1.0 + 0.05 * rng.standard_normal(3))
-        slower.append(across_repetitions(a.mean(), c.mean(), a, c, (none, 1), (none, 1), 60,
+        slower.append(across_repetitions(a.mean(), c.mean(), a, c, 0.0, 0.0, 60,
                                          0.05**2))
     assert sum(p["verdict"] in VERDICTS for p in same) == 0
     assert all(p["verdict"] == "higher" for p in slower)

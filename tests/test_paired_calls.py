@@ -50,10 +50,9 @@ def verdicts(a: SimpleNamespace, b: SimpleNamespace) -> dict[str, dict]:
     """Each API's verdict as `report A B` gives it: over the repetitions' mean energy per
     paired call, each API's spread moderated by the domain's typical one."""
     pairs = pair_runs(a, b, [DOMAIN])
-    none = {"uncertainty_J": 0.0}
     prior = typical_spread(pairs, DOMAIN)
     return {api: across_repetitions(p["reps_a"].mean(), p["reps_b"].mean(), p["reps_a"],
-                                    p["reps_b"], (none, 1), (none, 1), len(pairs), prior)
+                                    p["reps_b"], 0.0, 0.0, len(pairs), prior)
             for (api, _), p in pairs.items()}
 
 
@@ -98,3 +97,33 @@ def test_sites_only_one_run_has_are_not_paired_and_the_sample_is_capped():
     long = generated(rng, {"x": SAMPLE_PER_SITE + 10}, reps=2, call_noise=0.0, rep_noise=0.0)
     pair = pair_runs(long, long, [DOMAIN])[("x", DOMAIN)]
     assert pair["calls"] == SAMPLE_PER_SITE + 10 and pair["per_call_change"] == [0.0] * 3
+
+
+def test_streamed_runs_are_paired_from_the_store(tmp_path):
+    """Runs analysed streamed keep no call's columns: `report A B` reads their paired calls
+    chunk by chunk (a call's energy its time × its API's power in the repetition). Two
+    replays of one trace pair every call, agree with the whole-run pairing within 10 %, give
+    no verdict; the same trace drawing 30 % more reads higher."""
+    from report_helpers import build_run
+
+    from fecomlite.analysis.run_analysis import analyse_run
+    from fecomlite.report.compare import compare_runs
+    from fecomlite.store import Store
+
+    with Store(tmp_path / "s.sqlite") as store:
+        ids = [build_run(store, reps=3), build_run(store, reps=3),
+               build_run(store, reps=3, energy_scale=1.3)]
+        streamed = [analyse_run(store, r, "overlap", stream_above=0) for r in ids]
+        whole = [analyse_run(store, r, "overlap") for r in ids]
+        same = compare_runs(streamed[0], streamed[1], store=store).json
+        changed = compare_runs(streamed[0], streamed[2], store=store).json
+        unpaired = compare_runs(streamed[0], streamed[1]).json  # no store: nothing to read
+    reference = pair_runs(whole[0], whole[1], ["gpu:0"])
+    for row in same["apis"]:
+        got = row["energy"]["gpu:0"]["per_call"]
+        assert got["pairing"]["paired"] and got["verdict"] == "within noise"
+        exact = reference[(row["api"], "gpu:0")]["reps_a"].mean()
+        assert abs(got["a"] / exact - 1) < 0.10, (row["api"], got["a"], exact)
+    assert {r["energy"]["gpu:0"]["per_call"]["verdict"] for r in changed["apis"]} == {"higher"}
+    assert not any(r["energy"]["gpu:0"]["per_call"]["pairing"]["paired"]
+                   for r in unpaired["apis"])

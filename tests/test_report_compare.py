@@ -129,6 +129,9 @@ def test_two_runs_of_an_unchanged_program_give_no_verdict_beyond_the_noise(
                 for k in api["energy"]]
     assert verdicts and not {"higher", "lower"} & set(verdicts)
     assert "repetitions: 3 in A, 2 in B" in data["differences"]
+    # `auto` fitted intensities in each run: both compared by overlap, with the reason
+    assert {d["method"] for d in (*a.domains, *b.domains)} == {"overlap"}
+    assert any("intensities are fitted per run" in n for n in data["notes"])
     # with one repetition in B there is still a spread from A's; from no repetitions, none
     single = compare_runs(c, d).json
     assert not {"higher", "lower"} & {api["energy"][k]["per_call"]["verdict"]

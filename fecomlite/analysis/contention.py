@@ -49,20 +49,25 @@ def measure(series: dict[str, tuple[np.ndarray, np.ndarray]],
             "rep": rep, "wait_per_cpu_s": w / cpu if cpu > 0 else math.nan,
             "steal_pct": _mean_in(*steal, a, b), "runnable_per_cpu": _mean_in(*runnable, a, b),
         })
-
-    def mean(key: str) -> float:
-        values = [r[key] for r in per_rep if math.isfinite(r[key])]
-        return float(np.mean(values)) if values else math.nan
-
     out = {"checked": bool(wait[0].size), "per_rep": per_rep,
-           "wait_per_cpu_s": mean("wait_per_cpu_s"), "steal_pct": mean("steal_pct"),
-           "runnable_per_cpu": mean("runnable_per_cpu")}
-    steal_share = out["steal_pct"] / 100 if math.isfinite(out["steal_pct"]) else 0.0
-    wait_share = out["wait_per_cpu_s"]  # NaN: too short to be sampled, so not known
-    out["distortion"] = wait_share + steal_share if out["checked"] else math.nan
+           **{key: _mean_of(per_rep, key)
+              for key in ("wait_per_cpu_s", "steal_pct", "runnable_per_cpu")}}
+    out["distortion"] = _bound(out["wait_per_cpu_s"], out["steal_pct"]) if out["checked"] \
+        else math.nan
     out["distorted"] = out["checked"] and out["distortion"] > DISTORTION_LIMIT
     out["text"] = describe(out)
     return out
+
+
+def _mean_of(per_rep: list[dict[str, Any]], key: str) -> float:
+    values = [r[key] for r in per_rep if math.isfinite(r[key])]
+    return float(np.mean(values)) if values else math.nan
+
+
+def _bound(wait_per_cpu_s: float, steal_pct: float) -> float:
+    """The CPU-time inflation bound: the wait per CPU second (NaN: too short to be sampled, so
+    not known) plus the steal share."""
+    return wait_per_cpu_s + (steal_pct / 100 if math.isfinite(steal_pct) else 0.0)
 
 
 def describe(c: dict[str, Any]) -> str:
@@ -96,6 +101,29 @@ def effects(c: dict[str, Any], domain: str) -> str | None:
         return (f"load: up to +{c['distortion']:.0%} from CPU time spent waiting for peers "
                 f"(the program waited {c['wait_per_cpu_s']:.2f} s for a CPU per CPU second)")
     return None
+
+
+def quiet_repetitions(c: dict[str, Any]) -> list[int]:
+    """The repetitions load did not distort (wait per CPU second plus steal within
+    DISTORTION_LIMIT): on a shared machine a repetition that waited for CPUs stretches every
+    call (10× seen here), and its calls are not the program's cost on a quiet machine."""
+    out = []
+    for r in c.get("per_rep") or []:
+        bound = _bound(r.get("wait_per_cpu_s", math.nan), r.get("steal_pct", math.nan))
+        if math.isfinite(bound) and bound <= DISTORTION_LIMIT:
+            out.append(int(r["rep"]))
+    return out
+
+
+def over_repetitions(c: dict[str, Any], reps: list[int]) -> dict[str, Any]:
+    """A run's contention (`measure`) over some of its repetitions only."""
+    kept = [r for r in c.get("per_rep") or [] if int(r["rep"]) in set(reps)]
+    out = {**c, "per_rep": kept, **{key: _mean_of(kept, key)
+                                    for key in ("wait_per_cpu_s", "steal_pct",
+                                                "runnable_per_cpu")}}
+    out["distortion"] = _bound(out["wait_per_cpu_s"], out["steal_pct"]) if c.get("checked") \
+        else math.nan
+    return out
 
 
 def load_differs(a: dict[str, Any], b: dict[str, Any]) -> str | None:

@@ -46,6 +46,7 @@ def machine_load(
         out["checked"] += cpu["checked"]
         out["not_checked"] += cpu["not_checked"]
         out["baseline_other_pct"], out["program_other_pct"] = cpu["baseline"], cpu["program"]
+        out["program_other_pct_per_rep"] = cpu.get("per_rep", [])  # in `reps`' order
         out["cpu_busy"] = cpu["busy"]
         if cpu["busy"]:
             out["busy_domains"].update(dict.fromkeys(HOST_DOMAINS, (
@@ -116,6 +117,7 @@ def _other_load(
         out["checked"].append(f"{device} during the idle baseline")
     if windows and own is not None:
         values = [other(a, b, True) for a, b in windows]
+        out["per_rep"] = values
         out["program"] = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
         out["checked"].append(f"{device} during the repetitions")
     elif windows:

@@ -8,16 +8,23 @@ and the API's energy per repetition (its cost in the program, call counts includ
 measured in one run and estimated in the other, or estimated by different models, is not
 compared: the difference would be the sensors', not the program's. Nor is a domain attributed by
 different methods (`analyse_pair` attributes both runs again by overlap when `auto` chose
-differently), nor a machine-level domain on a machine other processes kept busy.
+differently, nor a domain `auto` fitted intensities for: both runs are then attributed by
+overlap), nor a machine-level domain on a machine other processes kept busy.
 
 Energy per call, with two repetitions or more in both runs: compared over the repetitions'
 energy per call, of the calls paired by site and call order where the runs share them (the k-th
 call of a site in A against its k-th in B, `analysis.paired_calls`; unpaired where the call
-sequences differ) (`across_repetitions`: Student's t, each API's spread moderated by the domain's
-typical one (`typical_spread`), family-wise 5 % over the page's APIs and domains, the minimum
-detectable change and the repetitions a 10 % change needs beside it).
-Host domains of runs whose load differed (`analysis.contention.load_differs`) are "not
-comparable: load", with the reason. Otherwise (and for the energy per repetition):
+sequences differ) (`across_repetitions`: Student's t, each API's spread moderated by the typical
+one of APIs making as many calls (`paired_calls.typical_variance`), family-wise 5 % over the
+page's APIs and domains, the minimum detectable change and the repetitions a 10 % change needs
+beside it; under intensities, each run's fit error of the API joins the noise, `fit_sigma`).
+Where the machine's speed drifts between repetitions (every API dearer or cheaper together),
+each API's change is judged also beyond the runs' common change against the spread left once
+that factor is removed (`analysis.repetition_factor`, `_beyond_factor`; each test at half the
+error rate). Repetitions load distorted are left out when each run keeps two that it did not
+(`compared_repetitions`). Host domains of runs whose load differed over the compared
+repetitions (`analysis.contention.load_differs`) are "not comparable: load", with the reason.
+Otherwise (and for the energy per repetition):
 
 The noise of an API's figure adds, to its CI across calls or repetitions, the attribution's own
 uncertainty (how its energy was shared inside sensor intervals) and the run-to-run spread of the
@@ -39,11 +46,21 @@ from typing import Any
 
 import numpy as np
 
-from fecomlite.analysis import units
-from fecomlite.analysis.contention import load_differs
+from fecomlite.analysis import repetition_factor, units
+from fecomlite.analysis.contention import (
+    DISTORTION_LIMIT,
+    load_differs,
+    over_repetitions,
+    quiet_repetitions,
+)
 from fecomlite.analysis.distributions import t_quantile
-from fecomlite.analysis.paired_calls import pair_runs
-from fecomlite.analysis.paired_calls import typical_spread as paired_spread
+from fecomlite.analysis.paired_calls import (
+    is_streamed,
+    pair_runs,
+    pair_streamed,
+    spreads,
+    typical_variance,
+)
 from fecomlite.analysis.run_analysis import HOST_DOMAINS, RunAnalysis, analyse_run, mean_ci95
 from fecomlite.report import tables
 from fecomlite.report.palette import domain_color, domain_name, shade
@@ -51,6 +68,10 @@ from fecomlite.report.palette import domain_color, domain_name, shade
 TOP_BARS = 15
 NOT_COMPARABLE = "not comparable"
 NOT_COMPARABLE_LOAD = "not comparable: load"
+NOT_IDENTIFIED = "no verdict: below the sensors' resolution"
+NOT_FITTED = "no verdict: power not identified"
+SUB_RESOLUTION = 0.1  # a call shorter than this share of a sensor reading cannot be resolved
+MIN_CALLS_RESOLVED = 5  # ... unless this many a repetition average over several readings
 POWER_Z = 0.8416  # 80 % power: a change this many σ beyond the 5 % threshold is detected
 TARGET_CHANGE = 0.10  # the change a user would want to see: repetitions needed for it
 FAMILY_ALPHA = 0.05  # the chance of any false verdict over all of a comparison's APIs
@@ -109,17 +130,24 @@ def _comparable(da: dict[str, Any] | None, db: dict[str, Any] | None) -> tuple[b
 def analyse_pair(
     store: Any, run_a: int, run_b: int, method: str = "auto"
 ) -> tuple[RunAnalysis, RunAnalysis, list[str]]:
-    """Both runs analysed alike: when `auto` chose a different method for a domain in each,
-    both are attributed again by overlap (the method both can use), and a note says why."""
+    """Both runs analysed alike, by a method whose assumption is the same in both: when `auto`
+    chose intensities for a domain in either run, both are attributed again by overlap, and a
+    note says why. An intensity fit is made per run: its own error (±30 % per API is common on
+    a CPU estimate) is the same in every repetition of that run, so two runs' fits differ by
+    more than their repetitions show (issue 30: one-off µs calls read 4 µJ in every repetition
+    of one run and 6 mJ in every repetition of the next, from the fit alone). By overlap, both
+    runs share each sensor interval's energy by the calls' time alike, and a call's change is
+    its time's and its intervals' power's."""
     a, b = analyse_run(store, run_a, method), analyse_run(store, run_b, method)
     ma = {d["domain"]: d["method"] for d in a.domains}
     mb = {d["domain"]: d["method"] for d in b.domains}
-    differ = sorted(k for k in ma.keys() & mb.keys() if ma[k] != mb[k])
-    if method != "auto" or not differ:
+    refit = sorted(k for k in ma.keys() & mb.keys() if "intensity" in (ma[k], mb[k]))
+    if method != "auto" or not refit:
         return a, b, []
-    note = ("Both runs were attributed again by overlap: the automatic choice differed ("
-            + "; ".join(f"{k}: {ma[k]} in A, {mb[k]} in B" for k in differ)
-            + "), and figures attributed differently would differ by method, not by program.")
+    note = ("Both runs were attributed again by overlap (" + "; ".join(
+        f"{k}: {ma[k]} in A, {mb[k]} in B" for k in refit) + "): intensities are fitted per run, "
+        "and a fit's own error, the same in every repetition of its run, would read as a "
+        "change between runs.")
     return analyse_run(store, run_a, "overlap"), analyse_run(store, run_b, "overlap"), [note]
 
 
@@ -152,73 +180,135 @@ def run_differences(a: RunAnalysis, b: RunAnalysis) -> list[str]:
     return out
 
 
-def per_rep_per_call(row: dict[str, Any], energy: dict[str, Any]) -> np.ndarray:
+def per_rep_per_call(row: dict[str, Any], energy: dict[str, Any],
+                     keep: list[int] | None = None) -> np.ndarray:
     """Each repetition's energy per call of the API (the raw estimates: noise keeps its sign):
     a deterministic program makes the same calls in every repetition, so these differ only by
-    what differs between repetitions, not by how the API's calls differ from one another."""
+    what differs between repetitions, not by how the API's calls differ from one another.
+    keep: the positions of the repetitions compared (`quiet_repetitions`), None for all."""
     values = energy.get("raw_per_rep_J") or energy.get("per_rep_J") or []
     counts = row.get("per_rep_calls") or []
-    return np.array([v / c for v, c in zip(values, counts, strict=False)
-                     if c and v is not None and math.isfinite(v)], float)
+    pairs = list(zip(values, counts, strict=False))
+    return np.array([v / c for i, (v, c) in enumerate(pairs)
+                     if (keep is None or i in keep) and c and v is not None and math.isfinite(v)],
+                    float)
+
+
+def fit_sigma(x: RunAnalysis, domain: str, api: str, value: float) -> float:
+    """1σ of an API's energy per call that every repetition of run `x` shares: under
+    intensities, the fit's error of the API's intensity (σ / intensity × the figure); infinite
+    where the fit did not identify the API's own power (it then rests on the power fitted to
+    all such calls together: a few µs calls in 100 ms readings); 0 by overlap, which fits
+    nothing (its equal-power assumption is the same in both runs)."""
+    record = (x.intensities or {}).get(domain) or {}
+    if record.get("method") != "intensity" or not math.isfinite(value):
+        return 0.0
+    fitted = (record.get("apis") or {}).get(api) or {}
+    sigma, intensity = fitted.get("sigma_W", math.inf), fitted.get("intensity_W", 0.0)
+    if not fitted.get("identifiable") or not math.isfinite(sigma) or not intensity:
+        return math.inf
+    return sigma / intensity * abs(value)
 
 
 def across_repetitions(
     a: float, b: float, reps_a: np.ndarray, reps_b: np.ndarray,
-    extra_a: tuple[dict[str, Any], int], extra_b: tuple[dict[str, Any], int], tests: int,
-    prior: float = math.nan,
+    fit_a: float, fit_b: float, tests: int, prior: float = math.nan,
+    residual: tuple[float, float] = (1.0, 1.0),
 ) -> dict[str, Any]:
     """The energy per call of both runs compared over their repetitions (Student's two-sample
     t on the repetitions' per-call means, pooled variance), family-wise at 5 % over the
     comparison's `tests` (API, domain) pairs (Bonferroni), so that identical code gives no
-    verdict; the attribution's own uncertainty per call joins in quadrature. With it, the
-    smallest change detected 80 % of the time and the repetitions a 10 % change needs. prior:
-    the domain's typical relative variance between repetitions (`typical_spread`), which
-    moderates this API's own (a moderated t: three repetitions alone say little about a
-    spread)."""
-    dof = reps_a.size + reps_b.size - 2
+    verdict. fit_a, fit_b: the 1σ each run's figure shares over all its repetitions
+    (`fit_sigma`), which the repetitions' spread cannot show: it joins the standard error in
+    quadrature (an infinite one gives no verdict). The attribution's sharing uncertainty
+    does not: the random part of how an interval is shared differs from repetition to
+    repetition and is in their spread; its systematic part (the method's assumption) is the
+    same in both runs. With the verdict, the smallest change detected 80 % of the time and the
+    repetitions a 10 % change needs. prior: the typical relative variance between repetitions
+    of the APIs that make as many calls (`paired_calls.typical_variance`), which moderates this
+    API's own (a moderated t: three repetitions alone say little about a spread). residual:
+    for repetitions without their common factor (`analysis.repetition_factor`), (scale,
+    dof_share): the spread left keeps dof_share of the degrees of freedom (t counts the whole
+    ones left, and the prior is the typical spread left over its dof_share), and the
+    difference of the means varies scale × dof_share × as much as that spread says."""
+    scale, dof_share = residual
+    share = (reps_a.size + reps_b.size - 2) * dof_share
     variance = ((reps_a.size - 1) * reps_a.var(ddof=1)
-                + (reps_b.size - 1) * reps_b.var(ddof=1)) / dof
+                + (reps_b.size - 1) * reps_b.var(ddof=1)) / share
     if math.isfinite(prior) and a:  # moderated: the domain's typical spread as PRIOR_DOF more
-        variance = (PRIOR_DOF * prior * a * a + dof * variance) / (PRIOR_DOF + dof)
-        dof += PRIOR_DOF
+        variance = (PRIOR_DOF * prior * a * a + share * variance) / (PRIOR_DOF + share)
+        share += PRIOR_DOF
+    dof = max(1, math.floor(share))
+    variance *= scale * dof_share
     pooled = math.sqrt(variance)
     crit = t_quantile(1 - FAMILY_ALPHA / (2 * max(tests, 1)), dof)
-    attribution = [1.96 * _num(e.get("uncertainty_J")) / max(n, 1) for e, n in (extra_a, extra_b)]
-    spread = crit * pooled * math.sqrt(1 / reps_a.size + 1 / reps_b.size)
-    noise = math.sqrt(spread**2 + sum(x * x for x in attribution if math.isfinite(x)))
+    standard_error = math.sqrt(variance * (1 / reps_a.size + 1 / reps_b.size)
+                               + fit_a**2 + fit_b**2)
+    noise = crit * standard_error
     out = {"a": a, "b": b, "a_ci95": math.nan, "b_ci95": math.nan, "repetitions_compared":
-           [int(reps_a.size), int(reps_b.size)], "threshold_t": crit}
+           [int(reps_a.size), int(reps_b.size)], "threshold_t": crit,
+           "fit_sigma": [fit_a, fit_b]}
     out.update(difference(a, 0.0, b, 0.0))
     out["noise"] = noise
+    if not math.isfinite(noise):
+        out.update(verdict=NOT_IDENTIFIED, min_detectable=math.nan, min_detectable_rel=math.nan,
+                   reps_for_10pct=None)
+        return out
     if math.isfinite(out["diff"]):
         out["verdict"] = ("higher" if out["diff"] > 0 else "lower") if abs(
             out["diff"]) > noise else "within noise"
-    mdc = noise * (crit + t_quantile(0.8, dof)) / crit
+    mdc = standard_error * (crit + t_quantile(0.8, dof))
     out["min_detectable"] = mdc
     out["min_detectable_rel"] = mdc / abs(a) if math.isfinite(a) and a else math.nan
     # with many repetitions t tends to the normal: the thresholds those repetitions would use
     z = NormalDist().inv_cdf(1 - FAMILY_ALPHA / (2 * max(tests, 1))) + NormalDist().inv_cdf(0.8)
-    need = z * pooled / (TARGET_CHANGE * abs(a)) if a else math.nan
-    out["reps_for_10pct"] = max(2, math.ceil(2 * need**2)) if math.isfinite(need) else None
+    out["reps_for_10pct"] = _reps_needed(z, pooled, math.hypot(fit_a, fit_b), a)
     return out
 
 
-def typical_spread(apis_a: dict[str, Any], apis_b: dict[str, Any], domain: str) -> float:
-    """The median over the APIs of both runs of their relative variance between repetitions'
-    energy per call (NaN with fewer than three APIs of two repetitions or more)."""
+def _reps_needed(z: float, pooled: float, fit: float, a: float) -> int | None:
+    """Repetitions each run needs for a TARGET_CHANGE to be seen 80 % of the time: the spread
+    shrinks as 1/√repetitions, the fits' error does not (None when it alone is too large)."""
+    target = TARGET_CHANGE * abs(a) / z
+    if not (a and math.isfinite(pooled)) or fit >= target:
+        return None
+    return max(2, math.ceil(2 * pooled**2 / (target**2 - fit**2)))
+
+
+def unpaired_spreads(apis_a: dict[str, Any], apis_b: dict[str, Any], domain: str,
+                     keep: tuple[list[int], list[int]] | None = None
+                     ) -> list[tuple[float, float, int]]:
+    """`paired_calls.spreads` over all calls: (calls per repetition, relative variance between
+    repetitions' energy per call, its degrees of freedom) of each API of both runs; keep: the
+    positions of the compared repetitions of each run (None: all)."""
     values = []
     for name in apis_a.keys() & apis_b.keys():
-        for row in (apis_a[name], apis_b[name]):
-            reps = per_rep_per_call(row, (row.get("energy") or {}).get(domain) or {})
+        for row, kept in zip((apis_a[name], apis_b[name]), keep or (None, None), strict=True):
+            reps = per_rep_per_call(row, (row.get("energy") or {}).get(domain) or {}, kept)
             mean = float(reps.mean()) if reps.size > 1 else 0.0
             if mean > 0:
-                values.append(float(reps.var(ddof=1)) / mean**2)
-    return float(np.median(values)) if len(values) >= 3 else math.nan
+                values.append((_calls_per_rep(row), float(reps.var(ddof=1)) / mean**2,
+                               reps.size - 1))
+    return values
 
 
-def _api_row(api: str, ra: dict[str, Any] | None, rb: dict[str, Any] | None,
-             domains: list[dict[str, Any]], tests: int,
+def _calls_per_rep(row: dict[str, Any]) -> float:
+    counts = row.get("per_rep_calls") or []
+    return float(np.mean(counts)) if counts else float(row.get("calls") or 0)
+
+
+@dataclass
+class Side:
+    """One run as the comparison reads it: its analysis and the positions (in its
+    `repetitions`) of the repetitions compared (`compared_repetitions`)."""
+
+    run: RunAnalysis
+    keep: list[int]
+
+
+def _api_row(api: str, sides: tuple[Side, Side], domains: list[dict[str, Any]], tests: int,
              pairs: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    ra, rb = (next((r for r in s.run.apis if r["api"] == api), None) for s in sides)
     row: dict[str, Any] = {
         "api": api,
         "written": sorted(set((ra or {}).get("written", [])) | set((rb or {}).get("written", []))),
@@ -238,32 +328,174 @@ def _api_row(api: str, ra: dict[str, Any] | None, rb: dict[str, Any] | None,
             out["per_call"] = {"verdict": out["verdict"]}
             out["per_rep"] = {"verdict": out["verdict"]}
         else:
-            ca, cb = (ra or {}).get("calls") or 1, (rb or {}).get("calls") or 1
-            na, nb = len(ea.get("per_rep_J") or []) or 1, len(eb.get("per_rep_J") or []) or 1
-            paired = pairs.get((api, key))
-            if paired is not None:  # the same calls in both runs (`analysis.paired_calls`)
-                reps_a, reps_b = paired["reps_a"], paired["reps_b"]
-                mean_a, mean_b = float(reps_a.mean()), float(reps_b.mean())
-            else:
-                reps_a, reps_b = per_rep_per_call(ra or {}, ea), per_rep_per_call(rb or {}, eb)
-                mean_a = _num(ea["per_call"].get("mean"))
-                mean_b = _num(eb["per_call"].get("mean"))
-            if reps_a.size > 1 and reps_b.size > 1:
-                out["per_call"] = across_repetitions(
-                    mean_a, mean_b, reps_a, reps_b, (ea, ca), (eb, cb), tests,
-                    d.get("prior", math.nan))
-                out["per_call"]["pairing"] = _pairing(paired, ca, cb, na, nb)
-            else:  # one repetition: calls alone cannot say how much another run would differ
-                out["per_call"] = _measure_pair(ea["per_call"], eb["per_call"],
-                                                "mean", "ci95_low", "ci95_high",
-                                                (ea, ca, d["spread"]), (eb, cb, d["spread"]),
-                                                min(na, nb))
-            out["per_rep"] = _measure_pair(ea, eb, "rep_mean_J", "rep_ci95_low", "rep_ci95_high",
-                                           (ea, na, d["spread"]), (eb, nb, d["spread"]),
-                                           min(na, nb))
+            out["per_call"] = _per_call(api, (ra or {}, rb or {}), (ea, eb), sides, d, tests,
+                                        pairs.get((api, key)))
+            na, nb = (len(s.keep) or 1 for s in sides)
+            out["per_rep"] = _measure_pair(
+                _rep_figures(ea, sides[0].keep), _rep_figures(eb, sides[1].keep),
+                "rep_mean_J", "rep_ci95_low", "rep_ci95_high",
+                (ea, na, d["spread"]), (eb, nb, d["spread"]), min(na, nb))
             out["verdict"] = out["per_call"]["verdict"]
         row["energy"][key] = out
     return row
+
+
+def _per_call(api: str, rows: tuple[dict[str, Any], dict[str, Any]],
+              energy: tuple[dict[str, Any], dict[str, Any]], sides: tuple[Side, Side],
+              d: dict[str, Any], tests: int, paired: dict[str, Any] | None) -> dict[str, Any]:
+    """The energy per call of one API in one domain: over the compared repetitions (paired
+    calls where the runs share them), else over the calls of one repetition."""
+    (ra, rb), (ea, eb) = rows, energy
+    ca, cb = ra.get("calls") or 1, rb.get("calls") or 1
+    na, nb = len(ea.get("per_rep_J") or []) or 1, len(eb.get("per_rep_J") or []) or 1
+    reps_a, reps_b, calls = _series(rows, energy, sides, paired)
+    mean_a = float(reps_a.mean()) if reps_a.size else _num(ea["per_call"].get("mean"))
+    mean_b = float(reps_b.mean()) if reps_b.size else _num(eb["per_call"].get("mean"))
+    if _one_off(ra, rb, calls, d):
+        return {"a": mean_a, "b": mean_b, **difference(mean_a, 0.0, mean_b, 0.0),
+                "verdict": NOT_IDENTIFIED, "min_detectable_rel": math.nan,
+                "reps_for_10pct": None, "pairing": _pairing(paired, ca, cb, na, nb),
+                "why": (f"{calls:.4g} call(s) per repetition, each far shorter than the "
+                        f"sensor's readings ({units.scaled(d.get('period_s'), 's')}): each "
+                        "gets the power of the reading it falls in, which what else ran then "
+                        "decides, not the call")}
+    if reps_a.size > 1 and reps_b.size > 1:
+        fits = (fit_sigma(sides[0].run, d["domain"], api, mean_a),
+                fit_sigma(sides[1].run, d["domain"], api, mean_b))
+        factor = d.get("factor")
+        removed = factor is not None and factor.removed
+        tests *= 2 if removed else 1  # judged twice: as measured, and beyond the factor
+        out = across_repetitions(mean_a, mean_b, reps_a, reps_b, *fits, tests,
+                                 typical_variance(d["spreads"], calls))
+        if out["verdict"] == NOT_IDENTIFIED:
+            out["verdict"], out["why"] = _not_identified(ra, rb, d)
+        elif removed:
+            out = _beyond_factor(api, out, (reps_a, reps_b), fits, tests, d, calls)
+        out["pairing"] = _pairing(paired, ca, cb, na, nb)
+        out.setdefault("method", "as measured")
+        return out
+    # one repetition: calls alone cannot say how much another run would differ
+    return _measure_pair(ea["per_call"], eb["per_call"], "mean", "ci95_low", "ci95_high",
+                         (ea, ca, d["spread"]), (eb, cb, d["spread"]), min(na, nb))
+
+
+def _series(rows: tuple[dict[str, Any], dict[str, Any]],
+            energy: tuple[dict[str, Any], dict[str, Any]], sides: tuple[Side, Side],
+            paired: dict[str, Any] | None) -> tuple[np.ndarray, np.ndarray, float]:
+    """Each compared repetition's energy per call of an API in run A and in run B, and its
+    calls per repetition: over its calls paired by site and order where the runs share them
+    (`analysis.paired_calls`), else over all of them."""
+    if paired is not None:
+        return paired["reps_a"], paired["reps_b"], float(paired["calls"])
+    return (per_rep_per_call(rows[0], energy[0], sides[0].keep),
+            per_rep_per_call(rows[1], energy[1], sides[1].keep), _calls_per_rep(rows[0]))
+
+
+def _repetition_factor(d: dict[str, Any], apis: tuple[dict[str, Any], dict[str, Any]],
+                       sides: tuple[Side, Side],
+                       pairs: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """The domain's repetitions' common factor (`analysis.repetition_factor`, from the APIs
+    with MIN_CALLS_RESOLVED calls a repetition or more, costliest first) as d["factor"], and
+    the spreads left after it (`paired_calls.spreads`' shape) as d["residual_spreads"], the
+    prior of the test beyond it."""
+    key, series, eligible = d["domain"], {}, []
+    for name in sorted(apis[0].keys() & apis[1].keys()):
+        rows = (apis[0][name], apis[1][name])
+        energy = tuple((r.get("energy") or {}).get(key) for r in rows)
+        if energy[0] is None or energy[1] is None:
+            continue
+        reps_a, reps_b, calls = _series(rows, energy, sides, pairs.get((name, key)))
+        series[name] = (reps_a, reps_b)
+        if calls >= MIN_CALLS_RESOLVED:
+            eligible.append(name)
+    eligible.sort(key=lambda n: -_api_energy(apis[0][n]))
+    factor = repetition_factor.estimate(series, eligible)
+    d["factor"], d["residual_spreads"] = factor, []
+    for name in factor.apis if factor.removed else []:
+        share = factor.dof_share[name]
+        for left in factor.adjusted(name, series[name]) or ():
+            mean = float(left.mean())
+            if mean > 0:
+                d["residual_spreads"].append((
+                    _calls_per_rep(apis[0][name]), float(left.var(ddof=1)) / mean**2 / share,
+                    (left.size - 1) * share))
+
+
+def _beyond_factor(api: str, raw: dict[str, Any], reps: tuple[np.ndarray, np.ndarray],
+                   fits: tuple[float, float], tests: int, d: dict[str, Any], calls: float
+                   ) -> dict[str, Any]:
+    """The API's change less the runs' common one, judged against the spread left after the
+    repetitions' common factor (`analysis.repetition_factor`). The verdict is the change as
+    measured (`raw`, which keeps a whole run's change) or, when that is within noise, this
+    one's where the measured change is beyond this noise too and in the same direction (an
+    API the common change's line was pulled away from by another API's change has not
+    changed itself); each test at half the error rate (`tests` counts both). The noise is
+    that of the test that gave the verdict (as measured when neither did); the minimum
+    detectable change and repetitions for 10 % are this test's: what a change of one API
+    has to exceed."""
+    factor = d["factor"]
+    adjusted = factor.adjusted(api, reps)
+    if adjusted is None:
+        return {**raw, "method": "as measured (too few calls for the factor)"}
+    left_a, left_b = adjusted
+    left = across_repetitions(float(left_a.mean()), float(left_b.mean()), left_a, left_b,
+                              *fits, tests, typical_variance(d["residual_spreads"], calls),
+                              (factor.scale[api], factor.dof_share[api]))
+    out = {**raw, "method": "beyond the repetitions' common factor",
+           "as_measured": {k: raw[k] for k in ("verdict", "noise", "min_detectable_rel",
+                                                "reps_for_10pct", "threshold_t")},
+           "beyond_common": {k: left[k] for k in ("verdict", "rel", "threshold_t")}}
+    noise = left["noise"] * abs(raw["a"] / left["a"]) if left["a"] else math.nan
+    out["beyond_common"]["noise"] = noise
+    for k in ("min_detectable", "min_detectable_rel", "reps_for_10pct"):
+        out[k] = left[k]
+    if raw["verdict"] == "within noise" and abs(raw["diff"]) > noise and left[
+            "verdict"] == ("higher" if raw["diff"] > 0 else "lower"):
+        out["verdict"], out["noise"] = left["verdict"], noise
+    return out
+
+
+def _one_off(ra: dict[str, Any], rb: dict[str, Any], calls: float,
+             d: dict[str, Any]) -> bool:
+    """Whether an API's energy per call is below the sensors' resolution in both runs: fewer
+    than MIN_CALLS_RESOLVED calls a repetition (set-up calls), each shorter than
+    SUB_RESOLUTION of a reading: its figure is one reading's power × its time."""
+    period = d.get("period_s") or math.nan
+    times = [r.get("mean_time_s") for r in (ra, rb)]
+    return calls < MIN_CALLS_RESOLVED and all(
+        isinstance(t, (int, float)) and t < SUB_RESOLUTION * period for t in times)
+
+
+def _not_identified(ra: dict[str, Any], rb: dict[str, Any], d: dict[str, Any]
+                    ) -> tuple[str, str]:
+    """The verdict and why for an API whose energy per call rests on intensities the fit could
+    not identify: below the sensors' resolution when its calls are shorter than a reading."""
+    times = [r.get("mean_time_s") for r in (ra, rb)]
+    longest = max((t for t in times if isinstance(t, (int, float)) and math.isfinite(t)),
+                  default=math.nan)
+    period = d.get("period_s") or math.nan
+    rest = ("their energy is the power fitted to all such calls together, which each run fits "
+            "on its own")
+    if longest < period:
+        return NOT_IDENTIFIED, (
+            f"its calls ({units.scaled(longest, 's')} or less) are shorter than the sensor's "
+            f"readings ({units.scaled(period, 's')}) and too few for the intensity fit to "
+            f"identify their own power: {rest}")
+    return NOT_FITTED, ("the intensity fit could not identify its own power (too few sensor "
+                        f"intervals with it, or always in the same mix): {rest}")
+
+
+def _rep_figures(e: dict[str, Any], keep: list[int]) -> dict[str, Any]:
+    """The API's energy per repetition over the compared repetitions: mean and 95 % CI."""
+    values = np.array([v for i, v in enumerate(e.get("per_rep_J") or [])
+                       if i in keep and v is not None and math.isfinite(v)], float)
+    if values.size == 0:
+        return {"rep_mean_J": math.nan, "rep_ci95_low": None, "rep_ci95_high": None,
+                "uncertainty_J": e.get("uncertainty_J")}
+    mean, lo, hi = mean_ci95(values)
+    return {"rep_mean_J": mean, "rep_ci95_low": lo if math.isfinite(lo) else None,
+            "rep_ci95_high": hi if math.isfinite(hi) else None,
+            "uncertainty_J": e.get("uncertainty_J")}
 
 
 def _pairing(paired: dict[str, Any] | None, calls_a: int, calls_b: int, reps_a: int,
@@ -333,17 +565,52 @@ def _num(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else math.nan
 
 
-def _domains(a: RunAnalysis, b: RunAnalysis) -> list[dict[str, Any]]:
+def compared_repetitions(a: RunAnalysis, b: RunAnalysis) -> tuple[Side, Side, list[str]]:
+    """Both runs with the repetitions compared: where some repetitions waited for CPUs
+    (`quiet_repetitions`) and each run keeps at least two that did not, those two or more only,
+    and a note says which; else all of them."""
+    every = [list(range(len(x.repetitions))) for x in (a, b)]
+    quiet = [quiet_repetitions((x.load or {}).get("contention") or {}) for x in (a, b)]
+    keep = [[i for i, r in enumerate(x.repetitions) if int(r["rep"]) in q]
+            for x, q in zip((a, b), quiet, strict=True)]
+    if min(len(k) for k in keep) < 2 or keep == every:
+        return Side(a, every[0]), Side(b, every[1]), []
+    left = [[int(r["rep"]) for i, r in enumerate(x.repetitions) if i not in k]
+            for x, k in zip((a, b), keep, strict=True)]
+    note = ("Compared over the repetitions load did not distort (waits for a CPU within "
+            f"{DISTORTION_LIMIT:.0%} of the CPU time): " + "; ".join(
+                f"run {side} left out repetition{'s' if len(out) > 1 else ''} "
+                + ", ".join(map(str, out)) for side, out in zip("AB", left, strict=True) if out)
+            + " (a loaded repetition stretches every call and its CPU time).")
+    return Side(a, keep[0]), Side(b, keep[1]), [note]
+
+
+def _load_of(side: Side) -> dict[str, Any]:
+    """The run's load over the compared repetitions: the program's wait, and other processes'
+    CPU use where it was recorded per repetition."""
+    load = dict(side.run.load or {})
+    reps = [int(side.run.repetitions[i]["rep"]) for i in side.keep]
+    if load.get("contention"):
+        load["contention"] = over_repetitions(load["contention"], reps)
+    other = load.get("program_other_pct_per_rep") or []
+    kept = [other[i] for i in side.keep if i < len(other) and math.isfinite(other[i])]
+    if len(other) == len(side.run.repetitions) and kept:
+        load["program_other_pct"] = float(np.mean(kept))
+    return load
+
+
+def _domains(sa: Side, sb: Side) -> list[dict[str, Any]]:
+    a, b = sa.run, sb.run
     da = {d["domain"]: d for d in a.domains}
     db = {d["domain"]: d for d in b.domains}
     out = []
     for key in sorted(da.keys() | db.keys()):
         x, y = da.get(key), db.get(key)
         ok, why = _comparable(x, y)
-        loaded = load_differs(a.load or {}, b.load or {}) if key in HOST_DOMAINS else None
+        loaded = load_differs(_load_of(sa), _load_of(sb)) if key in HOST_DOMAINS else None
         if loaded:  # the difference would be the loads' (`analysis.contention`)
             ok, why = False, loaded + ("" if ok else f"; and {why}")
-        ta, tb = (_rep_total(a, key), _rep_total(b, key))
+        ta, tb = (_rep_total(sa, key), _rep_total(sb, key))
         rel = [t[1] / abs(t[0]) for t in (ta, tb)
                if math.isfinite(t[1]) and math.isfinite(t[0]) and t[0]]
         entry = {
@@ -354,6 +621,7 @@ def _domains(a: RunAnalysis, b: RunAnalysis) -> list[dict[str, Any]]:
             "sensor_a": (x or {}).get("sensor"), "sensor_b": (y or {}).get("sensor"),
             "a": ta[0], "a_ci95": ta[1], "b": tb[0], "b_ci95": tb[1],
             "not_comparable": NOT_COMPARABLE_LOAD if loaded else NOT_COMPARABLE,
+            "period_s": (x or y).get("period_s"),
         }
         entry.update(difference(ta[0], ta[1], tb[0], tb[1]) if ok else
                      {"diff": math.nan, "rel": math.nan, "noise": math.nan,
@@ -362,9 +630,11 @@ def _domains(a: RunAnalysis, b: RunAnalysis) -> list[dict[str, Any]]:
     return out
 
 
-def _rep_total(a: RunAnalysis, domain: str) -> tuple[float, float]:
-    """The run's above-idle energy per repetition: mean and 95 % half-width across reps."""
-    values = np.array([_num(r["energy"].get(domain, {}).get("above_idle_J")) for r in a.per_rep])
+def _rep_total(side: Side, domain: str) -> tuple[float, float]:
+    """The run's above-idle energy per repetition: mean and 95 % half-width across the compared
+    repetitions."""
+    values = np.array([_num(r["energy"].get(domain, {}).get("above_idle_J"))
+                       for i, r in enumerate(side.run.per_rep) if i in side.keep])
     if values.size == 0:
         return math.nan, math.nan
     mean, lo, hi = mean_ci95(values)
@@ -415,6 +685,15 @@ def columns(domains: list[dict[str, Any]]) -> list[tables.Column]:
                           f"{k} per_call_min_detectable_rel", g,
                           title="the smallest change of the energy per call these two runs "
                                 "detect 80 % of the time (relative to A)"),
+            tables.Column(f"{k}:beyond", "beyond common %", "%",
+                          ("energy", k, "per_call", "beyond_common", "rel"),
+                          f"{k} per_call_beyond_common_rel", g, shown=False,
+                          title="the change less the runs' common change, after the "
+                                "repetitions' common factor (empty where it was not used)"),
+            tables.Column(f"{k}:method", "judged", "text",
+                          ("energy", k, "per_call", "method"), f"{k} per_call_method", g,
+                          shown=False, title="as measured, or beyond the repetitions' "
+                                             "common factor"),
             tables.Column(f"{k}:reps10", "reps for 10 %", "",
                           ("energy", k, "per_call", "reps_for_10pct"),
                           f"{k} per_call_reps_for_10pct", g, shown=False,
@@ -460,22 +739,37 @@ def csv_text(cols: list[tables.Column], rows: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def compare_runs(a: RunAnalysis, b: RunAnalysis, notes: list[str] | None = None) -> Comparison:
+def compare_runs(a: RunAnalysis, b: RunAnalysis, notes: list[str] | None = None,
+                 store: Any = None) -> Comparison:
     """Run A (before) against run B (after), per API and domain; notes: how they were analysed
-    (`analyse_pair`)."""
-    domains = _domains(a, b)
+    (`analyse_pair`); store: where a run analysed streamed (`is_streamed`) has its calls, for
+    pairing them (without it, such runs are compared unpaired)."""
+    sa, sb, chosen = compared_repetitions(a, b)
+    notes = [*(notes or []), *chosen]
+    domains = _domains(sa, sb)
     differences = run_differences(a, b)
     apis_a = {r["api"]: r for r in a.apis}
     apis_b = {r["api"]: r for r in b.apis}
     names = sorted(apis_a.keys() | apis_b.keys(),
                    key=lambda n: -max(_api_energy(apis_a.get(n)), _api_energy(apis_b.get(n))))
     tests = len(names) * sum(1 for d in domains if d["comparable"])
-    pairs = pair_runs(a, b, [d["domain"] for d in domains if d["comparable"]])
+    compared = [d["domain"] for d in domains if d["comparable"]]
+    reps = ([int(a.repetitions[i]["rep"]) for i in sa.keep],
+            [int(b.repetitions[i]["rep"]) for i in sb.keep])
+    streamed = is_streamed(a) or is_streamed(b)
+    pairs = (pair_streamed(store, a, b, compared, reps) if streamed and store is not None
+             else pair_runs(a, b, compared, reps))
+    for d in domains:  # each API's prior: the spread of APIs with as many calls (`_per_call`)
+        paired = spreads(pairs, d["domain"])
+        d["spreads"] = [] if not d["comparable"] else paired if len(paired) >= 3 else \
+            unpaired_spreads(apis_a, apis_b, d["domain"], (sa.keep, sb.keep))
+        if d["comparable"]:
+            _repetition_factor(d, (apis_a, apis_b), (sa, sb), pairs)
+            notes.append(repetition_factor.describe(d["factor"], d["domain"]))
+    rows = [_api_row(n, (sa, sb), domains, tests, pairs) for n in names]
     for d in domains:
-        prior = paired_spread(pairs, d["domain"])
-        d["prior"] = (math.nan if not d["comparable"] else prior if math.isfinite(prior)
-                      else typical_spread(apis_a, apis_b, d["domain"]))
-    rows = [_api_row(n, apis_a.get(n), apis_b.get(n), domains, tests, pairs) for n in names]
+        if "factor" in d:
+            d["repetition_factor"] = repetition_factor.as_json(d.pop("factor"))
     cols = columns(domains)
     groups = tables.groups(cols)
     table = {
@@ -509,6 +803,23 @@ def compare_runs(a: RunAnalysis, b: RunAnalysis, notes: list[str] | None = None)
     data = {"format": 1, "a": runs["a"], "b": runs["b"], "domains": domains, "apis": rows,
             "differences": differences, "notes": list(notes or [])}
     return Comparison(context, charts, data, {"compare": csv_text(cols, rows)})
+
+
+def terminal_lines(comparison: Comparison) -> list[str]:
+    """What `report A B` prints: per domain its verdict (and why there is none), how many APIs'
+    energy per call read each verdict, then the notes on how the runs were compared."""
+    out = []
+    for d in comparison.json["domains"]:
+        why = "" if d["comparable"] else f" ({d['why']})"
+        out.append(f"{d['domain']}: {d['verdict']}{why}")
+        counts: dict[str, int] = {}
+        for row in comparison.json["apis"]:
+            verdict = row["energy"][d["domain"]]["per_call"]["verdict"]
+            counts[verdict] = counts.get(verdict, 0) + 1
+        if d["comparable"]:
+            ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+            out.append("  energy per call: " + ", ".join(f"{n} {v}" for v, n in ranked))
+    return out + comparison.json["notes"]
 
 
 def _api_energy(row: dict[str, Any] | None) -> float:
