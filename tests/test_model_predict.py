@@ -115,7 +115,7 @@ def test_prediction_json_is_plain():
     rows = synthetic_rows(np.random.default_rng(23), grid_configs(widths=(16, 64, 256)))
     models = fit_models(rows, PLANTED.to_json(), ESTIMATED)
     out = predict(models, training_step(NetworkConfig(32, 2).layers(), PLANTED), 50).to_json()
-    assert out["time_source"] == "predicted"
+    assert out["time_source"] == "predicted" and out["time_model"] == models.time_model
     assert out["low_J"] < out["energy_J"] < out["high_J"]
     assert isinstance(out["naive"]["flops_only"], list)
 

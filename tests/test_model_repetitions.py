@@ -4,22 +4,19 @@ where the repetitions record it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from test_model_fit import ESTIMATED, PLANTED, truth
 
 from fecomlite.model.features import run_features, training_step
-from fecomlite.model.fit import (
-    Components,
-    fit_linear,
-    fit_models,
-    out_of_sample_floor,
-    variance_components,
-)
+from fecomlite.model.fit import fit_linear, fit_models
 from fecomlite.model.identify import sentence
 from fecomlite.model.load import normalise
 from fecomlite.model.network import NetworkConfig
 from fecomlite.model.predict import predict
+from fecomlite.model.spread import Components, out_of_sample_floor, variance_components
 from fecomlite.model.sweep import feature_columns
 
 # a 3 × 3 grid like a researcher's first sweep, inside which new configurations are predicted
@@ -32,16 +29,22 @@ ENERGY = {"flops": 20e-12, "time_s": 3.0}
 TIME = {"flops": 0.1e-9, "steps": 1e-3}
 
 
+def linear_time(values: dict[str, float]) -> float:
+    return truth(values, TIME)
+
+
 def measure(config: NetworkConfig, rng: np.random.Generator, reps: int = REPS,
-            spread: float = SPREAD, gamma: float = 0.0) -> dict:
-    """A sweep row with its repetitions: each repetition's time varies by `spread` and by
-    its wait (energy and time × exp(gamma·wait)); energy follows ENERGY on that time."""
+            spread: float = SPREAD, gamma: float = 0.0,
+            time_law: Callable[[dict[str, float]], float] = linear_time) -> dict:
+    """A sweep row with its repetitions: each repetition's time (`time_law` of the run's
+    features) varies by `spread` and by its wait (energy and time × exp(gamma·wait)); energy
+    follows ENERGY on that time."""
     row = feature_columns(config, PLANTED)
     values = run_features(row["flops_per_step"], row["params"],
                           {lv: row[f"bytes_per_step_{lv}"] for lv in PLANTED.level_names},
                           row["steps"])
     wait = rng.uniform(0.0, 2.0, reps)
-    times = truth(values, TIME) * (1 + spread * rng.standard_normal(reps)).clip(0.3)
+    times = time_law(values) * (1 + spread * rng.standard_normal(reps)).clip(0.3)
     times *= np.exp(gamma * wait)
     energies = np.array([truth({**values, "time_s": t}, ENERGY) for t in times])
     energies *= 1 + 0.02 * rng.standard_normal(reps)
@@ -56,7 +59,7 @@ def test_repetitions_are_rows_and_cross_validation_holds_out_whole_configuration
     rng = np.random.default_rng(30)
     models = fit_models([measure(c, rng) for c in GRID], PLANTED.to_json(), ESTIMATED)
     assert models.repetitions == {"rows": 27, "configurations": 9,
-                                  "per_configuration": [3] * 9}
+                                  "per_configuration": [3] * 9, "left_out": []}
     fit = models.fits["time_flops"]
     assert fit.n == 27 and fit.groups == 9 and fit.reps == 3
     assert len(models.points) == 9  # the report's points stay one per configuration
@@ -144,3 +147,24 @@ def test_held_out_configurations_missed_by_far_more_than_the_residuals_widen_the
     assert wider.between == pytest.approx(np.sqrt(0.344**2 - 0.2**2))
     assert wider.sigma == pytest.approx(0.344) and wider.coef_variance > parts.coef_variance
     assert out_of_sample_floor(parts, 0.25) is parts
+
+
+def test_a_repetition_far_from_its_configuration_s_others_is_left_out_and_named():
+    """A repetition 80× faster than its configuration's two others (a 2-CPU machine loaded 8×
+    over, seen on a real sweep) is left out, named, and the interval stays about as narrow as
+    without it; the same sweep with every repetition kept would span orders of magnitude."""
+    rng = np.random.default_rng(34)
+    rows = [measure(c, rng, spread=0.1) for c in GRID]
+    clean = fit_models(rows, PLANTED.to_json(), ESTIMATED)
+    odd = rows[4]
+    odd["reps_time_s"][0] /= 80
+    odd["reps_energy_J_cpu-package"][0] /= 80
+    models = fit_models(rows, PLANTED.to_json(), ESTIMATED)
+    assert models.repetitions["rows"] == 26 and models.repetitions["per_configuration"][4] == 2
+    assert [(r["key"], r["repetition"]) for r in models.repetitions["left_out"]] == [
+        (odd["key"], 1)]
+    assert odd["key"] in models.left_out and "left out" in models.left_out
+    step = training_step(NEW[3].layers(), PLANTED)
+    p, before = predict(models, step, NEW[3].steps), predict(clean, step, NEW[3].steps)
+    assert p.high_J / p.low_J < 1.2 * before.high_J / before.low_J
+    assert models.left_out in p.notes and not clean.left_out

@@ -93,6 +93,14 @@ def test_a_sweeps_section_shows_the_stored_model(tmp_path):
     assert "L1d: 32.8 kB" in html and "L2: 1.05 MB" in html
     assert 'id="model-identification"' in html and "collinear" in m["identification_note"]
     assert 'data-feature="bytes_' not in html
+    # the time models that competed, the one used first and named (linear here: the time is a
+    # sum of costs per FLOP, per byte and per step)
+    assert m["time_model"] == models.time_model and models.time_model.startswith("linear")
+    assert [t["form"] for t in m["time_models"]][0] == "linear" and m["time_models"][0]["chosen"]
+    assert any(t["form"].startswith("power law") for t in m["time_models"])
+    used = html.split('id="model-time-models"', 1)[1].split("</table>")[0]
+    assert used.count("(used)") == 1 and "power law" in used
+    assert 'id="model-left-out"' not in html  # every repetition kept: nothing to say
 
 
 def test_identified_per_level_costs_are_shown_as_costs(tmp_path):

@@ -99,7 +99,9 @@ def test_feature_columns_and_csv(tmp_path):
 @pytest.mark.slow
 def test_a_tiny_sweep_end_to_end(tmp_path):
     """Two Keras configurations through the real server, stored, tabled, and refused by a fit
-    that would need more configurations than two."""
+    that would need more configurations than two; each trained with the threads asked for (a
+    hyperparameter of its run), and named too short for the sensors (the CI grid's samples are
+    fixed, so nothing was scaled)."""
     from test_model_command import cli
     from typer.testing import CliRunner
 
@@ -114,9 +116,12 @@ def test_a_tiny_sweep_end_to_end(tmp_path):
     try:
         done = runner.invoke(cli, [
             "sweep", "--tiny", "--repeat", "1", "--idle", "0.5", "--tail", "0.2", "--no-gate",
-            "--home", str(home), "--csv", str(out),
+            "--home", str(home), "--csv", str(out), "--threads", "1", "--min-training", "30",
         ])
         assert done.exit_code == 0, done.output
+        flat = " ".join(done.output.split())
+        assert "1 thread;" in flat and "pilot" not in flat
+        assert "too short for the sensors (under 30 s, given by --min-training):" in flat
         with Store(home / "store.sqlite") as store:
             runs = store.runs()
             sweep = next(r for r in runs if r["kind"] == SWEEP_KIND)
@@ -127,6 +132,9 @@ def test_a_tiny_sweep_end_to_end(tmp_path):
         assert [c["kind"] for c in children] == [CONFIG_KIND, CONFIG_KIND]
         assert all(c["status"] == "finished" and c["level"] == "project" for c in children), \
             [(c["status"], c["level"]) for c in children]
+        assert [c["hyperparams"]["threads"] for c in children] == ["1", "1"]
+        assert table["threads"] == 1 and table["min_training"]["seconds"] == 30
+        assert table["plan"] is None
         assert [c["settings"]["network"]["width"] for c in children] == [8, 256]
         rows = table["rows"]
         assert [r["run_id"] for r in rows] == [c["id"] for c in children]
@@ -134,6 +142,8 @@ def test_a_tiny_sweep_end_to_end(tmp_path):
             log = home / "logs" / f"sweep-{sweep['id']}" / row["key"] / "rep-1.log"
             printed = json.loads(log.read_text().strip().splitlines()[-1])
             assert printed["steps"] == row["steps"] == 512 // 32  # every step ran, and no more
+            assert printed["threads"] == row["threads"] == 1
+            assert row["too_short"] is True and row["key"] in flat
             rep = store_rep_seconds(home, child["id"])
             assert 0 < row["time_s"] < rep  # the training region only, inside the repetition
             assert (row["energy_J_all"] is not None and row["energy_J_all"] > 0) or (
@@ -174,7 +184,8 @@ def store_rep_seconds(home, run_id: int) -> float:
 
 
 def recorded_run(store, network: dict | None = None,
-                 parent_id: int | None = None) -> int:
+                 parent_id: int | None = None, machine: dict | None = None,
+                 busy_share: float = 50.0) -> int:
     """A configuration run as the server stores it on a machine without RAPL: 10 s of samples at
     10 Hz, estimated CPU power 3 W idle and 6.5 W while the program's process tree uses half the
     CPUs, during the training region [2 s, 4 s] of a repetition [1 s, 5 s], and the program's own
@@ -184,7 +195,8 @@ def recorded_run(store, network: dict | None = None,
     s = 1_000_000_000
     run_id = store.create_run(kind=CONFIG_KIND, level="project", status="finished",
                               idle={"est:cpu-package": 3.0}, parent_id=parent_id,
-                              settings={"network": network} if network else {})
+                              settings={"network": network} if network else {},
+                              machine=machine or {})
     cpu = store.add_sensor(run_id, name="est:cpu-package", domain="cpu-package", unit="W",
                            kind="power", provenance="estimated", model="cpu-util-linear",
                            period_s=0.1)
@@ -193,7 +205,8 @@ def recorded_run(store, network: dict | None = None,
     times = [i * s // 10 for i in range(1, 101)]
     busy = [2 * s < t <= 4 * s for t in times]
     store.add_samples([(cpu, t, 6.5 if b else 3.0) for t, b in zip(times, busy, strict=True)])
-    store.add_samples([(util, t, 50.0 if b else 0.0) for t, b in zip(times, busy, strict=True)])
+    store.add_samples([(util, t, busy_share if b else 0.0)
+                       for t, b in zip(times, busy, strict=True)])
     own = store.add_sensor(run_id, name="est:cpu-process", domain="cpu-process", unit="W",
                            kind="power", provenance="estimated", model="process-cpu-share",
                            period_s=0.1)
@@ -229,6 +242,36 @@ def test_a_runs_training_region_time_and_energy(tmp_path):
     assert domains["cpu-package"]["additive"] is True
     assert columns["energy_J_all"] == columns["energy_J_cpu-package"]  # never summed with it
     assert "cpu-process: estimated (process-cpu-share)" in columns["provenance"]
+    assert "cpu_s" not in columns  # the machine's CPUs unknown: no CPU seconds claimed
+
+
+def test_the_training_regions_cpu_seconds_and_a_fit_on_them(tmp_path):
+    """Half of 4 CPUs for the 2 s region: 4 CPU seconds. A fit of the CPU-time energy takes
+    them as its time; the wall time is kept beside them."""
+    from fecomlite.model.sweep import measured_columns, on_cpu_time
+    from fecomlite.store import Store
+
+    with Store(tmp_path / "store.sqlite") as store:
+        columns, _ = measured_columns(store, recorded_run(store, machine={"cpu_logical": 4}))
+    assert columns["cpu_s"] == pytest.approx(4.0) and columns["reps_cpu_s"] == [columns["cpu_s"]]
+    row = {**columns, "reps_time_s": [2.0]}
+    (swapped,) = on_cpu_time([row])
+    assert swapped["time_s"] == swapped["reps_time_s"][0] == pytest.approx(4.0)
+    assert swapped["wall_time_s"] == pytest.approx(2.0) and row["time_s"] == pytest.approx(2.0)
+    assert on_cpu_time([row, {"time_s": 1.0}]) is None  # one row without: wall time for all
+
+
+def test_a_region_the_cpu_share_did_not_resolve_has_no_cpu_seconds(tmp_path):
+    """CPU time comes in 10 ms ticks: a short region can read a share of 0 though the program
+    worked. Its CPU seconds are not known (a fit falls back to wall time), never 0."""
+    from fecomlite.model.sweep import measured_columns
+    from fecomlite.store import Store
+
+    with Store(tmp_path / "store.sqlite") as store:
+        columns, _ = measured_columns(store, recorded_run(
+            store, machine={"cpu_logical": 4}, busy_share=0.0))
+    assert columns["time_s"] == pytest.approx(2.0)
+    assert "cpu_s" not in columns and "reps_cpu_s" not in columns
 
 
 def test_gpu_l2_breakpoints_of_the_machine():
@@ -266,12 +309,25 @@ def test_the_torch_program_trains_every_step():
     config = NetworkConfig(16, 2, "funnel", batch_size=32, dataset_size=200, epochs=2)
     done = subprocess.run(
         [sys.executable, str(FC_PROGRAM), "--config", json.dumps(config.to_json()),
-         "--framework", "torch"], capture_output=True, text=True, timeout=120,
+         "--framework", "torch", "--threads", "1"], capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["steps"] == config.steps == 12
     assert result["framework"] == "torch" and math.isfinite(result["final_loss"])
+    assert result["threads"] == 1 and result["training_s"] > 0
+
+
+@pytest.mark.slow
+def test_the_pilot_times_each_configuration_with_the_sweeps_threads():
+    from fecomlite.model.duration import pilot
+
+    configs = [NetworkConfig(16, 1, batch_size=32, dataset_size=4096),
+               NetworkConfig(512, 2, batch_size=32, dataset_size=4096)]
+    per_step = pilot(configs, "torch", threads=1)
+    assert set(per_step) == {c.key for c in configs}
+    assert all(0 < s < 1 for s in per_step.values())  # seconds a step of tiny networks
+    assert per_step[configs[1].key] > per_step[configs[0].key]  # ~600× the FLOPs a step
 
 
 def busy_run(store, start_s: float, region_s: float, above_W: float, noise_W: float = 0.0,

@@ -25,22 +25,29 @@ from fecomlite.model.network import (
 )
 from fecomlite.model.sweep import (
     CONFIG_KIND,
+    CPU_TIME,
     DEFAULT_GRID,
     FRAMEWORKS,
     MODEL_RESULT,
+    PROCESS_DOMAIN,
     TINY_GRID,
+    SweepGrid,
     default_domain,
+    default_threads,
     feature_columns,
     grid_from_mapping,
     latest_sweep_id,
-    load_grid,
     load_sweep,
     measured_columns,
+    on_cpu_time,
     parse_list,
+    read_grid_file,
 )
 
 if TYPE_CHECKING:  # the fit, the prediction (numpy) and the store are imported where used
+    from fecomlite.model.duration import Minimum, Planned
     from fecomlite.model.fit import EnergyModels, LinearFit
+    from fecomlite.model.power_law import PowerLawFit
     from fecomlite.model.predict import Prediction
     from fecomlite.store import Store
 
@@ -59,6 +66,42 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 
 # -- fecomlite sweep ------------------------------------------------------------------------------
+
+
+def _print_sweep(
+    result: Any, hierarchy: MemoryHierarchy, minimum: Minimum | None, store: Path
+) -> None:
+    """The sweep's table, its warnings, where it is stored and what to do next."""
+    rows = result.table["rows"]
+    console.print(_config_table(rows, hierarchy, result.table["domains"]))
+    _warn_too_short(rows, minimum)
+    console.print(f"attribution method, the same for every configuration: "
+                  f"{result.table['attribution_method']}", highlight=False)
+    for row in rows:
+        for key, check in row.items():
+            if key.startswith("power_check_") and check.startswith("implied"):
+                console.print(f"[yellow]power check[/] {row['key']} "
+                              f"{key.removeprefix('power_check_')}: {check}", highlight=False)
+    console.print(f"sweep [bold]{result.sweep_id}[/] ({result.status}) stored in "
+                  f"{store}; table: {result.csv_path}")
+    console.print(f"fit the model: `fecomlite model fit --sweep {result.sweep_id}`")
+
+
+def _grid_from_options(
+    grid_file: Path | None, tiny: bool, options: dict[str, str | None], epochs: int | None
+) -> tuple[SweepGrid, bool]:
+    """The grid the options describe (a grid file over the default or tiny grid, then the
+    command line's lists), and whether its samples were fixed by the user (then never scaled)."""
+    fixed = tiny or options.get("dataset_sizes") is not None
+    grid = TINY_GRID if tiny else DEFAULT_GRID
+    if grid_file:
+        from_file = read_grid_file(grid_file)
+        grid = grid_from_mapping(from_file, grid)
+        fixed = fixed or any(k.replace("-", "_") == "dataset_sizes" for k in from_file)
+    changes: dict[str, Any] = {k: parse_list(v) for k, v in options.items() if v}
+    if epochs is not None:
+        changes["epochs"] = epochs
+    return grid_from_mapping(changes, grid), fixed
 
 
 def sweep_command(
@@ -88,6 +131,17 @@ def sweep_command(
     dry_run: Annotated[
         bool, typer.Option(help="List the configurations and their features; run nothing.")
     ] = False,
+    threads: Annotated[
+        int | None, typer.Option(min=1, help=(
+            "The program's intra- and inter-op threads (torch.set_num_threads, TensorFlow's "
+            f"threading), recorded as the hyperparameter `threads`. Default: every usable CPU "
+            f"but one, at least 1 (here {default_threads()})."))
+    ] = None,
+    min_training: Annotated[
+        float | None, typer.Option(min=0, help=(
+            "Shortest training the sensors resolve, s. Default: 20 periods of the coarsest "
+            "energy sensor, at least 1 s (2 s with 0.1 s sensors). 0: no check."))
+    ] = None,
     home: HomeOption = None,
 ) -> None:
     """Train a grid of small fully connected networks, each as a measured run, into one table.
@@ -95,6 +149,11 @@ def sweep_command(
     Each configuration is one fecomlite run of fecomlite/model/fc_program.py at project level:
     an idle baseline, then per repetition a stability gate (10 samples, at most --gate-max-wait),
     the program, and a tail. Its energy and time are the training region's, without start-up.
+
+    Trainings too short for the sensors: unless the samples are fixed (--dataset-sizes, a grid
+    file's dataset_sizes, --tiny), a pilot times each configuration's CPU seconds a step first
+    and doubles the samples of each that would train under 1.5 × --min-training.
+    Configurations measured under it are named after the sweep either way.
     """
     from fecomlite.runner.settings import RunSettings
     from fecomlite.runner.sweep import run_sweep
@@ -104,13 +163,7 @@ def sweep_command(
     options = {"widths": widths, "depths": depths, "shapes": shapes, "batch_sizes": batch_sizes,
                "dataset_sizes": dataset_sizes}
     try:
-        grid = TINY_GRID if tiny else DEFAULT_GRID
-        if grid_file:
-            grid = load_grid(grid_file, grid)
-        changes: dict[str, Any] = {k: parse_list(v) for k, v in options.items() if v}
-        if epochs is not None:
-            changes["epochs"] = epochs
-        grid = grid_from_mapping(changes, grid)
+        grid, fixed = _grid_from_options(grid_file, tiny, options, epochs)
         if framework not in FRAMEWORKS:
             raise ConfigError(f"framework must be one of {', '.join(FRAMEWORKS)}")
         configs = grid.configurations()
@@ -123,31 +176,69 @@ def sweep_command(
     home = (home or default_home()).resolve()
     settings = RunSettings(level="project", repeat=repeat, idle_s=idle, tail_s=tail, gate=gate,
                            gate_max_wait_s=gate_max_wait, gate_window=10, pause_s=(0.2, 0.5))
+    threads = threads or default_threads()
     try:
         client = ensure_server(home)
     except ServerError as exc:
         raise _fail(str(exc), 1) from exc
-    console.print(f"{len(configs)} configurations × {repeat} repetitions, {framework}; "
-                  f"measurement server {client.url}")
+    minimum = _minimum(client, min_training)
+    try:
+        planned = _plan(configs, framework, threads, minimum, fixed)
+    except ConfigError as exc:
+        raise _fail(str(exc), 1) from exc
+    console.print(f"{len(configs)} configurations × {repeat} repetitions, {framework}, "
+                  f"{threads} thread{'s' if threads > 1 else ''}; measurement server {client.url}",
+                  highlight=False)
 
     def progress(i: int, n: int, config: NetworkConfig) -> None:
         console.print(f"[{i + 1}/{n}] {config.key}", highlight=False)
 
     result = run_sweep(client, grid, settings, home=home, framework=framework,
-                       csv_path=csv_path, on_config=progress)
-    console.print(_config_table(result.table["rows"], hierarchy, result.table["domains"]))
-    console.print(f"attribution method, the same for every configuration: "
-                  f"{result.table['attribution_method']}", highlight=False)
-    for row in result.table["rows"]:
-        for key, check in row.items():
-            if key.startswith("power_check_") and check.startswith("implied"):
-                console.print(f"[yellow]power check[/] {row['key']} "
-                              f"{key.removeprefix('power_check_')}: {check}", highlight=False)
-    console.print(f"sweep [bold]{result.sweep_id}[/] ({result.status}) stored in "
-                  f"{client.store_path}; table: {result.csv_path}")
-    console.print(f"fit the model: `fecomlite model fit --sweep {result.sweep_id}`")
+                       csv_path=csv_path, on_config=progress, threads=threads, planned=planned,
+                       minimum=minimum)
+    _print_sweep(result, hierarchy, minimum, client.store_path)
     if result.status != "finished":
         raise typer.Exit(130)
+
+
+def _minimum(client: Any, seconds: float | None) -> Minimum | None:
+    """The shortest training the server's sensors resolve, or the user's (0: no check)."""
+    from fecomlite.model.duration import Minimum, minimum_training
+
+    if seconds is not None:
+        return Minimum(seconds, "given by --min-training") if seconds > 0 else None
+    return minimum_training(client.status().get("sensors") or [])
+
+
+def _plan(configs: list[NetworkConfig], framework: str, threads: int, minimum: Minimum | None,
+          fixed: bool) -> list[Planned] | None:
+    """The configurations as the sweep runs them: where the samples are not fixed, a pilot
+    times each and the short ones get their samples doubled until they last the minimum."""
+    from fecomlite.model.duration import pilot, plan
+
+    if minimum is None or fixed:
+        return None
+    console.print(f"minimum training {minimum.seconds:.3g} s ({minimum.reason}); timing each "
+                  "configuration first (pilot)", highlight=False, soft_wrap=True)
+    planned = plan(configs, pilot(configs, framework, threads), minimum, scale=True)
+    for p in planned:
+        if p.scaled_up:
+            console.print(f"  {p.config.key}: samples {p.grid_samples:,} → "
+                          f"{p.config.dataset_size:,} (~{p.expected_s:.2g} s of training)",
+                          highlight=False)
+    return planned
+
+
+def _warn_too_short(rows: list[dict[str, Any]], minimum: Minimum | None) -> None:
+    short = [r for r in rows if r.get("too_short")]
+    if minimum is None or not short:
+        return
+    names = ", ".join(f"{r['key']} ({r['time_s']:.2g} s)" for r in short)
+    console.print(f"[yellow]too short for the sensors[/] (under {minimum.seconds:.3g} s, "
+                  f"{escape(minimum.reason)}): {names}. Their energies are uncertain and a model "
+                  "fitted on them predicts poorly: give more --dataset-sizes or --epochs, or "
+                  "leave the samples unset so the sweep scales them.", highlight=False,
+                  soft_wrap=True)
 
 
 def _config_table(
@@ -232,6 +323,7 @@ def fit_command(
                 rows, hierarchy, domains = table["rows"], table["hierarchy"], table["domains"]
                 rows = _with_repetitions(store, rows)
                 source = {"sweep_id": sweep_id, "framework": table["framework"],
+                          "threads": table.get("threads"),  # None: a sweep from before them
                           "attribution_method": table.get("attribution_method")}
             if domain == "auto":
                 domain, why = default_domain(domains)
@@ -243,6 +335,11 @@ def fit_command(
             if source["skipped"]:
                 console.print(f"[yellow]left out[/] (no {domain} energy above its uncertainty): "
                               f"{', '.join(source['skipped'])}", highlight=False)
+            on_cpu = on_cpu_time(usable) if (
+                domain == PROCESS_DOMAIN and target == "above-idle") else None
+            if on_cpu is not None:
+                usable, source["time"] = on_cpu, "cpu"
+                console.print(f"time: {CPU_TIME}", highlight=False, soft_wrap=True)
             models = fit_models(usable, hierarchy, domains, target=target, domain=domain,
                                 weighting=weighting, folds=folds, source=source)
             if not runs:
@@ -261,11 +358,12 @@ def fit_command(
 
 
 def _with_repetitions(store: Store, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A sweep's rows with their repetitions (`reps_*`), read again from its runs where it was
-    stored before they were kept; a row whose run is not in the store stays as it is."""
+    """A sweep's rows with their repetitions (`reps_*`) and CPU time, read again from its runs
+    where it was stored before they were kept; a row whose run is not in the store stays as it
+    is."""
     from fecomlite.store import StoreError
 
-    if any("reps_time_s" in r for r in rows):
+    if any("reps_time_s" in r and "cpu_s" in r for r in rows):
         return rows
     out = []
     for row in rows:
@@ -274,7 +372,8 @@ def _with_repetitions(store: Store, rows: list[dict[str, Any]]) -> list[dict[str
                 "time_s") is not None else {}
         except (StoreError, KeyError, TypeError, ValueError):
             measured = {}
-        out.append({**row, **measured} if "reps_time_s" in measured else row)
+        out.append({**row, **measured} if "reps_time_s" in measured or "cpu_s" in measured
+                   else row)
     return out
 
 
@@ -324,18 +423,25 @@ def _unit(feature: str, fit: LinearFit) -> tuple[str, float]:
 def _print_fit(models: EnergyModels) -> None:
     from fecomlite.model.fit import TIME_MODEL_NOTE
     from fecomlite.model.identify import sentence
+    from fecomlite.model.power_law import PowerLawFit
 
     p = models.provenance
     console.print(f"fitted on [bold]{escape(p['label'])}[/] energy, {models.target}, domain "
                   f"{models.domain}, {models.configurations} configurations"
                   + (f" ({models.memory_aware.n} repetitions, each a row)"
                      if models.memory_aware.n != models.configurations else ""), highlight=False)
+    if models.left_out:
+        console.print(f"[yellow]note:[/] {escape(models.left_out)}", highlight=False,
+                      soft_wrap=True)
     for info in models.load.values():
         console.print(f"load: {escape(info['text'])}", highlight=False, soft_wrap=True)
     check = models.identification
     for name, fit in models.fits.items():
         if name == "memory_aware" and not check.get("identified", False):
             continue  # its per-level costs are not costs: the time/FLOP model stands for it
+        if isinstance(fit, PowerLawFit):
+            _print_power_law(fit)
+            continue
         cv = (f"{_percent(fit.cv_rel_rmse)} ({fit.cv_folds}-fold)" if math.isfinite(fit.cv_rel_rmse)
               else f"none: no fold leaves more than {len(fit.features)} configurations to fit")
         table = Table(title=f"{name}: R² {fit.r2:.3f}, cross-validated error {cv}, residual σ "
@@ -355,6 +461,7 @@ def _print_fit(models: EnergyModels) -> None:
     if not check.get("identified", False):
         console.print(f"[yellow]note:[/] {escape(sentence(check))}", highlight=False,
                       soft_wrap=True)
+    _print_time_models(models)
     compare = Table(title="the energy models ranked by out-of-sample (cross-validated) error; "
                     "predictions use the first", title_justify="left")
     for column in ("rank", "model", "cross-validated error", "R² (in-sample)"):
@@ -372,7 +479,46 @@ def _print_fit(models: EnergyModels) -> None:
                       f"fitted {scaled(pt['fitted_J'], 'J')}", highlight=False)
 
 
-def _spread(fit: LinearFit) -> str:
+def _print_power_law(fit: PowerLawFit) -> None:
+    """The power-law time model: its law, exponents with standard errors, and errors."""
+    table = Table(title=f"time (power law): {fit.formula()}; R² {fit.r2:.3f}, cross-validated "
+                  f"error {_percent(fit.cv_rel_rmse)} ({fit.cv_folds}-fold), residual σ "
+                  f"{_spread(fit)} on the log scale", title_justify="left")
+    for column in ("term", "value", "± std. error"):
+        table.add_column(column, justify="left" if column == "term" else "right")
+    for i, term in enumerate(fit.features):
+        table.add_row(POWER_LAW_TERMS[term], f"{fit.coef[i]:.4g}", f"{fit.std_errors[i]:.2g}")
+    for term, exponent in fit.fixed.items():
+        table.add_row(POWER_LAW_TERMS[term], f"{exponent:g}",
+                      "taken: every configuration ran the same steps")
+    console.print(table)
+
+
+NOT_VALIDATED = "– (no fold could fit its terms)"
+POWER_LAW_TERMS = {"log_scale": "log A (A in s)", "flops_per_step": "exponent of FLOPs per step",
+                   "steps": "exponent of steps"}
+
+
+def _print_time_models(models: EnergyModels) -> None:
+    """The time models that competed, best first by held-out error; the chosen one marked."""
+    if not models.time_models:
+        return
+    table = Table(title="the time models ranked by out-of-sample (cross-validated) error; "
+                  "predictions without a given time use the first", title_justify="left")
+    for column in ("time model", "terms", "cross-validated error", "R² (in-sample)"):
+        table.add_column(column)
+    for row in sorted(models.time_models, key=_by_held_out_error):
+        cv = row["cv_rel_rmse"]
+        table.add_row(row["form"] + (" (used)" if row["chosen"] else ""), row["terms"],
+                      _percent(cv) if math.isfinite(cv) else NOT_VALIDATED, f"{row['r2']:.3f}")
+    console.print(table)
+
+
+def _by_held_out_error(row: dict[str, Any]) -> tuple[bool, float]:
+    return not row["chosen"], row["cv_rel_rmse"] if math.isfinite(row["cv_rel_rmse"]) else math.inf
+
+
+def _spread(fit: LinearFit | PowerLawFit) -> str:
     """The residual σ, and with repetitions its two parts."""
     def show(value: float) -> str:
         return _percent(value) if fit.weighting == "relative" else f"{value:.3g}"
@@ -404,7 +550,8 @@ def predict_command(
     sweep: Annotated[int | None, typer.Option(help="Use the model fitted on this sweep.")] = None,
     model: Annotated[Path | None, typer.Option(help="Use a model file (from fit --out).")] = None,
     time_s: Annotated[
-        float | None, typer.Option(help="The training time, if known (else predicted).")
+        float | None, typer.Option(help="The training time, if known (else predicted); CPU "
+                                   "seconds where `model fit` says it fitted on them.")
     ] = None,
     confidence: Annotated[float, typer.Option(help="Interval coverage.")] = 0.9,
     wait: Annotated[
@@ -487,18 +634,23 @@ def _print_prediction(result: Prediction, models: EnergyModels) -> None:
         + (f", for the mean of {reps:.3g} repetitions as the sweep measured"
            if models.memory_aware.groups else "") + ")", highlight=False)
     console.print(
-        f"training time: {scaled(result.time_s, 's')} ({result.time_source}"
+        f"training {'CPU ' if p.get('time') == 'cpu' else ''}time: "
+        f"{scaled(result.time_s, 's')} ({result.time_source}"
         + (f", {level} interval {scaled(result.time_low_s, 's')} – "
            f"{scaled(result.time_high_s, 's')})" if result.time_source == "predicted" else ")"),
         highlight=False)
     for name, (mean, low, high) in result.naive.items():
         console.print(f"other model {name}: {scaled(mean, 'J')} ({scaled(low, 'J')} – "
                       f"{scaled(high, 'J')})", highlight=False)
-    source = ", ".join(f"{k} {v}" for k, v in p.items() if k in ("sweep_id", "framework", "runs")
+    shown = ("sweep_id", "framework", "threads", "runs")
+    source = ", ".join(f"{k} {v}" for k, v in p.items() if k in shown and v is not None
                        and not isinstance(v, list)) or f"runs {p.get('runs')}"
     console.print(f"model fitted on [bold]{escape(p['label'])}[/] energy ({escape(source)}, "
                   f"{models.configurations} configurations)", highlight=False)
     console.print(f"energy model: {result.model} (lowest cross-validated error)", highlight=False)
+    if result.time_source == "predicted":
+        console.print(f"time model: {escape(models.time_model)} (lowest cross-validated "
+                      "error)", highlight=False, soft_wrap=True)
     notes = [*result.notes, *([TIME_MODEL_NOTE] if models.time_proportional else [])]
     for note in notes:
         console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)

@@ -2,6 +2,12 @@
 
     python fc_program.py --config '{"width": 64, "depth": 2, ...}' [--framework keras|torch]
     python fc_program.py --config ... --summary FILE     # write the model's summary, no training
+    python fc_program.py --pilot '[{...}, ...]'           # CPU seconds a step of each, as JSON
+
+`--threads N` sets the framework's intra- and inter-op threads before any work (the sweep passes
+its `--threads`): on a machine with few CPUs the default pool, one thread per CPU, fights the
+measurement server and other processes for them, and one configuration's repetitions then vary
+tenfold and more.
 
 Seeds are fixed (data, weights, shuffling), so a configuration does the same work every time.
 One warm-up step runs first, outside the measured span: it builds the model and traces the
@@ -17,6 +23,8 @@ import argparse
 import json
 import os
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +41,7 @@ from fecomlite.model.network import NetworkConfig, summary_from_keras  # noqa: E
 SEED = 1234
 LEARNING_RATE = 1e-3
 REGION = "train"
+PILOT_S = 0.25  # a pilot times doubling numbers of steps until they take this much CPU time
 
 
 def synthetic_data(config: NetworkConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -60,19 +69,21 @@ def keras_model(config: NetworkConfig) -> Any:
     return model
 
 
-def train_keras(config: NetworkConfig) -> tuple[float, int]:
-    """(final loss, optimiser steps taken in the measured region)."""
+def train_keras(config: NetworkConfig) -> tuple[float, int, float, float]:
+    """(final loss, optimiser steps taken in the measured region, its wall and CPU seconds)."""
     x, y = synthetic_data(config)
     model = keras_model(config)
     b = config.batch_size
     model.fit(x[:b], y[:b], batch_size=b, epochs=1, verbose=0)  # warm-up: build and trace
     before = int(model.optimizer.iterations)
+    start, cpu = time.perf_counter(), time.process_time()
     with fecomlite.region(REGION):
         history = model.fit(x, y, batch_size=b, epochs=config.epochs, shuffle=True, verbose=0)
-    return float(history.history["loss"][-1]), int(model.optimizer.iterations) - before
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return float(history.history["loss"][-1]), int(model.optimizer.iterations) - before, wall, cpu
 
 
-def train_torch(config: NetworkConfig) -> tuple[float, int]:
+def train_torch(config: NetworkConfig) -> tuple[float, int, float, float]:
     import torch
 
     torch.manual_seed(SEED)
@@ -101,6 +112,7 @@ def train_torch(config: NetworkConfig) -> tuple[float, int]:
 
     step(x[:b], y[:b])  # warm-up, as for Keras
     loss, steps = float("nan"), 0
+    began, cpu = time.perf_counter(), time.process_time()
     with fecomlite.region(REGION):
         for _ in range(config.epochs):
             order = torch.randperm(x.shape[0], generator=generator)
@@ -108,15 +120,67 @@ def train_torch(config: NetworkConfig) -> tuple[float, int]:
                 idx = order[start:start + b]
                 loss = step(x[idx], y[idx])
                 steps += 1
-    return loss, steps
+    return loss, steps, time.perf_counter() - began, time.process_time() - cpu
+
+
+def set_threads(framework: str, threads: int) -> None:
+    """The framework's intra- and inter-op thread pools, before it has done any work."""
+    if framework == "torch":
+        import torch
+
+        torch.set_num_threads(threads)
+        torch.set_num_interop_threads(threads)
+    else:
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+
+
+def threads_used(framework: str) -> int:
+    """The intra-op threads the framework trains with (0: TensorFlow's own choice)."""
+    if framework == "torch":
+        import torch
+
+        return int(torch.get_num_threads())
+    import tensorflow as tf
+
+    return int(tf.config.threading.get_intra_op_parallelism_threads())
+
+
+def cpu_seconds_per_step(config: NetworkConfig, framework: str) -> float:
+    """A configuration's training CPU seconds per step, from doubling short trainings (each
+    pays its warm-up step outside the timed part). CPU time, not wall time: on a loaded
+    machine a 1-thread pilot's wall time per step read 10× its CPU time and the trainings it
+    planned ran 0.9 s for 2 s planned; its CPU time was the same loaded or not."""
+    train = train_keras if framework == "keras" else train_torch
+    batches = 4
+    while True:
+        trial = replace(config, dataset_size=batches * config.batch_size, epochs=1)
+        _, steps, _, cpu = train(trial)
+        if cpu >= PILOT_S or batches >= config.steps:
+            return cpu / max(steps, 1)
+        batches *= 2
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="the NetworkConfig as JSON")
+    parser.add_argument("--config", help="the NetworkConfig as JSON")
     parser.add_argument("--framework", choices=("keras", "torch"), default="keras")
     parser.add_argument("--summary", type=Path, help="write the model's summary here and stop")
+    parser.add_argument("--threads", type=int, help="the framework's intra- and inter-op threads")
+    parser.add_argument("--pilot", help="a JSON list of configurations: print seconds per step")
     args = parser.parse_args(argv)
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error("--threads must be at least 1")
+        set_threads(args.framework, args.threads)
+    if args.pilot:
+        configs = [NetworkConfig.from_json(c) for c in json.loads(args.pilot)]
+        print(json.dumps({c.key: cpu_seconds_per_step(c, args.framework) for c in configs}))
+        return 0
+    if not args.config:
+        parser.error("--config is required")
     config = NetworkConfig.from_json(json.loads(args.config))
     if args.summary:
         if args.framework != "keras":
@@ -125,9 +189,11 @@ def main(argv: list[str] | None = None) -> int:
                                      config.dataset_size, config.epochs, config.optimizer)
         args.summary.write_text(json.dumps(summary, indent=1), encoding="utf-8")
         return 0
-    loss, steps = train_keras(config) if args.framework == "keras" else train_torch(config)
+    train = train_keras if args.framework == "keras" else train_torch
+    loss, steps, wall, cpu = train(config)
     print(json.dumps({"config": config.key, "framework": args.framework, "steps": steps,
-                      "final_loss": loss}))
+                      "final_loss": loss, "training_s": wall, "training_cpu_s": cpu,
+                      "threads": threads_used(args.framework)}))
     return 0
 
 

@@ -21,8 +21,9 @@ ranked energy model is the one `predict` uses.
 (bytes charged to the cache level each layer's working set fits in, s the static power the other
 terms do not explain), the time/FLOP model energy = c·FLOPs + s·time, the naive models energy ∝
 FLOPs and energy ∝ parameters × steps, and a time model (time from FLOPs, bytes by level, steps
-and a fixed set-up cost per run, or the simpler of them that predicts held-out configurations
-better), which `predict` needs when the time of a new configuration is not known. A sweep with
+and a fixed set-up cost per run, the simpler sums, and the power laws of `model.power_law`;
+the one that predicts held-out configurations best), which `predict` needs when the time of a
+new configuration is not known. A sweep with
 fewer configurations than a model has terms gets the largest model its rows support: per-level
 terms with the fewest configurations go first (`LinearFit.omitted` names them). Whether the data
 identify the per-level costs at all is checked (`identify`): where they do not, the report
@@ -31,7 +32,6 @@ presents the model as a time/FLOP model.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -41,6 +41,17 @@ import numpy as np
 
 from fecomlite.model.features import run_features
 from fecomlite.model.identify import identify
+from fecomlite.model.power_law import POWER_LAW, PowerLawFit, power_law_candidates
+from fecomlite.model.spread import (
+    FitError,
+    FittedRows,
+    bounds,
+    fold_count,
+    held_out_folds,
+    out_of_sample_floor,
+    saved_fit,
+    variance_components,
+)
 from fecomlite.sensors.estimate import PROCESS_MODEL
 
 MODEL_FORMAT = "fecomlite-energy-model/1"
@@ -48,15 +59,10 @@ WEIGHTINGS = ("relative", "absolute")
 TARGETS = ("above-idle", "total")
 DEFAULT_FOLDS = 5
 _REWEIGHT_ROUNDS = 2
-_CV_SEED = 20240917
-
-
-class FitError(ValueError):
-    """Data a model cannot be fitted to (too few rows, no positive energies, bad columns)."""
 
 
 @dataclass
-class LinearFit:
+class LinearFit(FittedRows):
     """y ≈ X·coef over `features` (those with data; `dropped` had none and are 0)."""
 
     name: str
@@ -83,16 +89,8 @@ class LinearFit:
     groups: int = 0  # configurations (0: every row its own)
 
     @property
-    def n(self) -> int:
-        return int(self.y.size)
-
-    @property
     def residuals(self) -> np.ndarray:
         return self.y - self.fitted
-
-    @property
-    def std_errors(self) -> np.ndarray:
-        return np.sqrt(np.clip(np.diag(self.cov), 0, None))
 
     def vector(self, values: dict[str, float]) -> np.ndarray:
         """The feature vector of one row (missing dropped features count as 0)."""
@@ -128,28 +126,11 @@ class LinearFit:
         low, high = bounds(mean, sd, self.t(confidence), self.weighting)
         return mean, low, high, sd
 
-    def residual_sd(self, reps: float) -> float:
-        """The spread of a configuration's mean over `reps` repetitions about the model."""
-        if self.groups == 0 or not math.isfinite(self.sigma_within):
-            return self.sigma
-        return math.sqrt(self.sigma_between**2 + self.sigma_within**2 / max(reps, 1.0))
-
-    def t(self, confidence: float) -> float:
-        """Student's t quantile of a two-sided `confidence` interval on this fit's dof."""
-        from scipy import stats  # here: scipy takes a second to import
-
-        return float(stats.t.ppf((1 + confidence) / 2, max(self.dof, 1)))
-
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name, "target": self.target, "features": self.features,
-            "dropped": self.dropped, "coef": self.coef.tolist(), "cov": self.cov.tolist(),
-            "std_errors": self.std_errors.tolist(), "sigma": self.sigma, "dof": self.dof,
-            "weighting": self.weighting, "r2": self.r2, "cv_rel_rmse": self.cv_rel_rmse,
-            "cv_folds": self.cv_folds, "y": self.y.tolist(), "fitted": self.fitted.tolist(),
+            "dropped": self.dropped, **self.shared_json(),
             "ranges": {f: list(r) for f, r in self.ranges.items()}, "omitted": self.omitted,
-            "sigma_within": None if math.isnan(self.sigma_within) else self.sigma_within,
-            "sigma_between": self.sigma_between, "reps": self.reps, "groups": self.groups,
         }
 
     @classmethod
@@ -157,32 +138,13 @@ class LinearFit:
         try:
             return cls(
                 name=data["name"], target=data["target"], features=list(data["features"]),
-                dropped=list(data["dropped"]), coef=np.asarray(data["coef"], float),
-                cov=np.asarray(data["cov"], float).reshape(len(data["coef"]), -1),
-                sigma=float(data["sigma"]), dof=int(data["dof"]), weighting=data["weighting"],
-                r2=float(data["r2"]), cv_rel_rmse=float(data["cv_rel_rmse"]),
-                cv_folds=int(data["cv_folds"]), y=np.asarray(data["y"], float),
-                fitted=np.asarray(data["fitted"], float),
+                dropped=list(data["dropped"]), weighting=data["weighting"],
                 ranges={f: (float(r[0]), float(r[1])) for f, r in data.get("ranges", {}).items()},
                 omitted=list(data.get("omitted", [])),
-                sigma_within=math.nan if data.get("sigma_within") is None
-                else float(data["sigma_within"]),
-                sigma_between=float(data.get("sigma_between", 0.0)),
-                reps=float(data.get("reps", 1.0)), groups=int(data.get("groups", 0)),
+                **saved_fit(data),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise FitError(f"not a saved fit: {exc!r}") from exc
-
-
-def bounds(mean: float, sd: float, t: float, weighting: str) -> tuple[float, float]:
-    """(low, high) of mean ± t·sd. With relative errors (the spread grows with the value) the
-    interval is the same on the log scale: mean ×/÷ exp(t·sd/mean), from the data's relative
-    spread, never a bound at zero; with absolute errors, mean ± t·sd with the low end cut at 0
-    (no energy or time is negative)."""
-    if weighting == "relative" and mean > 0:
-        factor = float(np.exp(t * sd / mean))
-        return mean / factor, mean * factor
-    return max(mean - t * sd, 0.0), mean + t * sd
 
 
 def _solve(
@@ -266,91 +228,29 @@ def fit_linear(
                      groups=configs if groups is not None else 0)
 
 
-@dataclass
-class Components:
-    """The residuals' spread: `sigma` of one row, `coef_variance` the factor of (XᵀWX)⁻¹ that
-    gives the coefficients' covariance, `dof` the degrees of freedom the interval's t uses."""
-
-    sigma: float
-    dof: int
-    coef_variance: float
-    within: float = math.nan
-    between: float = 0.0
-    reps: float = 1.0
-
-
-def variance_components(residuals: np.ndarray, group: np.ndarray, p: int) -> Components:
-    """Residuals split as in the classical lack-of-fit analysis: pure error (repetitions about
-    their configuration's mean, N − G dof) and lack of fit (configuration means about the model,
-    G − p dof). Where the configuration means scatter no more than the repetitions' spread
-    explains (MS_lof ≤ MS_pe), both pool into one σ on N − p dof, and a configuration's mean
-    over r repetitions has variance σ²/r. Otherwise the model misses each configuration by a
-    spread of its own, σ_between² = (MS_lof − MS_pe) / reps, that more repetitions do not
-    shrink, and intervals use the G − p dof of the configuration means: wider, as the data say.
-    (No significance test decides this: pooling after a test that lacks power, as one with
-    three repetitions does, gives intervals that cover less than they say.)"""
-    n, configs = residuals.size, int(group.max()) + 1
-    counts = np.bincount(group, minlength=configs).astype(float)
-    means = np.bincount(group, weights=residuals, minlength=configs) / counts
-    pure = float(np.sum((residuals - means[group]) ** 2))
-    lack = float(np.sum(counts * means**2))
-    dof_pure, dof_lack = n - configs, configs - p
-    if dof_pure == 0:  # one row per configuration: the ordinary residual σ
-        sigma = math.sqrt(lack / dof_lack)
-        return Components(sigma, dof_lack, sigma**2)
-    reps = n / configs
-    ms_pure = pure / dof_pure
-    ms_lack = lack / dof_lack if dof_lack else 0.0
-    if dof_lack == 0 or ms_lack <= ms_pure:  # no misfit beyond the repetitions' spread
-        sigma = math.sqrt((pure + lack) / (n - p))
-        return Components(sigma, n - p, sigma**2, within=sigma, reps=reps)
-    between = math.sqrt((ms_lack - ms_pure) / reps)
-    return Components(math.sqrt(ms_pure + between**2), dof_lack, ms_lack,
-                      within=math.sqrt(ms_pure), between=between, reps=reps)
-
-
-OUT_OF_SAMPLE_GAP = 1.5  # held-out error this many times the residual σ: a misfit unseen
-
-
-def out_of_sample_floor(parts: Components, cv_rel_rmse: float) -> Components:
-    """The misfit between configurations no smaller than held-out configurations show, where
-    they clearly show more than the fit's own residuals (cross-validated error over
-    OUT_OF_SAMPLE_GAP × σ): a repetition of a configuration the fit did not see missed by
-    `cv_rel_rmse`, of which the repetitions' spread explains σ_within², the rest is misfit
-    (a cache step or a load pattern between the grid's points). Below the gap the held-out
-    error is what refitting on fewer configurations costs, and the residuals stand."""
-    if not (math.isfinite(cv_rel_rmse) and math.isfinite(parts.within)
-            and cv_rel_rmse > OUT_OF_SAMPLE_GAP * parts.sigma):
-        return parts
-    seen = math.sqrt(max(cv_rel_rmse**2 - parts.within**2, 0.0))
-    if seen <= parts.between:
-        return parts
-    return dataclasses.replace(parts, between=seen, sigma=math.hypot(parts.within, seen),
-                               coef_variance=max(parts.coef_variance,
-                                                 parts.within**2 + parts.reps * seen**2))
-
-
 def _cross_validate(
     x: np.ndarray, y: np.ndarray, weighting: str, folds: int, group: np.ndarray
 ) -> tuple[float, int]:
-    """Relative RMS error of k-fold held-out predictions (folds too small to fit are skipped);
-    a configuration's repetitions are held out together (else its other repetitions would
-    predict it)."""
-    configs = int(group.max()) + 1
-    k = min(max(folds, 2), configs)
-    order = np.random.default_rng(_CV_SEED).permutation(configs)
+    """Relative RMS error of k-fold held-out predictions, whole configurations held out (folds
+    too small to fit are skipped)."""
     errors: list[np.ndarray] = []
-    for fold in range(k):
-        held = np.flatnonzero(np.isin(group, order[fold::k]))
-        train = np.setdiff1d(np.arange(y.size), held)
+    for train, held in held_out_folds(group, folds):
         if train.size <= x.shape[1] or np.linalg.matrix_rank(x[train]) < x.shape[1]:
             continue
         coef = _solve(x[train], y[train], weighting)[0]
         held = held[y[held] != 0]  # (absolute weighting only) a zero has no relative error
         errors.append((x[held] @ coef - y[held]) / y[held])
+    k = fold_count(group, folds)
     if not errors:
         return float("nan"), k
     return float(np.sqrt(np.mean(np.concatenate(errors) ** 2))), k
+
+
+def fit_from_json(data: dict[str, Any]) -> LinearFit | PowerLawFit:
+    """A saved fit of either form."""
+    if isinstance(data, dict) and data.get("form") == POWER_LAW:
+        return PowerLawFit.from_json(data)
+    return LinearFit.from_json(data)
 
 
 # -- the models of one sweep table -------------------------------------------------------------
@@ -365,11 +265,12 @@ class EnergyModels:
     levels: list[str]
     hierarchy: dict[str, Any]  # MemoryHierarchy.to_json()
     provenance: dict[str, Any]  # label, per-domain provenance and model, source runs
-    fits: dict[str, LinearFit]
+    fits: dict[str, LinearFit | PowerLawFit]  # the time model may be a power law
     points: list[dict[str, Any]]  # per configuration: measured and fitted, for the report
     identification: dict[str, Any] = field(default_factory=dict)  # `identify.identify`
     repetitions: dict[str, Any] = field(default_factory=dict)  # `RepetitionRows.summary`
     load: dict[str, Any] = field(default_factory=dict)  # `RepetitionRows.at_one_load`
+    time_models: list[dict[str, Any]] = field(default_factory=list)  # `time_model_row`s
 
     @property
     def memory_aware(self) -> LinearFit:
@@ -389,6 +290,26 @@ class EnergyModels:
     @property
     def best(self) -> LinearFit:
         return self.fits[self.best_name]
+
+    @property
+    def left_out(self) -> str:
+        """The repetitions the fits left out (`RepetitionRows.without_outliers`), in words; empty
+        where none were."""
+        left = self.repetitions.get("left_out") or []
+        if not left:
+            return ""
+        return (f"{len(left)} repetition{'s' if len(left) != 1 else ''} left out, more than "
+                f"{OUTLIER_FACTOR:g}× from the median time of their configuration: " + "; ".join(
+                    f"{r['key']} repetition {r['repetition']}: {r['time_s']:.3g} s against "
+                    f"{r['median_s']:.3g} s" for r in left))
+
+    @property
+    def time_model(self) -> str:
+        """The time model predictions use, in words (its form and terms)."""
+        fit = self.fits["time"]
+        row = time_model_row(fit, True)
+        return row["form"] + ": " + (fit.formula() if isinstance(fit, PowerLawFit)
+                                     else row["terms"])
 
     @property
     def time_proportional(self) -> bool:
@@ -422,7 +343,7 @@ class EnergyModels:
             "comparison": self.comparison(), "best": self.best_name,
             "time_proportional": self.time_proportional, "points": self.points,
             "identification": self.identification, "repetitions": self.repetitions,
-            "load": self.load, "breakpoints": [
+            "load": self.load, "time_models": self.time_models, "breakpoints": [
                 {"level": lv["name"], "size_bytes": lv["size_bytes"]}
                 for lv in self.hierarchy.get("levels", []) if lv["size_bytes"] is not None
             ],
@@ -436,9 +357,10 @@ class EnergyModels:
             return cls(
                 data["target"], data["domain"], list(data["levels"]), data["hierarchy"],
                 data["provenance"],
-                {name: LinearFit.from_json(fit) for name, fit in data["fits"].items()},
+                {name: fit_from_json(fit) for name, fit in data["fits"].items()},
                 list(data.get("points", [])), dict(data.get("identification") or {}),
                 dict(data.get("repetitions") or {}), dict(data.get("load") or {}),
+                list(data.get("time_models") or []),
             )
         except KeyError as exc:
             raise FitError(f"a fitted model without {exc.args[0]!r}") from exc
@@ -454,6 +376,7 @@ TIME_MODEL_NOTE = (
 )
 
 
+OUTLIER_FACTOR = 3.0  # a repetition this many times off its configuration's median time
 TIME_CANDIDATES = (["flops", "steps", "fixed"], ["flops", "steps"])  # beside the full one
 
 
@@ -513,25 +436,18 @@ def fit_models(
     names = model_features(levels)
     values = [_row_values(row, levels) for row in rows]
     energy = np.array([target_energy(row, list(used), target) for row in rows])
-    reps = repetition_rows(rows, values, list(used), target)
+    reps = repetition_rows(rows, values, list(used), target).without_outliers(
+        [str(row.get("key", i)) for i, row in enumerate(rows)])
     reps, load = reps.at_one_load()
-    fits: dict[str, LinearFit] = {}
+    fits: dict[str, LinearFit | PowerLawFit] = {}
+    time_models: list[dict[str, Any]] = []
     for model, features in names.items():
-        y = reps.time if model == "time" else reps.energy
-        x = np.array([[v[f] for f in features] for v in reps.values])
-        candidates = [supported(x, features, len(rows))]
-        if model == "time":  # validated: the simpler time models compete out of sample
-            candidates += [f for f in TIME_CANDIDATES
-                           if len(f) < min(len(candidates[0]), len(rows))]
-        tried = [fit_linear(x[:, [features.index(f) for f in keep]], y, keep, name=model,
-                            target="time_s" if model == "time" else "energy_J",
-                            weighting=weighting, folds=folds, groups=reps.group)
-                 for keep in candidates]
-        chosen = fits[model] = min(tried, key=lambda f: (math.isnan(f.cv_rel_rmse),
-                                                         f.cv_rel_rmse))
-        has_data = {f for i, f in enumerate(features) if np.any(x[:, i] != 0)}
-        chosen.dropped = [f for f in features if f not in has_data]
-        chosen.omitted = [f for f in features if f in has_data and f not in chosen.features]
+        tried = _linear_candidates(model, features, reps, len(rows), weighting, folds)
+        if model == "time":  # the power laws compete with the sums of costs, out of sample
+            tried += power_law_candidates(reps.values, reps.time, reps.group, folds)
+        fits[model] = min(tried, key=lambda f: (math.isnan(f.cv_rel_rmse), f.cv_rel_rmse))
+        if model == "time":
+            time_models = [time_model_row(f, f is fits[model]) for f in tried]
     memory = fits["memory_aware"]
     points = [
         {"key": row.get("key", str(i)), "flops": v["flops"], "steps": v["steps"],
@@ -555,7 +471,42 @@ def fit_models(
                                 f"{', '.join(memory.omitted)} left out")
         check["identified"] = False
     return EnergyModels(target, domain, levels, hierarchy, provenance, fits, points, check,
-                        repetitions=reps.summary(), load=load)
+                        repetitions=reps.summary(), load=load, time_models=time_models)
+
+
+def _linear_candidates(
+    model: str, features: list[str], reps: RepetitionRows, configs: int, weighting: str,
+    folds: int,
+) -> list[LinearFit]:
+    """A model's linear fits on the rows: the largest `configs` configurations support, and
+    for the time model the simpler sums (`TIME_CANDIDATES`); each names the terms it has no
+    data for (`dropped`) and the terms with data it leaves out (`omitted`)."""
+    y = reps.time if model == "time" else reps.energy
+    x = np.array([[v[f] for f in features] for v in reps.values])
+    candidates = [supported(x, features, configs)]
+    if model == "time":
+        candidates += [f for f in TIME_CANDIDATES if len(f) < min(len(candidates[0]), configs)]
+    has_data = {f for i, f in enumerate(features) if np.any(x[:, i] != 0)}
+    fits = []
+    for keep in candidates:
+        fit = fit_linear(x[:, [features.index(f) for f in keep]], y, keep, name=model,
+                         target="time_s" if model == "time" else "energy_J",
+                         weighting=weighting, folds=folds, groups=reps.group)
+        fit.dropped = [f for f in features if f not in has_data]
+        fit.omitted = [f for f in features if f in has_data and f not in fit.features]
+        fits.append(fit)
+    return fits
+
+
+def time_model_row(fit: LinearFit | PowerLawFit, chosen: bool) -> dict[str, Any]:
+    """One competing time model, for the CLI and the report: its form and held-out error."""
+    if isinstance(fit, PowerLawFit):
+        form = "power law" + (" (time ∝ steps)" if fit.fixed else "")
+        terms = f"log time on log FLOPs per step{'' if fit.fixed else ' and log steps'}"
+    else:
+        form, terms = "linear", "time = " + " + ".join(f"c·{f}" for f in fit.features)
+    return {"form": form, "terms": terms, "cv_rel_rmse": fit.cv_rel_rmse, "r2": fit.r2,
+            "chosen": chosen}
 
 
 @dataclass
@@ -569,6 +520,30 @@ class RepetitionRows:
     group: np.ndarray
     per_config: list[int]
     wait: np.ndarray  # each row's run-queue wait per CPU second (NaN: not recorded)
+    left_out: list[dict[str, Any]] = field(default_factory=list)  # `without_outliers`
+
+    def without_outliers(self, keys: Sequence[str]) -> RepetitionRows:
+        """These rows less each repetition whose time is more than OUTLIER_FACTOR × from its
+        configuration's median (of three or more): not the same experiment. On a 2-CPU machine
+        loaded 8 times over, one repetition of a configuration took 0.19 s and its others 16 s
+        and 14 s (threads that spin at a barrier wait for a descheduled sibling, or get the
+        CPUs to themselves for a moment); one such row makes every interval span 10⁴×."""
+        median = {g: float(np.median(self.time[self.group == g])) for g in np.unique(self.group)}
+        far = np.array([
+            self.per_config[g] >= 3 and abs(math.log(t / median[g])) > math.log(OUTLIER_FACTOR)
+            for t, g in zip(self.time, self.group, strict=True)])
+        emptied = {g for g in median if far[self.group == g].all()}  # no middle to keep
+        far &= ~np.isin(self.group, list(emptied))
+        if not far.any():
+            return self
+        keep = ~far
+        rank = [int(np.sum(self.group[: i + 1] == g)) for i, g in enumerate(self.group)]
+        left = [{"key": keys[g], "repetition": rank[i], "time_s": float(self.time[i]),
+                 "median_s": median[g]} for i, g in enumerate(self.group) if far[i]]
+        per_config = np.bincount(self.group[keep], minlength=len(self.per_config)).tolist()
+        return RepetitionRows([v for v, k in zip(self.values, keep, strict=True) if k],
+                              self.time[keep], self.energy[keep], self.group[keep],
+                              per_config, self.wait[keep], left)
 
     def at_one_load(self) -> tuple[RepetitionRows, dict[str, Any]]:
         """These rows brought to the sweep's median load where load clearly changed them
@@ -578,12 +553,12 @@ class RepetitionRows:
         energy, on_energy = normalise(self.energy, self.wait, self.group, "energy")
         time, on_time = normalise(self.time, self.wait, self.group, "time")
         values = [{**v, "time_s": float(t)} for v, t in zip(self.values, time, strict=True)]
-        return (RepetitionRows(values, time, energy, self.group, self.per_config, self.wait),
-                {"energy": on_energy, "time": on_time})
+        return (RepetitionRows(values, time, energy, self.group, self.per_config, self.wait,
+                               self.left_out), {"energy": on_energy, "time": on_time})
 
     def summary(self) -> dict[str, Any]:
         return {"rows": int(self.energy.size), "configurations": len(self.per_config),
-                "per_configuration": self.per_config}
+                "per_configuration": self.per_config, "left_out": self.left_out}
 
 
 def repetition_rows(

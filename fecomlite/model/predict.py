@@ -2,14 +2,15 @@
 
 The energy model used is the one ranked best by cross-validated error (`EnergyModels.best`).
 The memory-aware model needs the run's time. When it is not given, the time model fitted on the
-same sweep predicts it, and its uncertainty is added: var(E) = var(E | time) + s² · var(time),
-s the model's static power (the two fits' errors are treated as independent). Intervals are
-Student-t intervals of a new configuration measured as the sweep's were, the mean of as many
-repetitions (`LinearFit.interval`): parameter spread, the model's misfit between configurations
-and the repetitions' spread,
-the residuals relative (the spread grows with the energy), so the interval is taken on the log
-scale (`fit.bounds`): mean ×/÷ a factor, never a bound at zero. A feature
-outside the range the fits saw is named in `extrapolated` (and in the notes).
+same sweep predicts it (a sum of costs or a power law, whichever predicts held-out configurations
+better; named in `time_model`), and its uncertainty is added: var(E) = var(E | time) + s² ·
+var(time), s the model's static power (the two fits' errors are treated as independent).
+Intervals are Student-t intervals of a new configuration measured as the sweep's were, the mean
+of as many repetitions (`LinearFit.interval`): parameter spread, the model's misfit between
+configurations and the repetitions' spread, the residuals relative (the spread grows with the
+energy), so the interval is taken on the log scale (`spread.bounds`): mean ×/÷ a factor, never
+a bound at zero. A feature outside the range the fits saw is named in `extrapolated` (and in
+the notes).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ import numpy as np
 
 from fecomlite.model.cache import MemoryHierarchy
 from fecomlite.model.features import ApiFeatures, StepFeatures, run_features
-from fecomlite.model.fit import ENERGY_MODELS, EnergyModels, FitError, LinearFit, bounds
+from fecomlite.model.fit import ENERGY_MODELS, EnergyModels, LinearFit
 from fecomlite.model.load import at_wait
+from fecomlite.model.spread import FitError, bounds
 
 
 @dataclass
@@ -40,6 +42,7 @@ class Prediction:
     naive: dict[str, tuple[float, float, float]]  # model -> (mean, low, high)
     provenance: dict[str, Any]
     model: str = "memory_aware"
+    time_model: str = ""  # the time model that predicted the time (empty: the time was given)
     extrapolated: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -50,7 +53,7 @@ class Prediction:
             "time_high_s": self.time_high_s, "time_source": self.time_source,
             "features": self.features,
             "naive": {k: list(v) for k, v in self.naive.items()},
-            "provenance": self.provenance, "model": self.model,
+            "provenance": self.provenance, "model": self.model, "time_model": self.time_model,
             "extrapolated": self.extrapolated, "notes": self.notes,
         }
 
@@ -76,6 +79,7 @@ def predict(
         values[f"bytes_{level}"] = 0.0
     notes = _notes(models, step, values)
     notes += [info["text"] for info in models.load.values() if info.get("applied")]
+    notes += [models.left_out] if models.left_out else []
     if wait is not None and not 0 <= wait < math.inf:
         raise FitError(f"the wait must be a number of seconds per CPU second ≥ 0, not {wait}")
     memory = models.best
@@ -104,7 +108,8 @@ def predict(
         notes.append(f"outside the fitted range in {', '.join(outside)}: an extrapolation")
     return Prediction(mean, low, high, confidence, t_mean,
                       t_low, t_high, source, values, naive, models.provenance,
-                      models.best_name, outside, notes)
+                      models.best_name, models.time_model if source == "predicted" else "",
+                      outside, notes)
 
 
 def _energy(

@@ -18,6 +18,7 @@ import csv
 import itertools
 import json
 import math
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
@@ -44,9 +45,27 @@ SWEEP_KIND = "sweep"
 CONFIG_KIND = "sweep-config"
 MODEL_RESULT = "model"  # the fitted models, a result of the sweep run
 PROCESS_DOMAIN = "cpu-process"
+PROCESS_CPU_SENSOR = "util:process"  # the program's share of all CPUs, %
 # one attribution method for every configuration: a training region is one long call that
 # covers the sensor's intervals, which overlap attribution charges whole
 SWEEP_METHOD = "overlap"
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - no affinity outside Linux
+        return os.cpu_count() or 1
+
+
+def default_threads(cpus: int | None = None) -> int:
+    """The framework threads a configuration trains with unless told: every usable CPU but one,
+    at least one. The spare CPU is the measurement server's and the machine's other work's: a
+    pool of one thread per CPU fights them, and its threads spin at barriers waiting for a
+    descheduled sibling. On the 2-CPU machine fecomlite is built on, at load 1.4, PyTorch with 2
+    threads took 0.105 s a step of a 64-wide network that takes 0.0004 s with 1."""
+    return max(1, (cpus or usable_cpus()) - 1)
 
 
 @dataclass(frozen=True)
@@ -122,6 +141,11 @@ def _item(name: str, value: Any, kind: type) -> Any:
 
 def load_grid(path: Path, base: SweepGrid = DEFAULT_GRID) -> SweepGrid:
     """A grid from a TOML or JSON file whose top-level keys are SweepGrid's fields."""
+    return grid_from_mapping(read_grid_file(path), base)
+
+
+def read_grid_file(path: Path) -> dict[str, Any]:
+    """A TOML or JSON grid file's keys, unchecked (ConfigError: unreadable or not a table)."""
     try:
         raw = Path(path).read_bytes()
     except OSError as exc:
@@ -135,7 +159,7 @@ def load_grid(path: Path, base: SweepGrid = DEFAULT_GRID) -> SweepGrid:
         raise ConfigError(f"{path} is not a valid grid file: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a grid file holds a table of lists, not {type(data).__name__}")
-    return grid_from_mapping(data, base)
+    return data
 
 
 def parse_list(text: str) -> list[str]:
@@ -169,7 +193,8 @@ def measured_columns(
     store: Store, run_id: int, method: str = SWEEP_METHOD
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(columns, domains) of a finished configuration run: the training region's time and
-    energy per domain (mean and σ over repetitions), and each domain's provenance and model.
+    energy per domain (mean and σ over repetitions), and each domain's provenance and model;
+    the region's CPU seconds (`cpu_s`, `reps_cpu_s`) where the program's CPU share was sampled.
 
     Every configuration of a sweep is attributed with the same `method` (named in the column
     `attribution_method`): `auto` may pick intensity for one configuration and overlap for the
@@ -197,13 +222,17 @@ def measured_columns(
         "repetitions": len(spans), "time_s": time_s, "time_s_std": _std(durations),
         "reps_time_s": durations, "attribution_method": method,
     }
+    sensors = {s["name"]: s for s in store.sensors(run_id)}
+    cpu = _region_cpu_s(store, sensors.get(PROCESS_CPU_SENSOR), spans,
+                        _cpus(store.run(run_id).get("machine") or {}))
+    if cpu:
+        columns.update({"cpu_s": _mean(cpu), "cpu_s_std": _std(cpu), "reps_cpu_s": cpu})
     waits = [r["wait_per_cpu_s"] for r in analysis.load.get("contention", {}).get("per_rep", [])]
     if len(waits) == len(spans) and all(math.isfinite(w) for w in waits):
         columns["reps_wait_per_cpu_s"] = waits  # what load did to each repetition
     used = sorted({info["method"] for info in analysis.domains if info.get("method")})
     if used and used != [method]:
         columns["attribution_method"] = f"{method} (fell back to {'+'.join(used)})"
-    sensors = {s["name"]: s for s in store.sensors(run_id)}
     domains: dict[str, Any] = {}
     raw: dict[str, tuple[float, float]] = {}
     for info in analysis.domains:
@@ -250,6 +279,30 @@ def measured_columns(
         for d, m in sorted(domains.items())
     )
     return columns, domains
+
+
+def _cpus(machine: dict[str, Any]) -> int | None:
+    cpus = machine.get("cpu_affinity") or machine.get("cpu_logical")
+    return int(cpus) if cpus else None
+
+
+def _region_cpu_s(
+    store: Store, sensor: dict[str, Any] | None, spans: Sequence[tuple[int, int]],
+    cpus: int | None,
+) -> list[float]:
+    """Each repetition's CPU seconds in the training region: the program's share of all CPUs
+    (`util:process`, %) over the region × CPUs × seconds; empty where a span is not resolved by
+    the sensor (under two readings, or none above 0: the kernel counts CPU time in 10 ms ticks,
+    and a region shorter than its windows reads 0 though the program worked)."""
+    if sensor is None or not cpus:
+        return []
+    out = []
+    for start, end in spans:
+        shares = [float(v) for _, v in store.samples(sensor["id"], start, end, after_start=True)]
+        if len(shares) < 2 or max(shares) <= 0:
+            return []
+        out.append(sum(shares) / len(shares) / 100 * cpus * (end - start) / 1e9)
+    return out
 
 
 def _energy_columns(domain: str, mean: float, sigma: float) -> dict[str, Any]:
@@ -316,6 +369,34 @@ def default_domain(domains: dict[str, dict[str, Any]]) -> tuple[str, str]:
         return PROCESS_DOMAIN, ("CPU power is estimated here from machine-wide utilisation, "
                                 "which other processes disturb; the program's own CPU time is not")
     return "all", "the sum of the run's energy domains"
+
+
+CPU_TIME = ("the training's CPU seconds: the energy of cpu-process is made from them, and load "
+            "stretches a repetition's wall time, not its CPU time")
+
+
+def on_cpu_time(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """The rows with the training's CPU seconds as their time (`wall_time_s` keeps the wall
+    time), for an energy made from CPU time; None where a row has none (sweeps from before, or a
+    region too short for the CPU share to resolve)."""
+    if not rows or any(r.get("cpu_s") is None or r["cpu_s"] <= 0 for r in rows):
+        return None
+    out = []
+    for row in rows:
+        swapped = {**row, "wall_time_s": row["time_s"], "time_s": row["cpu_s"]}
+        reps = row.get("reps_cpu_s") or []
+        if reps and len(reps) == len(row.get("reps_time_s") or []):
+            swapped["reps_time_s"] = reps
+        else:
+            swapped.pop("reps_time_s", None)
+        out.append(swapped)
+    return out
+
+
+def model_time(row: dict[str, Any], provenance: dict[str, Any]) -> float | None:
+    """A row's time as a fitted model takes it: CPU seconds for a model fitted on them."""
+    value = row.get("cpu_s" if provenance.get("time") == "cpu" else "time_s")
+    return None if value is None else float(value)
 
 
 def _mean(values: Sequence[float]) -> float | None:

@@ -12,7 +12,6 @@ leaves of its own.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -21,6 +20,7 @@ from fecomlite.analysis import units
 from fecomlite.analysis.run_analysis import RunAnalysis
 from fecomlite.report.domains import described, stacked_domains
 from fecomlite.runtime.layers import facts
+from fecomlite.store.reads import dense_ranks, row_codes
 
 FACT_FIELDS = (
     "phase",
@@ -81,13 +81,17 @@ def annotate(a: RunAnalysis, layer_facts: dict[str, Any]) -> list[str]:
 
 def parent_apis(a: RunAnalysis) -> dict[str, str]:
     """Each API's most frequent enclosing API (APIs whose calls are all top-level: none)."""
-    api, parent = a.calls["api"], a.calls["parent"]
+    calls = a.call_columns()
+    api, parent = calls["api"], calls["parent"]
     nested = parent >= 0
-    pairs = Counter(zip(api[nested].tolist(), api[parent[nested]].tolist(), strict=True))
+    n = len(a.api_names)
+    pairs, first, counts = np.unique(api[nested] * n + api[parent[nested]], return_index=True,
+                                     return_counts=True)
     best: dict[int, tuple[int, int]] = {}
-    for (child, up), n in pairs.items():
-        if child != up and n > best.get(child, (0, -1))[0]:
-            best[child] = (n, up)
+    for k in np.argsort(first, kind="stable"):  # as first seen: a tie goes to the earlier
+        child, up = divmod(int(pairs[k]), n)
+        if child != up and counts[k] > best.get(child, (0, -1))[0]:
+            best[child] = (int(counts[k]), up)
     return {a.api_names[c]: a.api_names[up] for c, (_, up) in best.items()}
 
 
@@ -126,7 +130,7 @@ def tree(a: RunAnalysis) -> list[dict[str, Any]]:
     summed over the calls that ran along it, so inclusive = self + the children's inclusive on
     every row; most costly first."""
     keys = [d["domain"] for d in stacked_domains(a)]
-    calls = a.calls
+    calls = a.call_columns()
     n = calls["api"].size
     if n == 0:
         return []
@@ -170,15 +174,15 @@ def tree(a: RunAnalysis) -> list[dict[str, Any]]:
 
 def _context_nodes(api: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
     """Each call's node: calls share one when their chains of APIs from the top-level call
-    down are the same (numbered depth by depth, one `np.unique` per depth)."""
+    down are the same (numbered depth by depth, in the order of (parent's node, API))."""
     node = np.full(api.size, -1, np.int64)
     next_id = 0
     for d in range(int(depth.max()) + 1 if depth.size else 0):
         rows = np.flatnonzero(depth == d)
         up = np.where(parent[rows] >= 0, node[np.maximum(parent[rows], 0)], -1)
-        _, inverse = np.unique(np.column_stack((up, api[rows])), axis=0, return_inverse=True)
-        node[rows] = next_id + inverse.ravel()
-        next_id += int(inverse.max()) + 1 if rows.size else 0
+        distinct, inverse = dense_ranks(row_codes(up, api[rows]))
+        node[rows] = next_id + inverse
+        next_id += distinct
     return node
 
 

@@ -41,6 +41,7 @@ from fecomlite.model.sweep import (
     REGION_SITE,
     SWEEP_KIND,
     measured_columns,
+    model_time,
 )
 from fecomlite.report.first_use import shape_variants
 from fecomlite.report.palette import SERIES_COLORS
@@ -96,6 +97,15 @@ def sweep_section(store: Store, sweep_id: int) -> ModelSection:
             for c in models.comparison()
         ],
         "best": models.best_name,
+        "time_model": models.time_model, "left_out": models.left_out,
+        "time_models": [
+            {"form": t["form"], "terms": t["terms"],
+             "cv": _percent(t["cv_rel_rmse"]) if math.isfinite(t["cv_rel_rmse"])
+             else "– (no fold could fit its terms)",
+             "r2": _fixed(t["r2"]), "chosen": t["chosen"]}
+            for t in sorted(models.time_models, key=lambda t: (
+                not t["chosen"], t["cv_rel_rmse"] if math.isfinite(t["cv_rel_rmse"]) else math.inf))
+        ],
         "r2": _fixed(fit.r2), "cv": _percent(fit.cv_rel_rmse), "folds": fit.cv_folds,
         "sigma": _percent(fit.sigma) if fit.weighting == "relative" else _g(fit.sigma),
         "sigma_within": "" if not fit.groups else _percent(fit.sigma_within)
@@ -217,12 +227,12 @@ def step_curve(
     whose steps are the fitted per-byte costs of the levels. Empty without the table's rows."""
     fit = models.memory_aware
     coef = dict(zip(fit.features, fit.coef.tolist(), strict=True))
-    used = [r for r in rows if r.get("flops_per_step") and r.get("time_s")]
+    used = [r for r in rows if r.get("flops_per_step") and model_time(r, models.provenance)]
     if not used or not xs:
         return []
     bytes_per_flop = statistics.median(r["bytes_per_step"] / r["flops_per_step"] for r in used)
     time_per_flop = statistics.median(
-        r["time_s"] / (r["flops_per_step"] * r["steps"]) for r in used)
+        model_time(r, models.provenance) / (r["flops_per_step"] * r["steps"]) for r in used)
     base = coef.get("flops", 0.0) + coef.get("time_s", 0.0) * time_per_flop
     edges = [float(b["size_bytes"]) for b in breakpoints]  # smallest first, as the levels
     bounds = [min([*xs, *edges]) / 2, *edges, max([*xs, *edges]) * 2]
@@ -389,7 +399,9 @@ def training_row(
     used = list(models.provenance.get("domains") or {})
     try:
         measured = target_energy(columns, used, models.target)
-        time_s = float(columns["time_s"])
+        time_s = model_time(columns, models.provenance)
+        if time_s is None:
+            raise KeyError("time_s")
     except (KeyError, TypeError):
         return None, (f"{REGION_SITE}: this run has no {models.domain} energy "
                       f"({', '.join(used)}) to compare with the model")
