@@ -76,3 +76,34 @@ def test_flags_show_no_value_type():
     ).stdout
     assert "--quiet" in text and "--gate / --no-gate" in text
     assert "<bool>" not in text
+
+
+RUN_OPTIONS = ["--home", "h", "--repeat", "2", "--idle", "2.5", "--tail", "-1e-1", "--no-gate",
+               "--api", "numpy", "--api", "jax", "--format", "json", "--quiet", "--pue", "1",
+               "--project", ".", "s.py", "--epochs", "3"]
+
+
+def test_option_values_convert_as_typers_own_conversion_without_pydantic(monkeypatch):
+    code = (
+        "import sys\n"
+        "from fecomlite.cli import load_command\n"
+        f"ctx = load_command('run').make_context('run', {RUN_OPTIONS!r})\n"
+        "print(repr(sorted(ctx.params.items())), 'pydantic' in sys.modules)\n"
+    )
+    plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=120, check=True).stdout.strip()
+    import fecomlite.cli
+
+    monkeypatch.setattr(fecomlite.cli, "_without_pydantic", lambda command: None)
+    typers = load_command("run").make_context("run", list(RUN_OPTIONS))
+    assert plain == f"{sorted(typers.params.items())!r} False"
+
+
+@pytest.mark.parametrize("option", [["--repeat", "abc"], ["--repeat", "1.5"], ["--idle", "x1"],
+                                    ["--format", "JSON"]])
+def test_a_value_the_plain_conversion_cannot_read_gets_typers_own_error(option):
+    from cli_runner import invoke
+
+    result = invoke(["run", *option, "s.py"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"Invalid value for '{option[0]}'" in result.stderr

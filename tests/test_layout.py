@@ -13,7 +13,8 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "fecomlite"  # read, not imported
-C_MODULES = ("fecomlite.runtime._fastprobe", "fecomlite.server._ticker")
+C_MODULES = ("fecomlite.runtime._fastprobe", "fecomlite.server._ticker",
+             "fecomlite.analysis._sweep")
 
 # Lowest first. A module may import its own layer and those before it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
