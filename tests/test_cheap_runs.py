@@ -1,5 +1,6 @@
 """Cheap honest runs: a recent idle baseline reused when a check agrees, a tail that ends when
-power is back at the baseline, and a gate that counts the quiet time before it began."""
+power is back at the baseline (estimates of CPU time: once they cover none of the program), and
+a gate that counts the quiet time before it began."""
 
 from __future__ import annotations
 
@@ -172,6 +173,38 @@ def test_a_tail_ends_once_power_is_back_at_the_idle_baseline(tmp_path: Path):
         plain = client.tail(run, 1, 0.3)  # without until_baseline: sampled the whole time
         assert plain["back_since_ns"] is None
         client.finish_run(run, "finished", 0)
+
+
+def test_a_tail_of_estimates_of_cpu_time_lasts_only_until_they_cover_none_of_the_program():
+    def sensor(name: str, model: str | None, kind: str = "power") -> FakeSensorForTests:
+        return FakeSensorForTests(name, kind=kind, model=model, provenance="estimated")
+
+    settle = {"cpu": int(0.2e9), "dram": int(0.3e9), "rss": int(5e9), "rapl": int(0.1e9)}
+    cpu, dram = sensor("cpu", "cpu-util-linear"), sensor("dram", "dram-gib-util-linear")
+    rss = sensor("rss", None, kind="gauge")  # memory: no power, no tail of its own
+    assert bl.lagless_tail_ns([cpu, dram, rss], settle) == int(0.3e9)
+    rapl = FakeSensorForTests("rapl", kind="counter")  # measured power may decay: the baseline
+    assert bl.lagless_tail_ns([cpu, rapl], settle) is None
+    assert bl.lagless_tail_ns([rss], settle) is None  # no power at all: as before
+
+
+def test_a_tail_of_cpu_time_estimates_ends_when_they_cover_none_of_the_program(tmp_path: Path):
+    busy = FakeSensorForTests("fake:est", value=lambda t: 30.0, period_s=0.05,
+                              provenance="estimated", model="cpu-util-linear")
+    with served(tmp_path, [busy]) as client:
+        run, _ = client.create_run("a.py", [], "method", {})
+        client.idle(run, 0.5)
+        client.rep_start(run, 1)
+        client.rep_end(run, 1, 0)
+        # other processes keep the estimate at 30 W, above its own idle: not the program's
+        ended = client.tail(run, 1, 60.0, until_baseline=True)
+        client.finish_run(run, "finished", 0)
+    with Store(tmp_path / "store.sqlite") as store:
+        rep = store.repetitions(run)[0]
+        readings = store.samples(store.sensors(run)[0]["id"], rep["t_end_ns"], None)
+    assert ended["back_since_ns"] is None and rep["tail_end_ns"] == ended["tail_end_ns"]
+    assert rep["tail_end_ns"] - rep["t_end_ns"] < 30e9  # by the settle, not the 60 s
+    assert any(t >= rep["t_end_ns"] for t, _ in readings)  # read after the program ended
 
 
 def test_the_gate_counts_quiet_time_before_it_began(tmp_path: Path):

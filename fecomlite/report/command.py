@@ -78,7 +78,7 @@ def report_command(
     # Imported here so that `fecomlite --help` and the other commands do not load scipy.
     from fecomlite.analysis import carbon
     from fecomlite.report.build import build_report
-    from fecomlite.report.compare import analyse_pair, compare_runs
+    from fecomlite.report.compare import analyse_pair, compare_runs, terminal_lines
     from fecomlite.report.render import FORMATS, write_comparison, write_report
 
     chosen = [f.value for f in formats] if formats else list(FORMATS)
@@ -101,12 +101,10 @@ def report_command(
             else:
                 a, b, notes = analyse_pair(db, runs[0], runs[1], method)
                 folder = out or Path("reports") / f"compare-{runs[0]}-{runs[1]}"
-                comparison = compare_runs(a, b, notes)
+                comparison = compare_runs(a, b, notes, db)
                 written = write_comparison(comparison, folder, chosen)
-                for d in comparison.json["domains"]:  # the verdicts, and why there is none
-                    why = "" if d["comparable"] else f" ({d['why']})"
-                    console.print(f"{plain(d['domain'])}: {plain(d['verdict'])}{plain(why)}",
-                                  highlight=False)
+                for line in terminal_lines(comparison):  # the verdicts, or why there is none
+                    console.print(plain(line), highlight=False)
     except (StoreError, ValueError, OSError) as exc:  # carbon.CarbonError is a ValueError
         said = write_error(exc) if isinstance(exc, OSError) else str(exc)
         console.print(f"[red]error:[/] {plain(said)}", highlight=False)

@@ -131,6 +131,18 @@ TraceLayersArg = Annotated[
     ),
 ]
 
+KeepArg = Annotated[
+    str | None,
+    typer.Option(
+        "--keep",
+        metavar="WINDOW[/BUCKET]",
+        help="Bounded storage for long runs: keep the first and the latest WINDOW of each "
+        "repetition call by call (e.g. 10m, 90s, 2h) and fold the calls between into per-site "
+        "buckets of BUCKET (default 1m) with counts, sums and sums of squares; the report "
+        "marks the figures that come from buckets. Config key: keep. Default: every call kept.",
+    ),
+]
+
 
 def run_command(
     ctx: typer.Context,
@@ -160,6 +172,7 @@ def run_command(
     quick: QuickArg = False,
     output_format: OutputFormatArg = Format.table,
     trace_layers: TraceLayersArg = None,
+    keep: KeepArg = None,
 ) -> None:
     """Run SCRIPT under the measurement server and store per-call energy and memory.
 
@@ -198,6 +211,7 @@ def run_command(
             "pue": pue,
             "mlflow": mlflow,
             "trace_layers": trace_layers,
+            "keep": keep,
         },
     )
     try:
@@ -383,6 +397,7 @@ def _measure(
         TimeElapsedColumn(),
         console=console,
         transient=False,
+        auto_refresh=console.is_terminal,  # a pipe or a file sees each bar once, at its stop
     ) as progress:
         total = settings.repeat + (1 if options.get("after") else 0)  # + the calibration replays
         task = progress.add_task("repetitions", total=total)

@@ -45,6 +45,9 @@ class RunSettings:
     pue: float | None = None  # the data centre's power usage effectiveness (default 1)
     mlflow: bool = False  # log the finished run to MLflow (fecomlite/runner/mlflow_log.py)
     trace_layers: bool = False  # time each framework layer inside calls (fecomlite.runtime.layers)
+    # bounded storage: WINDOW[/BUCKET] kept call by call at each end of a repetition, calls
+    # between folded into per-site buckets (fecomlite/server/folding.py); None: every call kept
+    keep: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -96,11 +99,12 @@ def resolve(config: dict[str, Any], overrides: dict[str, Any]) -> RunSettings:
         raise SettingsError(f"repeat must be from 1 to {MAX_REPEAT}")
     _check_numbers(settings)
     _check_carbon(settings)
+    _check_keep(settings)
     return settings
 
 
 MAX_REPEAT = 999_999  # repetition numbers stay below a batch header's limit (batch_codec)
-_OPTIONAL = {"carbon_intensity": float, "region": str, "pue": float}  # default None
+_OPTIONAL = {"carbon_intensity": float, "region": str, "pue": float, "keep": str}  # default None
 
 
 def _check_numbers(settings: RunSettings) -> None:
@@ -111,6 +115,19 @@ def _check_numbers(settings: RunSettings) -> None:
         for number in value if field.name == "pause_s" else (value,):
             if isinstance(number, float) and not 0 <= number < math.inf:
                 raise SettingsError(f"{field.name} must be a finite number ≥ 0, not {number}")
+
+
+def _check_keep(settings: RunSettings) -> None:
+    """A `keep` that cannot be read fails before the run; a good one is stored normalised."""
+    from fecomlite.server.folding import KeepError, parse_keep
+
+    if settings.keep in (None, ""):
+        settings.keep = None
+        return
+    try:
+        settings.keep = parse_keep(settings.keep).text()
+    except KeepError as exc:
+        raise SettingsError(str(exc)) from exc
 
 
 def _check_carbon(settings: RunSettings) -> None:

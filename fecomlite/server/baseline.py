@@ -4,9 +4,10 @@ A run may reuse the idle baseline of a recent run of the same store when a short
 agrees with it, sensor by sensor (the machine is in the state it was measured in); the reuse is
 stored with the run (`idle_baseline`: `reused_from_run`, `age_s`, `check`) and printed. A tail
 may end as soon as the machine's power is back at that baseline (`back_since`, judged by the
-server as the samples come). Both compare a window's mean power with the baseline's mean, within
-`TOLERANCE` of it or two of its standard deviations, whichever is wider: the noise the baseline
-itself showed.
+server as the samples come); where every power sensor is a model of CPU time (no RAPL, no GPU),
+as soon as their readings cover none of the program (`lagless_tail_ns`). A reuse and a return
+compare a mean power with the baseline's mean, within `TOLERANCE` of it or two of its standard
+deviations, whichever is wider: the noise the baseline itself showed.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Iterable
 from typing import Any
 
-from fecomlite.server.series import Series, mean_power
+from fecomlite.sensors.estimate import CPU_MODEL, DRAM_MODEL, PROCESS_MODEL
+from fecomlite.server.series import POWER_KINDS, Series, mean_power
 from fecomlite.store import Store
 
 TOLERANCE = 0.05  # relative difference of mean power still counted as the same state
@@ -24,6 +27,9 @@ CHECK_S = 1.0  # the short idle measurement a reuse is checked with
 TAIL_WINDOW_S = 0.3  # a tail is judged on its newest readings over this long
 TAIL_MIN_SPAN_S = 0.2  # ...once a sensor's readings after the program span this long
 TAIL_MIN_READINGS = 3
+# power estimated as a linear function of the CPU time read over each read window: no heat, no
+# electrical or averaging lag of a chip behind it
+LAGLESS_MODELS = frozenset({CPU_MODEL, DRAM_MODEL, PROCESS_MODEL})
 
 
 def latest_baseline(
@@ -118,3 +124,17 @@ def back_since(
             return None  # (below the baseline is back too: what ran before us stopped)
         since.append(int(t[newest][0]))
     return max(since) if since else None
+
+
+def lagless_tail_ns(sensors: Iterable[Any], settle_ns: dict[str, int]) -> int | None:
+    """How long after the program's end its tail must last when every power sensor is a model
+    of CPU time (`LAGLESS_MODELS`): until each one's readings cover none of the program (its
+    settle). Such a "power" follows the CPU time of its read window and nothing else, so what it
+    reads later is other processes' work, never the program's decaying: waiting for it to come
+    back to the baseline only measures the neighbours (on a busy machine, the whole `tail_s`).
+    None where a sensor measures power (RAPL, NVML: a chip's power and its sensor's averaging
+    trail the work), or there is none: then the tail waits for the baseline."""
+    power = [s for s in sensors if s.kind in POWER_KINDS]
+    if not power or any(getattr(s, "model", None) not in LAGLESS_MODELS for s in power):
+        return None
+    return max(settle_ns.get(s.name, 0) for s in power)

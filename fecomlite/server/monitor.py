@@ -225,6 +225,7 @@ class RunView:
         self.details: dict[str, Any] = {}
         self.sensor_names: set[str] = set()
         self.row: dict[str, Any] = {}
+        self.folded_read = False  # the calls --keep folded before this view began are counted
 
     def update(self, store: Store, now: int, tracks: dict[str, Track],
                open_calls: list[dict[str, Any]]) -> list[str]:
@@ -264,6 +265,9 @@ class RunView:
         """The run's chunks stored since the last look, CHUNKS_PER_READ at a time: a viewer
         who comes an hour into a run holds a slice of its events at once, not the hour."""
         top = store.last_rowid("events")
+        if not self.folded_read:  # a viewer who comes late: calls folded by --keep count too
+            self.folded_read = True
+            self._count(store, store.folded_by_site_and_process(self.run_id))
         fresh = [self.pending]
         while self.cursor < top:
             fresh.append(self._read_chunks(store, min(top, self.cursor + CHUNKS_PER_READ)))
@@ -272,14 +276,7 @@ class RunView:
     def _read_chunks(self, store: Store, top: int) -> np.ndarray:
         """Count the calls of the chunks up to `top`; returns those still to attribute (t0, t1,
         thread, API)."""
-        grouped = store.new_calls_by_site_and_process(self.run_id, self.cursor, top)
-        self._learn_sites(store, {r[0] for r in grouped})
-        self._learn_ranks(store, {r[1] for r in grouped})
-        for site_id, pid, count, ns in grouped:
-            stats = self._api(self._key(site_id, pid))
-            stats.calls += count
-            stats.seconds += (ns or 0) / 1e9
-            self.total_calls += count
+        self._count(store, store.new_calls_by_site_and_process(self.run_id, self.cursor, top))
         last = store.last_new_call(self.run_id, self.cursor, top)
         if last is not None:
             self.last_call = {"api": self.sites[last[0]], "t_start_ns": last[1],
@@ -292,6 +289,16 @@ class RunView:
                          self._numbers(late["pid"], late["tid"], self._thread_number),
                          self._numbers(late["site_id"], late["pid"], self._api_of)),
                         axis=1).astype(np.int64)
+
+    def _count(self, store: Store, grouped: list[tuple[int, int, int, int]]) -> None:
+        """Add (site id, pid, calls, ns) to the calls and seconds per API."""
+        self._learn_sites(store, {r[0] for r in grouped})
+        self._learn_ranks(store, {r[1] for r in grouped})
+        for site_id, pid, count, ns in grouped:
+            stats = self._api(self._key(site_id, pid))
+            stats.calls += count
+            stats.seconds += (ns or 0) / 1e9
+            self.total_calls += count
 
     @staticmethod
     def _numbers(a: np.ndarray, b: np.ndarray, number: Callable[[int, int], int]) -> np.ndarray:
