@@ -237,6 +237,59 @@ def test_energy_is_conserved(trace, method):
     assert np.all(res.energy_J[~res.covered & (t1 <= iv.edges_ns[0])] == 0)
 
 
+def _old_uncertainty(iv, above, h, weight, t0, t1):
+    """`attribution._uncertainty` as it was before `Placed` shared its geometry."""
+    edges, k = iv.edges_ns, iv.count
+    lengths = np.diff(edges) / at.NS
+    i = at.Instants.of(edges, t0).interval
+    tc0, tc1 = np.clip(t0, edges[0], edges[-1]), np.clip(t1, edges[0], edges[-1])
+    j = np.maximum(np.minimum(np.searchsorted(edges, tc1, "left") - 1, k - 1), i)
+    power_above = np.divide(above, lengths, out=np.zeros_like(above), where=lengths > 0)
+    sig = iv.edge_sigma_ns / at.NS
+    meas = np.sqrt((power_above * sig[:-1]) ** 2 + (power_above * sig[1:]) ** 2
+                   + iv.quantum_J ** 2 / 6)
+    first_hi = np.minimum(tc1, edges[i + 1])
+    last_lo = np.where(j > i, np.maximum(tc0, edges[j]), tc1)
+    sharing, measurement = np.zeros(t0.size), np.zeros(t0.size)
+    for idx, lo, hi in ((i, tc0, first_hi), (j, last_lo, tc1)):
+        part = np.clip(hi - lo, 0, None) / at.NS
+        e = weight * h[idx] * part
+        filled = np.divide(part, lengths[idx], out=np.ones_like(part), where=lengths[idx] > 0)
+        share = np.divide(e, above[idx], out=np.zeros_like(e), where=above[idx] != 0)
+        sharing += (e * (1 - filled)) ** 2
+        measurement += (share * meas[idx]) ** 2
+    return np.sqrt(sharing), np.sqrt(measurement)
+
+
+@settings(max_examples=150, deadline=None)
+@given(traces(), st.integers(0, 12))
+def test_placed_calls_give_the_leaf_time_and_uncertainty_of_searching_each_span(trace, dup):
+    """`leaf_time` places each call once (`Placed`) and takes a child's span back from its
+    parent's group with it; `_uncertainty` takes its geometry from there: both equal, to the
+    bit, the definitions that search every span (a child's twice) among the edges, with ends
+    on edges, zero-length calls, calls outside the sensor and an interval of no length."""
+    iv, t0, t1, thread, group, idle = trace
+    edges = iv.edges_ns
+    if dup < edges.size:  # an edge repeated: an interval of no length
+        edges = np.insert(edges, dup, edges[dup])
+        iv = at.SensorIntervals(edges, np.insert(iv.energy_J, min(dup, iv.count), 0.0),
+                                np.full(edges.size, 1e6), 1e-3, 0.1)
+    parent, _ = at.nesting(t0, t1, thread)
+    child = parent >= 0
+    old = at._overlap_matrix(edges, np.concatenate((t0, t0[child])),
+                             np.concatenate((t1, t1[child])),
+                             np.concatenate((group, group[parent[child]])),
+                             np.concatenate((np.ones(t0.size), -np.ones(int(child.sum())))), 3)
+    assert np.array_equal(at.leaf_time(edges, t0, t1, group, parent, 3), old)
+    above = iv.energy_J - idle * iv.lengths_s
+    d = old.sum(axis=1)
+    h = np.divide(above, d, out=np.zeros_like(above), where=d > 0)
+    weight = np.array([1.0, 0.5, 2.0])[group]
+    new = at._uncertainty(iv, above, h, weight, t0, t1)
+    for got, want in zip(new, _old_uncertainty(iv, above, h, weight, t0, t1), strict=True):
+        assert np.array_equal(got, want)
+
+
 # -- intensities (issue 8) -----------------------------------------------------------------------
 
 

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from fecomlite.analysis.distributions import chi2_sf
+from fecomlite.analysis.placed import NS, Instants, Placed
 
-NS = 1e9
 METHODS = ("overlap", "intensity", "auto")
 SEMANTICS = ("window", "linear")
 # 1σ relative error of a share of an interval (DESIGN.md rule 2: "mostly within ±30 %"); on the
@@ -388,9 +388,8 @@ def _overlap_matrix(
 ) -> np.ndarray:
     """(K, ncols) matrix: Σ weight × seconds of each segment [s0, s1) inside each interval."""
     k = edges.size - 1
-    out = np.zeros((max(k, 0), ncols))
     if k <= 0 or s0.size == 0:
-        return out
+        return np.zeros((max(k, 0), ncols))
     a = np.clip(np.asarray(s0, np.int64), edges[0], edges[-1])
     b = np.clip(np.asarray(s1, np.int64), edges[0], edges[-1])
     keep = b > a
@@ -398,18 +397,31 @@ def _overlap_matrix(
     i = np.minimum(np.searchsorted(edges, a, "right") - 1, k - 1)
     j = np.minimum(np.searchsorted(edges, b, "left") - 1, k - 1)
     same = i == j
+    flat = np.zeros(k * ncols)
+    flat += np.bincount(i[same] * ncols + col[same], weight[same] * (b - a)[same] / NS, flat.size)
+    cross = ~same
+    return _with_crossing(flat, edges, (a[cross], b[cross]), (i[cross], j[cross]), col[cross],
+                          weight[cross], ncols)
+
+
+def _with_crossing(
+    flat: np.ndarray, edges: np.ndarray, span: tuple[np.ndarray, np.ndarray],
+    interval: tuple[np.ndarray, np.ndarray], col: np.ndarray, weight: np.ndarray, ncols: int,
+) -> np.ndarray:
+    """`flat` (the segments inside one interval, summed) with the segments that cross an edge:
+    [a, b) from interval i to interval j > i, their first and last parts and the intervals
+    they fill in between."""
+    (a, b), (di, dj) = span, interval
+    k = edges.size - 1
     size = k * ncols
-    flat = np.zeros(size)
-    flat += np.bincount(i[same] * ncols + col[same], weight[same] * (b - a)[same] / NS, size)
-    di, dj, dc, dw = i[~same], j[~same], col[~same], weight[~same]
-    flat += np.bincount(di * ncols + dc, dw * (edges[di + 1] - a[~same]) / NS, size)
-    flat += np.bincount(dj * ncols + dc, dw * (b[~same] - edges[dj]) / NS, size)
+    flat += np.bincount(di * ncols + col, weight * (edges[di + 1] - a) / NS, size)
+    flat += np.bincount(dj * ncols + col, weight * (b - edges[dj]) / NS, size)
     mid = dj > di + 1
     marks = np.zeros(size)
-    marks += np.bincount((di[mid] + 1) * ncols + dc[mid], dw[mid], size)
-    marks -= np.bincount(dj[mid] * ncols + dc[mid], dw[mid], size)
+    marks += np.bincount((di[mid] + 1) * ncols + col[mid], weight[mid], size)
+    marks -= np.bincount(dj[mid] * ncols + col[mid], weight[mid], size)
     full = np.cumsum(marks.reshape(k, ncols), axis=0) * (np.diff(edges) / NS)[:, None]
-    return out + flat.reshape(k, ncols) + full
+    return flat.reshape(k, ncols) + full
 
 
 def _union_matrix(edges: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
@@ -429,19 +441,36 @@ def _union_matrix(edges: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> np.ndarr
 
 def leaf_time(
     edges: np.ndarray, t0: np.ndarray, t1: np.ndarray, group: np.ndarray, parent: np.ndarray,
-    ngroups: int,
+    ngroups: int, placed: Placed | None = None,
 ) -> np.ndarray:
     """(K, ngroups): seconds of leaf (self) time of each group's calls inside each interval.
 
     A call's span counts for its group, each direct child's span is taken back from the parent's
-    group: what remains is the time the call itself was innermost.
+    group: what remains is the time the call itself was innermost. A child's span is its own, so
+    each span is placed among the edges once (`placed`, when already known), not twice.
     """
-    child = parent >= 0
-    s0 = np.concatenate((t0, t0[child]))
-    s1 = np.concatenate((t1, t1[child]))
-    col = np.concatenate((group, group[parent[child]]))
-    w = np.concatenate((np.ones(t0.size), -np.ones(int(child.sum()))))
-    return _overlap_matrix(edges, s0, s1, col, w, ngroups)
+    k = edges.size - 1
+    if k <= 0 or t0.size == 0:
+        return np.zeros((max(k, 0), ngroups))
+    p = placed or Placed.of(edges, np.asarray(t0, np.int64), np.asarray(t1, np.int64))
+    a, b = p.start.clipped(edges), p.end.clipped(edges)
+    i, j = p.start.interval, p.last
+    child = np.flatnonzero(parent >= 0)
+    up = group[parent[child]]  # the group a child's span is taken back from
+    keep = b > a
+    inside = keep & (i == j)
+    seconds = (b - a) / NS
+    in_child = inside[child]
+    flat = np.zeros(k * ngroups)
+    flat += np.bincount(
+        np.concatenate(((i * ngroups + group)[inside], (i[child] * ngroups + up)[in_child])),
+        np.concatenate((seconds[inside], -seconds[child][in_child])), flat.size)
+    calls, kids = np.flatnonzero(keep & ~inside), child[(keep & ~inside)[child]]
+    both = np.concatenate((calls, kids))
+    return _with_crossing(
+        flat, edges, (a[both], b[both]), (i[both], j[both]),
+        np.concatenate((group[calls], group[parent[kids]])),
+        np.concatenate((np.ones(calls.size), -np.ones(kids.size))), ngroups)
 
 
 # -- intensities (issue 8) ------------------------------------------------------------------
@@ -735,7 +764,7 @@ def attribute(
     nest: tuple[np.ndarray, np.ndarray] | None = None,
     ceiling_W: float = np.inf,
     leaf: np.ndarray | None = None,
-    instants: tuple[Instants, Instants] | None = None,
+    placed: Placed | None = None,
 ) -> Attribution:
     """Share each sensor interval's above-idle energy among the calls active in it.
 
@@ -748,8 +777,7 @@ def attribute(
     most any activity can draw above idle (the model's or the sensor's maximum): the fit's cap,
     and no call is given more power than it (`capped_rates`). leaf: `leaf_time` of these calls
     over these intervals, when already known (sensors read at the same instants share it);
-    instants: the `Instants` of the calls' starts and ends (an end never before its start)
-    among these edges, likewise.
+    placed: these calls (their ends never before their starts) among these edges, likewise.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, not {method!r}")
@@ -763,8 +791,9 @@ def attribute(
     edges = intervals.edges_ns
     lengths = intervals.lengths_s
     above = intervals.energy_J - idle_W * lengths
+    placed = placed or Placed.of(edges, t0, t1)
     if leaf is None:
-        leaf = leaf_time(edges, t0, t1, grp, parent, ngroups)
+        leaf = leaf_time(edges, t0, t1, grp, parent, ngroups, placed)
 
     weights, fit, fell_back = _group_weights(method, fit, leaf, above, lengths, ceiling_W)
     used = "intensity" if (method != "overlap" and not fell_back) else "overlap"
@@ -772,7 +801,7 @@ def attribute(
     d = leaf @ weights
     h = np.divide(above, d, out=np.zeros_like(above), where=d > 0)
     rates = capped_rates(above, leaf, weights, ceiling_W)
-    start, end = instants or (Instants.of(edges, t0), Instants.of(edges, t1))
+    start, end = placed.start, placed.end
     if rates is None:
         self_e = weights[grp] * _self_integral(edges, h, start, end, parent)
         in_calls = float(above[d > 0].sum())
@@ -787,7 +816,7 @@ def attribute(
     q = np.divide(idle_W * union, w, out=np.zeros_like(w), where=w > 0)
     idle_share = _inclusive(_self_integral(edges, q, start, end, parent), levels)
 
-    sharing, measurement = _uncertainty(intervals, above, h, weights[grp], t0, t1, start)
+    sharing, measurement = _uncertainty(intervals, above, h, weights[grp], t0, t1, placed)
     top = parent < 0
     after_last = edges[:-1] >= (t1.max() if n else edges[0])
     covered = (t0 >= edges[0]) & (t1 <= edges[-1]) & (intervals.count > 0)
@@ -864,32 +893,6 @@ def _self_by_group(
     return out
 
 
-@dataclass(frozen=True)
-class Instants:
-    """Where instants fall among a sensor's edges (clipped to them, the last interval closed):
-    found once, for every integral over those intervals (`cumulative`)."""
-
-    interval: np.ndarray
-    offset_ns: np.ndarray  # from the interval's first edge
-
-    @classmethod
-    def of(cls, edges: np.ndarray, t: np.ndarray) -> Instants:
-        k = edges.size - 1
-        if k <= 0:
-            return cls(np.zeros(0, np.int64), np.zeros(0, np.int64))
-        tc = np.clip(t, edges[0], edges[-1])
-        i = np.minimum(np.searchsorted(edges, tc, "right") - 1, k - 1)
-        return cls(i, tc - edges[i])
-
-    def integral(self, edges: np.ndarray, rate: np.ndarray) -> np.ndarray:
-        """∫ rate dt from the first edge to each instant (`cumulative`)."""
-        if rate.size == 0:
-            return np.zeros(self.interval.size)
-        acc = np.concatenate(([0.0], np.cumsum(rate * np.diff(edges) / NS)))
-        i = self.interval
-        return acc[i] + rate[i] * self.offset_ns / NS
-
-
 def cumulative(edges: np.ndarray, rate: np.ndarray, t: np.ndarray) -> np.ndarray:
     """∫ rate dt from the first edge to each t (rate constant per interval, 0 outside); with
     rate = `SensorIntervals.power_W` it is the sensor's energy, interpolated in time."""
@@ -927,10 +930,10 @@ def _inclusive(self_values: np.ndarray, levels: list[tuple[np.ndarray, np.ndarra
 
 def _uncertainty(
     intervals: SensorIntervals, above: np.ndarray, h: np.ndarray, weight: np.ndarray,
-    t0: np.ndarray, t1: np.ndarray, start: Instants | None = None,
+    t0: np.ndarray, t1: np.ndarray, placed: Placed | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(sharing, measurement) per call, from the intervals where the call starts and ends
-    (`start`: the starts' `Instants`, when known).
+    (`placed`: the calls among these edges, when known).
 
     Intervals the call fills entirely are its own (no sharing error) and their shared edges cancel
     between neighbours. In the first and last interval the call gets energy e from a share of the
@@ -941,31 +944,23 @@ def _uncertainty(
     call carries its share e / above of that. Both add in quadrature over the two intervals.
     """
     edges = intervals.edges_ns
-    k = intervals.count
-    if k == 0 or t0.size == 0:
+    if intervals.count == 0 or t0.size == 0:
         return np.zeros(t0.size), np.zeros(t0.size)
     lengths = np.diff(edges) / NS
-    start = start or Instants.of(edges, t0)
-    i = start.interval
-    tc0 = edges[i] + start.offset_ns
-    tc1 = np.clip(t1, edges[0], edges[-1])
-    j = np.maximum(np.minimum(np.searchsorted(edges, tc1, "left") - 1, k - 1), i)
+    geo = (placed or Placed.of(edges, t0, np.maximum(t1, t0))).edge_parts
     power_above = np.divide(above, lengths, out=np.zeros_like(above), where=lengths > 0)
     sig_edge = intervals.edge_sigma_ns / NS
     meas = np.sqrt(
         (power_above * sig_edge[:-1]) ** 2 + (power_above * sig_edge[1:]) ** 2
         + intervals.quantum_J**2 / 6
     )
-    first_hi = np.minimum(tc1, edges[i + 1])
-    last_lo = np.where(j > i, np.maximum(tc0, edges[j]), tc1)  # one interval: counted once
     sharing = np.zeros(t0.size)
     measurement = np.zeros(t0.size)
-    for idx, lo, hi in ((i, tc0, first_hi), (j, last_lo, tc1)):
-        part = np.clip(hi - lo, 0, None) / NS
+    for idx, part, unfilled in ((geo.first, geo.first_s, geo.first_unfilled),
+                                (geo.last, geo.last_s, geo.last_unfilled)):
         e = weight * h[idx] * part
-        filled = np.divide(part, lengths[idx], out=np.ones_like(part), where=lengths[idx] > 0)
         share = np.divide(e, above[idx], out=np.zeros_like(e), where=above[idx] != 0)
-        sharing += (e * (1 - filled)) ** 2
+        sharing += (e * unfilled) ** 2
         measurement += (share * meas[idx]) ** 2
     return np.sqrt(sharing), np.sqrt(measurement)
 

@@ -53,6 +53,7 @@ from fecomlite.analysis.devices import (
     domain_calls,
 )
 from fecomlite.analysis.machine_load import machine_load
+from fecomlite.analysis.placed import Placed
 from fecomlite.analysis.program_figures import (
     OUTSIDE_CALLS,
     calls_only,
@@ -224,9 +225,9 @@ def _attribute_domains(
         activities = calls.fit_names
         ceiling = ceiling_W(sensor, details, v, idle)
         if domain in HOST_DOMAINS and host is not None:
-            leaf, instants = _shared_leaf(leaves, iv.edges_ns, host)
+            leaf, placed = _shared_leaf(leaves, iv.edges_ns, host)
             res = calls_only(at.attribute(iv, method=method, idle_W=idle, ceiling_W=ceiling,
-                                          leaf=leaf, instants=instants, **host), t0.size)
+                                          leaf=leaf, placed=placed, **host), t0.size)
             activities = [*calls.fit_names, OUTSIDE_CALLS]
         else:  # a GPU's (a merged node's) energy to its processes' calls: distributed runs
             res = attribute_calls(
@@ -246,19 +247,18 @@ def _attribute_domains(
     return out
 
 
-def _shared_leaf(leaves: dict[bytes, tuple[np.ndarray, tuple[at.Instants, at.Instants]]],
-                 edges: np.ndarray, host: dict[str, Any]
-                 ) -> tuple[np.ndarray, tuple[at.Instants, at.Instants]]:
-    """`attribution.leaf_time` of the host's activities over `edges`, and where their starts and
-    ends fall among them: found once for every sensor read at those instants (a CPU and DRAM
-    model, RAPL's domains)."""
+def _shared_leaf(leaves: dict[bytes, tuple[np.ndarray, Placed]], edges: np.ndarray,
+                 host: dict[str, Any]) -> tuple[np.ndarray, Placed]:
+    """`attribution.leaf_time` of the host's activities over `edges`, and where they fall among
+    them (`Placed`): found once for every sensor read at those instants (a CPU and DRAM model,
+    RAPL's domains)."""
     key = edges.tobytes()
     if key not in leaves:
         t0 = np.asarray(host["t_start_ns"], np.int64)
         t1 = np.maximum(np.asarray(host["t_end_ns"], np.int64), t0)
+        placed = Placed.of(edges, t0, t1)
         leaves[key] = (at.leaf_time(edges, t0, t1, np.asarray(host["group"], np.int64),
-                                    host["nest"][0], host["ngroups"]),
-                       (at.Instants.of(edges, t0), at.Instants.of(edges, t1)))
+                                    host["nest"][0], host["ngroups"], placed), placed)
     return leaves[key]
 
 
