@@ -237,6 +237,45 @@ def test_energy_is_conserved(trace, method):
     assert np.all(res.energy_J[~res.covered & (t1 <= iv.edges_ns[0])] == 0)
 
 
+def _old_contained(parent, t0, t1, th):
+    """`attribution._contained` and `_depths` as they were: every link checked again each round,
+    every call climbed each round."""
+    parent = parent.copy()
+    while True:
+        has = parent >= 0
+        bad = np.zeros(parent.size, bool)
+        p = parent[has]
+        bad[has] = (th[p] != th[has]) | (t0[p] > t0[has]) | (t1[p] < t1[has])
+        if not bad.any():
+            break
+        parent[bad] = parent[parent[bad]]
+    depth = np.zeros(parent.size, np.int64)
+    current = parent.copy()
+    while (current >= 0).any():
+        has = current >= 0
+        depth[has] += 1
+        current[has] = parent[current[has]]
+    return parent, depth
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 30), st.integers(0, 1)),
+                min_size=1, max_size=40), st.integers(0, 2**32))
+def test_links_that_moved_are_the_only_ones_checked_again(calls, seed):
+    """`_contained` checks again only the links it moved and `_depths` climbs only calls not yet
+    at the top: the parents and depths of the rounds over every call, from any earlier-started
+    parent links (overlapping calls that do not nest, on two threads)."""
+    calls.sort(key=lambda c: c[0])
+    t0 = np.array([c[0] for c in calls], np.int64)
+    t1 = t0 + np.array([c[1] for c in calls], np.int64)
+    th = np.array([c[2] for c in calls], np.int64)
+    rng = np.random.default_rng(seed)
+    parent = np.array([int(rng.integers(-1, i)) if i else -1 for i in range(t0.size)], np.int64)
+    want = _old_contained(parent, t0, t1, th)
+    got = at._contained(parent, t0, t1, th)
+    assert np.array_equal(want[0], got[0]) and np.array_equal(want[1], got[1])
+
+
 def _old_uncertainty(iv, above, h, weight, t0, t1):
     """`attribution._uncertainty` as it was before `Placed` shared its geometry."""
     edges, k = iv.edges_ns, iv.count

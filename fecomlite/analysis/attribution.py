@@ -354,31 +354,35 @@ def _contained(
     level: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Climb each parent link until the parent really contains the call (a stack's invariant);
-    only calls that overlap without nesting need it. Returns (parent, depth): the depth is the
-    level (open calls at the start) where no link moved and every call below the top has a
-    parent, as in a call stack."""
+    only calls that overlap without nesting need it, and only a link that moved is checked
+    again. Returns (parent, depth): the depth is the level (open calls at the start) where no
+    link moved and every call below the top has a parent, as in a call stack."""
     parent = parent.copy()
     moved = False
-    while True:
-        p = parent
-        has = p >= 0
-        bad = np.zeros(p.size, bool)
-        bad[has] = (th[p[has]] != th[has]) | (t0[p[has]] > t0[has]) | (t1[p[has]] < t1[has])
-        if not bad.any():
-            stack = level is not None and not moved and bool((has == (level > 0)).all())
-            return parent, level if stack and level is not None else _depths(parent)
-        parent[bad] = parent[p[bad]]
+    idx = np.flatnonzero(parent >= 0)
+    while idx.size:
+        p = parent[idx]
+        idx = idx[(th[p] != th[idx]) | (t0[p] > t0[idx]) | (t1[p] < t1[idx])]
+        if not idx.size:
+            break
+        parent[idx] = parent[parent[idx]]
         moved = True
+        idx = idx[parent[idx] >= 0]
+    stack = level is not None and not moved and bool(((parent >= 0) == (level > 0)).all())
+    return parent, level if stack and level is not None else _depths(parent)
 
 
 def _depths(parent: np.ndarray) -> np.ndarray:
-    """Depth from parent links (the links only ever point to calls that started earlier)."""
+    """Depth from parent links (the links only ever point to calls that started earlier): each
+    call climbs its links, those at the top let go."""
     depth = np.zeros(parent.size, np.int64)
-    current = parent.copy()
-    while (current >= 0).any():
-        has = current >= 0
-        depth[has] += 1
-        current[has] = parent[current[has]]
+    idx = np.flatnonzero(parent >= 0)
+    up = parent[idx]
+    while idx.size:
+        depth[idx] += 1
+        up = parent[up]
+        more = up >= 0
+        idx, up = idx[more], up[more]
     return depth
 
 
