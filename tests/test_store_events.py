@@ -191,3 +191,22 @@ def test_a_run_reads_back_in_the_order_a_sort_of_every_event_gives():
             for c in events.COLUMNS:
                 assert np.array_equal(got[c], joined[c][order]), (c, by_rep)
                 assert got[c].dtype == joined[c].dtype
+
+
+def test_dense_ranks_are_np_uniques_inverse():
+    """`dense_ranks` by its range table (small ranges), by picking out a few values (thread
+    ids, far apart) or by a sort (more values, NaN): each column's count and ranks are
+    `np.unique`'s."""
+    from fecomlite.store.reads import dense_ranks
+
+    rng = np.random.default_rng(3)
+    tids = np.array([140_245_118_125_888, 7, -3, 2**62], np.int64)
+    columns = [rng.integers(0, 50, 5000), tids[rng.integers(0, 4, 5000)],
+               tids[rng.integers(0, 2, 3)], rng.integers(-2**62, 2**62, 5000),
+               np.concatenate((tids[rng.integers(0, 4, 2000)], rng.integers(0, 2**60, 9))),
+               np.where(rng.random(3000) < 0.1, np.nan, rng.integers(0, 3, 3000) * 1e12)]
+    for column in columns:
+        values, inverse = np.unique(column, return_inverse=True)
+        distinct, ranks = dense_ranks(column)
+        assert distinct == values.size
+        assert np.array_equal(ranks, inverse.reshape(-1))

@@ -340,8 +340,27 @@ def dense_ranks(column: np.ndarray) -> tuple[int, np.ndarray]:
             present[offset] = True
             rank = np.cumsum(present) - 1
             return int(rank[-1]) + 1, rank[offset]
+    few = _few_values(column)
+    if few is not None:  # thread ids: a few values far apart
+        return few.size, np.searchsorted(few, column).astype(np.int64)
     values, index = np.unique(column, return_inverse=True)
     return values.size, index.reshape(-1).astype(np.int64)
+
+
+def _few_values(column: np.ndarray, few: int = 8) -> np.ndarray | None:
+    """The distinct values of a column that holds at most `few` (sorted), picked out one by
+    one, ~10x faster than sorting a million; None for a column of more (its first rows tell,
+    before a pass over the rest)."""
+    import numpy as np
+
+    if np.unique(column[:1024]).size > few:
+        return None
+    found = []
+    left = column
+    while left.size and len(found) < few:
+        found.append(left[0])
+        left = left[left != left[0]]
+    return None if left.size else np.sort(np.array(found, column.dtype))
 
 
 def distinct_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
