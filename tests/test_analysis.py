@@ -215,6 +215,29 @@ def test_per_api_aggregates_over_sites_calls_and_repetitions(analysed):
     assert energies == sorted(energies, reverse=True)
 
 
+def test_an_api_of_one_site_has_its_sites_row_and_group_sums_are_its_calls(tmp_path,
+                                                                          monkeypatch):
+    """`aggregate` copies a site's row for an API of that site alone (the same calls, the same
+    fit group): the rows are those made afresh for every API; the sums `Groups` keeps by
+    bincount (self, with idle, below resolution) are those of each group's calls."""
+    with Store(tmp_path / "store.sqlite") as store:
+        run_id = build_run(store)
+        result = an.analyse_run(store, run_id, compare_levels=False)
+        monkeypatch.setattr(an, "by_calls", lambda *args: {})
+        fresh = an.analyse_run(store, run_id, compare_levels=False)
+    assert {r["sites"] for r in result.apis} >= {1, 2}  # both kinds of API
+    assert json.dumps(result.apis, default=str) == json.dumps(fresh.apis, default=str)
+    calls = result.calls
+    for row in result.sites:
+        mine = calls["site"] == result.site_keys.index(row["key"])
+        for domain, e in row["energy"].items():
+            assert e["raw_self_J"] == pytest.approx(
+                calls["self_energy_J"][domain][mine].sum(), rel=1e-12, abs=1e-12)
+            assert e["total_J"] == pytest.approx(
+                calls["energy_total_J"][domain][mine].sum(), rel=1e-12)
+            assert e["below_resolution_share"] == calls["below_resolution"][domain][mine].mean()
+
+
 def test_a_region_is_inclusive_of_the_calls_inside_it(analysed):
     _, _, result = analysed
     calls = result.calls

@@ -3,6 +3,7 @@ repetition, with its uncertainty), never shown below zero beyond noise, and thei
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -46,17 +47,28 @@ _GROUPED = ("rep", "status", "duration_s", *MEMORY_COLUMNS)  # the columns `Grou
 
 
 @dataclass
+class Groups:
+    """The sites or the APIs: each group's calls' (start, end) in `Grouped` order and, per
+    domain, the sums over them that need no call on its own (self energy, energy with idle,
+    calls below the sensor's resolution, the uncertainty's sharing and measurement parts),
+    summed by bincount over the calls as they are rather than gathered into group order."""
+
+    bounds: np.ndarray
+    sums: dict[str, dict[str, np.ndarray]]
+
+
+@dataclass
 class Grouped:
     """A run's calls sorted once by (API, site, as stored), so that each site's calls and each
     API's calls are one slice of the columns (views, not a copy made per group and column):
     the columns `aggregate` reads (`call`, where calls are in pieces, renumbered to positions in
-    this order, so a call's pieces still share one value), per domain its energy columns and
-    uncertainty parts, and each site's and each API's (start, end) in that order."""
+    this order, so a call's pieces still share one value) and per domain the calls' energy_J
+    (their per-call statistics need each call); `sites` and `apis` (`Groups`)."""
 
     cols: dict[str, np.ndarray]
-    energy: dict[str, dict[str, np.ndarray]]
-    site_bounds: np.ndarray
-    api_bounds: np.ndarray
+    energy: dict[str, np.ndarray]
+    sites: Groups
+    apis: Groups
 
 
 def grouped(calls: dict[str, Any], results: dict[str, at.Attribution],
@@ -78,17 +90,32 @@ def grouped(calls: dict[str, Any], results: dict[str, at.Attribution],
         position = np.empty(order.size, np.int64)
         position[order] = np.arange(order.size)
         cols["call"] = position[calls["call"][order]]
-    energy = {d: _grouped_energy(calls, res, d, order) for d, res in results.items()}
-    return Grouped(cols, energy, site_bounds, api_bounds)
+    energy = {d: calls["energy_J"][d][order] for d in results}
+    return Grouped(cols, energy, Groups(site_bounds, _sums(calls, results, "site", n_sites)),
+                   Groups(api_bounds, _sums(calls, results, "api", api_bounds.shape[0])))
+
+
+def _sums(calls: dict[str, Any], results: dict[str, at.Attribution], by: str,
+          n: int) -> dict[str, dict[str, np.ndarray]]:
+    """Per domain, `Groups.sums` of the groups `calls[by]` numbers."""
+    group = calls[by]
+    return {d: {"self_J": np.bincount(group, calls["self_energy_J"][d], n),
+                "total_J": np.bincount(group, calls["energy_total_J"][d], n),
+                "below": np.bincount(group, calls["below_resolution"][d], n),
+                "sharing_abs": np.bincount(group, np.abs(res.sharing_J), n),
+                "measurement_sq": np.bincount(group, res.measurement_J ** 2, n)}
+            for d, res in results.items()}
 
 
 def aggregate(
-    g: Grouped, bounds: np.ndarray, domains: dict[str, dict[str, Any]],
+    g: Grouped, groups: Groups, domains: dict[str, dict[str, Any]],
     above: dict[str, float], reps: list[dict[str, Any]], results: dict[str, at.Attribution],
-    api_of_group: np.ndarray,
+    api_of_group: np.ndarray, same: dict[tuple[tuple[int, int], int], dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per group (site or API): `bounds`, its calls' (start, end) in `g`;
-    api_of_group: each group's API index (its fitted intensity sets the group's uncertainty).
+    """One row per group (site or API) of `groups`; api_of_group: each group's API index (its
+    fitted intensity sets the group's uncertainty); same: rows made before (`by_calls`), one
+    of which is copied where a group holds the same calls with the same API (an API of one
+    site: its row is its site's).
 
     Row: calls (continuations are pieces of a call, not calls: `pieces`), raised (calls of which a
     piece raised), total_time_s (inclusive), mean_time_s (per call, its pieces summed),
@@ -102,12 +129,16 @@ def aggregate(
     below_zero, raw_above_idle_J, raw_self_J, raw_per_rep_J}}; all_domains: the sum over
     additive domains with its provenance (raw_above_idle_J, below_zero likewise); memory:
     rss_peak_max_B, rss_delta_mean_B, gpu_mem_peak_max_B, gpu_mem_delta_mean_B."""
-    cols, per_domain = g.cols, g.energy
+    cols = g.cols
     rep, status = cols["rep"], cols["status"]
     rep_ids = [r["rep"] for r in reps] or sorted(set(rep.tolist()))
     whole = not bool((status & CONTINUES).any())  # no call in pieces: an event is a call
     rows = []
-    for i, (a, b) in enumerate(bounds.tolist()):
+    for i, (a, b) in enumerate(groups.bounds.tolist()):
+        api = int(api_of_group[i])
+        if same and b > a and ((a, b), api) in same:
+            rows.append(copy.deepcopy(same[(a, b), api]))
+            continue
         idx = slice(a, b)
         in_rep = [rep[idx] == r for r in rep_ids]
         n_calls = pieces.call_count(status[idx])
@@ -123,45 +154,59 @@ def aggregate(
             "energy": {},
             "memory": memory_row(cols, idx),
         }
-        busy_s = row["total_time_s"]
         for domain, info in domains.items():
-            dc = per_domain[domain]
-            e = dc["energy_J"][idx]
-            each_call = e if whole else pieces.per_call(cols["call"], idx, dc["energy_J"])
-            raw_self = float(dc["self_energy_J"][idx].sum())
-            per_rep = [float(e[m].sum()) for m in in_rep]
-            rep_mean, rep_lo, rep_hi = mean_ci95(np.array(per_rep))
-            # the sharing inside sensor intervals, and the idle baseline's own spread over the
-            # calls' time (what subtracting an idle level that drifts can be off by)
-            sigma = math.hypot(
-                at.group_sigma(float(dc["sharing_abs"][idx].sum()),
-                               float(dc["measurement_sq"][idx].sum()), results[domain],
-                               int(api_of_group[i])),
-                finite_or_zero(info.get("idle_sigma_W", math.nan)) * busy_s)
-            below = dc["below_resolution"][idx]
-            row["energy"][domain] = {
-                "sensor": info["sensor"], "provenance": info["provenance"],
-                "model": info["model"], "method": info["method"],
-                "above_idle_J": float(e.sum()),
-                "total_J": float(dc["energy_total_J"][idx].sum()),
-                "self_J": raw_self,
-                "uncertainty_J": sigma,
-                "per_call": {**_summary(each_call),
-                             "noise_J": sigma / n_calls if n_calls else math.nan},
-                # self: over the APIs, with the program outside calls, it sums to 100 %;
-                # inclusive counts nested calls in their callers too and sums to more
-                "share": raw_self / above[domain],
-                "inclusive_share": float(e.sum() / above[domain]),
-                "share_sigma": sigma / above[domain],
-                "below_resolution_share": float(below.mean()) if below.size else math.nan,
-                "per_rep_J": per_rep, "rep_mean_J": rep_mean,
-                "rep_ci95_low": rep_lo, "rep_ci95_high": rep_hi,
-            }
-            floor_at_zero(row["energy"][domain], sigma, n_calls, len(rep_ids))
+            e = g.energy[domain][idx]
+            each_call = e if whole else pieces.per_call(cols["call"], idx, g.energy[domain])
+            sums = {k: float(v[i]) for k, v in groups.sums[domain].items()}
+            row["energy"][domain] = _domain_energy(
+                e, each_call, [e[m] for m in in_rep], sums, info, above[domain],
+                (results[domain], api, total_s), n_calls)
+            floor_at_zero(row["energy"][domain], row["energy"][domain]["uncertainty_J"],
+                          n_calls, len(rep_ids))
         row["all_domains"] = cross_domain(row["energy"])
         rows.append(row)
     return rows
 
+
+def by_calls(groups: Groups, api_of_group: np.ndarray, rows: list[dict[str, Any]]
+             ) -> dict[tuple[tuple[int, int], int], dict[str, Any]]:
+    """`aggregate`'s rows by their groups' calls and API: `aggregate(same=...)`."""
+    return {((a, b), int(api)): row for (a, b), api, row
+            in zip(groups.bounds.tolist(), api_of_group, rows, strict=True)}
+
+
+def _domain_energy(
+    e: np.ndarray, each_call: np.ndarray, per_rep_e: list[np.ndarray], sums: dict[str, float],
+    info: dict[str, Any], above: float, fit: tuple[at.Attribution, int, float], n_calls: int,
+) -> dict[str, Any]:
+    """One group's figures in one domain (`aggregate`): e, its calls' inclusive energy; sums,
+    its `Groups.sums`; fit: the domain's attribution, the group's API and its calls' time."""
+    res, api, busy_s = fit
+    per_rep = [float(x.sum()) for x in per_rep_e]
+    rep_mean, rep_lo, rep_hi = mean_ci95(np.array(per_rep))
+    # the sharing inside sensor intervals, and the idle baseline's own spread over the calls'
+    # time (what subtracting an idle level that drifts can be off by)
+    sigma = math.hypot(
+        at.group_sigma(sums["sharing_abs"], sums["measurement_sq"], res, api),
+        finite_or_zero(info.get("idle_sigma_W", math.nan)) * busy_s)
+    return {
+        "sensor": info["sensor"], "provenance": info["provenance"],
+        "model": info["model"], "method": info["method"],
+        "above_idle_J": float(e.sum()),
+        "total_J": sums["total_J"],
+        "self_J": sums["self_J"],
+        "uncertainty_J": sigma,
+        "per_call": {**_summary(each_call),
+                     "noise_J": sigma / n_calls if n_calls else math.nan},
+        # self: over the APIs, with the program outside calls, it sums to 100 %;
+        # inclusive counts nested calls in their callers too and sums to more
+        "share": sums["self_J"] / above,
+        "inclusive_share": float(e.sum() / above),
+        "share_sigma": sigma / above,
+        "below_resolution_share": sums["below"] / e.size if e.size else math.nan,
+        "per_rep_J": per_rep, "rep_mean_J": rep_mean,
+        "rep_ci95_low": rep_lo, "rep_ci95_high": rep_hi,
+    }
 
 
 def _in_order(column: np.ndarray, order: np.ndarray) -> np.ndarray:
@@ -170,16 +215,6 @@ def _in_order(column: np.ndarray, order: np.ndarray) -> np.ndarray:
                         else bool((column == column[0]).all())):
         return np.broadcast_to(column[:1], column.shape)
     return column[order]
-
-
-def _grouped_energy(calls: dict[str, Any], res: at.Attribution, domain: str,
-                    order: np.ndarray) -> dict[str, np.ndarray]:
-    """One domain's per-call energy columns and uncertainty parts, in group order."""
-    out = {k: calls[k][domain][order] for k in ("energy_J", "self_energy_J", "energy_total_J",
-                                                 "below_resolution")}
-    out["sharing_abs"] = np.abs(res.sharing_J)[order]
-    out["measurement_sq"] = (res.measurement_J ** 2)[order]
-    return out
 
 
 def floor_at_zero(e: dict[str, Any], sigma: float, calls: int, reps: int) -> None:

@@ -29,6 +29,7 @@ from fecomlite.analysis import contention, pieces
 from fecomlite.analysis.aggregate import (
     aggregate,
     below_zero_reasons,
+    by_calls,
     cross_domain,
     grouped,
     lead_domain,
@@ -320,10 +321,10 @@ def _whole_part(store: Store, run_id: int, run: dict[str, Any], reps: list[dict[
     def raw_rows(dom_info: dict[str, dict[str, Any]], above: dict[str, float]
                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         g = grouped(cols, {d: found.results[d] for d in dom_info}, calls.api_of_site)
-        return (aggregate(g, g.site_bounds, dom_info, above, reps, found.results,
-                          calls.fit_of_api[calls.api_of_site]),
-                aggregate(g, g.api_bounds, dom_info, above, reps, found.results,
-                          calls.fit_of_api))
+        site_fit = calls.fit_of_api[calls.api_of_site]
+        sites = aggregate(g, g.sites, dom_info, above, reps, found.results, site_fit)
+        return sites, aggregate(g, g.apis, dom_info, above, reps, found.results,
+                                calls.fit_of_api, same=by_calls(g.sites, site_fit, sites))
 
     return _Part(cols, found, *rep_call_figures(cols, reps, list(found.rep_energy)),
                  calls.sites, calls.api_names, calls.api_of_site, raw_rows, memory_sensors)
