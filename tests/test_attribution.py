@@ -323,10 +323,12 @@ def test_placed_calls_give_the_leaf_time_and_uncertainty_of_searching_each_span(
     above = iv.energy_J - idle * iv.lengths_s
     d = old.sum(axis=1)
     h = np.divide(above, d, out=np.zeros_like(above), where=d > 0)
-    weight = np.array([1.0, 0.5, 2.0])[group]
-    new = at._uncertainty(iv, above, h, weight, t0, t1)
-    for got, want in zip(new, _old_uncertainty(iv, above, h, weight, t0, t1), strict=True):
-        assert np.array_equal(got, want)
+    for weight in (np.array([1.0, 0.5, 2.0])[group], 1.0):  # each call's, or all alike
+        new = at._uncertainty(iv, above, h, weight, t0, t1)
+        old_weight = weight if np.ndim(weight) else np.ones(t0.size)
+        for got, want in zip(new, _old_uncertainty(iv, above, h, old_weight, t0, t1),
+                             strict=True):
+            assert np.array_equal(got, want)
 
 
 # -- intensities (issue 8) -----------------------------------------------------------------------

@@ -806,8 +806,9 @@ def attribute(
     h = np.divide(above, d, out=np.zeros_like(above), where=d > 0)
     rates = capped_rates(above, leaf, weights, ceiling_W)
     start, end = placed.start, placed.end
+    call_weight = weights[grp] if (weights != 1).any() else 1.0  # overlap: alike
     if rates is None:
-        self_e = weights[grp] * _self_integral(edges, h, start, end, parent)
+        self_e = call_weight * _self_integral(edges, h, start, end, parent)
         in_calls = float(above[d > 0].sum())
     else:  # energy no call could draw at the ceiling stays outside the calls
         self_e = _self_by_group(edges, rates, start, end, parent, grp)
@@ -820,7 +821,7 @@ def attribute(
     q = np.divide(idle_W * union, w, out=np.zeros_like(w), where=w > 0)
     idle_share = _inclusive(_self_integral(edges, q, start, end, parent), levels)
 
-    sharing, measurement = _uncertainty(intervals, above, h, weights[grp], t0, t1, placed)
+    sharing, measurement = _uncertainty(intervals, above, h, call_weight, t0, t1, placed)
     top = parent < 0
     after_last = edges[:-1] >= (t1.max() if n else edges[0])
     covered = (t0 >= edges[0]) & (t1 <= edges[-1]) & (intervals.count > 0)
@@ -933,11 +934,12 @@ def _inclusive(self_values: np.ndarray, levels: list[tuple[np.ndarray, np.ndarra
 
 
 def _uncertainty(
-    intervals: SensorIntervals, above: np.ndarray, h: np.ndarray, weight: np.ndarray,
+    intervals: SensorIntervals, above: np.ndarray, h: np.ndarray, weight: np.ndarray | float,
     t0: np.ndarray, t1: np.ndarray, placed: Placed | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(sharing, measurement) per call, from the intervals where the call starts and ends
-    (`placed`: the calls among these edges, when known).
+    (`placed`: the calls among these edges, when known); weight: each call's relative power
+    (1.0: all alike).
 
     Intervals the call fills entirely are its own (no sharing error) and their shared edges cancel
     between neighbours. In the first and last interval the call gets energy e from a share of the
@@ -958,15 +960,23 @@ def _uncertainty(
         (power_above * sig_edge[:-1]) ** 2 + (power_above * sig_edge[1:]) ** 2
         + intervals.quantum_J**2 / 6
     )
-    sharing = np.zeros(t0.size)
-    measurement = np.zeros(t0.size)
-    for idx, part, unfilled in ((geo.first, geo.first_s, geo.first_unfilled),
-                                (geo.last, geo.last_s, geo.last_unfilled)):
-        e = weight * h[idx] * part
-        share = np.divide(e, above[idx], out=np.zeros_like(e), where=above[idx] != 0)
-        sharing += (e * unfilled) ** 2
-        measurement += (share * meas[idx]) ** 2
+    sharing, measurement = _edge_terms(above, h, meas, weight, geo.first, geo.first_s,
+                                       geo.first_unfilled)
+    last = _edge_terms(above, h, meas, weight if np.ndim(weight) == 0 else weight[geo.cross],
+                       geo.last, geo.last_s, geo.last_unfilled)
+    sharing[geo.cross] += last[0]
+    measurement[geo.cross] += last[1]
     return np.sqrt(sharing), np.sqrt(measurement)
+
+
+def _edge_terms(above: np.ndarray, h: np.ndarray, meas: np.ndarray, weight: np.ndarray | float,
+                idx: np.ndarray, part: np.ndarray, unfilled: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The squared sharing and measurement terms of calls' parts `part` s long in intervals
+    `idx` (`_uncertainty`)."""
+    e = weight * h[idx] * part
+    share = np.divide(e, above[idx], out=np.zeros_like(e), where=above[idx] != 0)
+    return (e * unfilled) ** 2, (share * meas[idx]) ** 2
 
 
 def group_uncertainty(res: Attribution, members: np.ndarray, group: int | None = None) -> float:

@@ -48,16 +48,18 @@ class Instants:
 
 @dataclass(frozen=True)
 class EdgeParts:
-    """Per call, the interval its span starts in (`first`) and ends in (`last`, the same for a
-    span inside one), the seconds of the span in each and 1 − the fraction of that interval
-    they fill: the geometry of `attribution._uncertainty`, which only the energies change
-    between domains."""
+    """The geometry of `attribution._uncertainty`, which only the energies change between
+    domains: per call, the interval its span starts in (`first`), the seconds of the span in it
+    and 1 − the fraction of that interval they fill; for the calls that cross an edge
+    (`cross`, a few: a call inside one interval has no last part), the same of the interval
+    they end in (`last`)."""
 
     first: np.ndarray
-    last: np.ndarray
     first_s: np.ndarray
-    last_s: np.ndarray
     first_unfilled: np.ndarray
+    cross: np.ndarray
+    last: np.ndarray
+    last_s: np.ndarray
     last_unfilled: np.ndarray
 
 
@@ -92,13 +94,16 @@ class Placed:
         lengths = np.diff(edges) / NS
         i = self.start.interval
         tc0, tc1 = self.start.clipped(edges), self.end.clipped(edges)
-        j = np.maximum(self.last, i)
-        first_hi = np.minimum(tc1, edges[i + 1])
-        last_lo = np.where(j > i, np.maximum(tc0, edges[j]), tc1)  # one interval: counted once
-        parts = []
-        for idx, lo, hi in ((i, tc0, first_hi), (j, last_lo, tc1)):
-            part = np.clip(hi - lo, 0, None) / NS
-            filled = np.divide(part, lengths[idx], out=np.ones_like(part),
-                               where=lengths[idx] > 0)
-            parts.append((part, 1 - filled))
-        return EdgeParts(i, j, parts[0][0], parts[1][0], parts[0][1], parts[1][1])
+        first_s, first_unfilled = _part(np.minimum(tc1, edges[i + 1]) - tc0, lengths[i])
+        cross = np.flatnonzero(self.last > i)
+        j = self.last[cross]
+        last_s, last_unfilled = _part(tc1[cross] - np.maximum(tc0[cross], edges[j]), lengths[j])
+        return EdgeParts(i, first_s, first_unfilled, cross, j, last_s, last_unfilled)
+
+
+def _part(ns: np.ndarray, length_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds, 1 − the fraction of its interval they fill) of spans' parts `ns` long (none
+    below zero) in intervals `length_s` long (an interval of no length: filled)."""
+    part = np.clip(ns, 0, None) / NS
+    filled = np.divide(part, length_s, out=np.ones_like(part), where=length_s > 0)
+    return part, 1 - filled
