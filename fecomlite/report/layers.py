@@ -67,12 +67,11 @@ KERAS_BACKWARD_NOTE = (
 
 
 def annotate(a: RunAnalysis, layer_facts: dict[str, Any]) -> list[str]:
-    """Add kind/parent_api and the layer facts to `a.apis` rows in place; notes for the report."""
-    parents = parent_apis(a)
-    for row in a.apis:
-        parts = facts.parse(row["api"])
-        if parts is None:
-            continue
+    """Add kind/parent_api and the layer facts to `a.apis` rows in place; notes for the report.
+    The calls' enclosing APIs are looked up only where a row is a layer's (`--trace-layers`)."""
+    layers = [(row, parts) for row in a.apis if (parts := facts.parse(row["api"])) is not None]
+    parents = parent_apis(a) if layers else {}
+    for row, parts in layers:
         known = {**parts, **(layer_facts.get(row["api"]) or {})}
         row.update({k: known.get(k) for k in FACT_FIELDS}, kind="layer")
         row["parent_api"] = parents.get(row["api"])
@@ -132,7 +131,8 @@ def tree(a: RunAnalysis) -> list[dict[str, Any]]:
     keys = [d["domain"] for d in stacked_domains(a)]
     calls = a.call_columns()
     n = calls["api"].size
-    if n == 0:
+    is_layer = np.array([facts.parse(name) is not None for name in a.api_names], bool)
+    if n == 0 or not is_layer.any():  # no layer ran: no node to show (and no tree to build)
         return []
     node = _context_nodes(calls["api"], calls["parent"], calls["depth"])
     energy = np.zeros(n)
@@ -151,7 +151,6 @@ def tree(a: RunAnalysis) -> list[dict[str, Any]]:
     up_of = np.full(count, -1)
     nested = calls["parent"] >= 0
     up_of[node[nested]] = node[calls["parent"][nested]]
-    is_layer = np.array([facts.parse(name) is not None for name in a.api_names])
     keep = np.zeros(count, bool)  # a node with a layer at or below it
     for i in np.flatnonzero(is_layer[api_of]):
         while i >= 0 and not keep[i]:

@@ -353,7 +353,8 @@ def _few_values(column: np.ndarray, few: int = 8) -> np.ndarray | None:
     before a pass over the rest)."""
     import numpy as np
 
-    if np.unique(column[:1024]).size > few:
+    head = np.sort(column[:1024])  # not np.unique: it imports numpy.ma (10 ms)
+    if int((head[1:] != head[:-1]).sum()) >= few:
         return None
     found = []
     left = column
