@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fecomlite.analysis import attribution as at
+from fecomlite.analysis.placed import overlap_matrix
 from fecomlite.sensors.replay import load_trace
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -315,7 +316,7 @@ def test_placed_calls_give_the_leaf_time_and_uncertainty_of_searching_each_span(
                                 np.full(edges.size, 1e6), 1e-3, 0.1)
     parent, _ = at.nesting(t0, t1, thread)
     child = parent >= 0
-    old = at._overlap_matrix(edges, np.concatenate((t0, t0[child])),
+    old = overlap_matrix(edges, np.concatenate((t0, t0[child])),
                              np.concatenate((t1, t1[child])),
                              np.concatenate((group, group[parent[child]])),
                              np.concatenate((np.ones(t0.size), -np.ones(int(child.sum())))), 3)

@@ -31,7 +31,14 @@ from typing import Any
 import numpy as np
 
 from fecomlite.analysis.distributions import chi2_sf
-from fecomlite.analysis.placed import NS, Instants, Placed
+from fecomlite.analysis.placed import (
+    NS,
+    Instants,
+    Placed,
+    overlap_matrix,
+    union_matrix,
+    with_crossing,
+)
 
 METHODS = ("overlap", "intensity", "auto")
 SEMANTICS = ("window", "linear")
@@ -264,9 +271,9 @@ def estimate_idle_W(
         return float("nan")
     power = intervals.power_W
     a, b = intervals.edges_ns[:-1], intervals.edges_ns[1:]
-    busy = _union_matrix(intervals.edges_ns, np.asarray(t_start_ns), np.asarray(t_end_ns))
+    busy = union_matrix(intervals.edges_ns, np.asarray(t_start_ns), np.asarray(t_end_ns))
     settle = np.asarray(t_end_ns, np.int64) + int(settle_s * NS)
-    recent = _union_matrix(intervals.edges_ns, np.asarray(t_start_ns), settle)
+    recent = union_matrix(intervals.edges_ns, np.asarray(t_start_ns), settle)
     quiet = (busy == 0) & (recent == 0) & (b > a)
     if quiet.sum() >= 3:
         return float(np.median(power[quiet]))
@@ -279,7 +286,7 @@ def window_energy(
     """(total J, above-idle J) in [start_ns, end_ns], prorating the intervals cut by the window."""
     if intervals.count == 0 or end_ns <= start_ns:
         return 0.0, 0.0
-    ov = _overlap_matrix(
+    ov = overlap_matrix(
         intervals.edges_ns, np.array([start_ns]), np.array([end_ns]), np.zeros(1, np.int64),
         np.ones(1), 1,
     )[:, 0]
@@ -386,63 +393,6 @@ def _depths(parent: np.ndarray) -> np.ndarray:
     return depth
 
 
-def _overlap_matrix(
-    edges: np.ndarray, s0: np.ndarray, s1: np.ndarray, col: np.ndarray, weight: np.ndarray,
-    ncols: int,
-) -> np.ndarray:
-    """(K, ncols) matrix: Σ weight × seconds of each segment [s0, s1) inside each interval."""
-    k = edges.size - 1
-    if k <= 0 or s0.size == 0:
-        return np.zeros((max(k, 0), ncols))
-    a = np.clip(np.asarray(s0, np.int64), edges[0], edges[-1])
-    b = np.clip(np.asarray(s1, np.int64), edges[0], edges[-1])
-    keep = b > a
-    a, b, col, weight = a[keep], b[keep], np.asarray(col)[keep], np.asarray(weight)[keep]
-    i = np.minimum(np.searchsorted(edges, a, "right") - 1, k - 1)
-    j = np.minimum(np.searchsorted(edges, b, "left") - 1, k - 1)
-    same = i == j
-    flat = np.zeros(k * ncols)
-    flat += np.bincount(i[same] * ncols + col[same], weight[same] * (b - a)[same] / NS, flat.size)
-    cross = ~same
-    return _with_crossing(flat, edges, (a[cross], b[cross]), (i[cross], j[cross]), col[cross],
-                          weight[cross], ncols)
-
-
-def _with_crossing(
-    flat: np.ndarray, edges: np.ndarray, span: tuple[np.ndarray, np.ndarray],
-    interval: tuple[np.ndarray, np.ndarray], col: np.ndarray, weight: np.ndarray, ncols: int,
-) -> np.ndarray:
-    """`flat` (the segments inside one interval, summed) with the segments that cross an edge:
-    [a, b) from interval i to interval j > i, their first and last parts and the intervals
-    they fill in between."""
-    (a, b), (di, dj) = span, interval
-    k = edges.size - 1
-    size = k * ncols
-    flat += np.bincount(di * ncols + col, weight * (edges[di + 1] - a) / NS, size)
-    flat += np.bincount(dj * ncols + col, weight * (b - edges[dj]) / NS, size)
-    mid = dj > di + 1
-    marks = np.zeros(size)
-    marks += np.bincount((di[mid] + 1) * ncols + col[mid], weight[mid], size)
-    marks -= np.bincount(dj[mid] * ncols + col[mid], weight[mid], size)
-    full = np.cumsum(marks.reshape(k, ncols), axis=0) * (np.diff(edges) / NS)[:, None]
-    return flat.reshape(k, ncols) + full
-
-
-def _union_matrix(edges: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
-    """Seconds of each interval during which at least one of the spans [t0, t1) is open."""
-    if t0.size == 0:
-        return np.zeros(max(edges.size - 1, 0))
-    order = np.argsort(t0, kind="stable")
-    a = np.asarray(t0, np.int64)[order]
-    b = np.maximum.accumulate(np.maximum(np.asarray(t1, np.int64)[order], a))
-    new = np.concatenate(([True], a[1:] > b[:-1]))
-    seg = np.flatnonzero(new)
-    starts = a[seg]
-    ends = np.concatenate((b[seg[1:] - 1], b[-1:]))
-    n = starts.size
-    return _overlap_matrix(edges, starts, ends, np.zeros(n, np.int64), np.ones(n), 1)[:, 0]
-
-
 def leaf_time(
     edges: np.ndarray, t0: np.ndarray, t1: np.ndarray, group: np.ndarray, parent: np.ndarray,
     ngroups: int, placed: Placed | None = None,
@@ -471,7 +421,7 @@ def leaf_time(
         np.concatenate((seconds[inside], -seconds[child][in_child])), flat.size)
     calls, kids = np.flatnonzero(keep & ~inside), child[(keep & ~inside)[child]]
     both = np.concatenate((calls, kids))
-    return _with_crossing(
+    return with_crossing(
         flat, edges, (a[both], b[both]), (i[both], j[both]),
         np.concatenate((group[calls], group[parent[kids]])),
         np.concatenate((np.ones(calls.size), -np.ones(kids.size))), ngroups)
@@ -817,7 +767,7 @@ def attribute(
     inclusive = _inclusive(self_e, levels)
 
     w = leaf.sum(axis=1)
-    union = _union_matrix(edges, t0, t1)
+    union = placed.busy_s
     q = np.divide(idle_W * union, w, out=np.zeros_like(w), where=w > 0)
     idle_share = _inclusive(_self_integral(edges, q, start, end, parent), levels)
 

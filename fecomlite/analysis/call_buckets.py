@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from fecomlite.analysis import attribution as at
+from fecomlite.analysis.placed import overlap_matrix
 from fecomlite.store import Store
 from fecomlite.store.call_buckets import BUSY
 
@@ -64,7 +65,7 @@ class FoldedCalls:
         over its bucket, into column `col`."""
         rows = self.rows if rows is None else rows
         b0, width = rows["t0_ns"], rows["width_ns"]
-        return at._overlap_matrix(edges, b0, b0 + width, np.broadcast_to(col, b0.shape),
+        return overlap_matrix(edges, b0, b0 + width, np.broadcast_to(col, b0.shape),
                                   values_s / (width / NS), ncols)
 
     def add_time(self, domains: dict[str, Any]) -> None:

@@ -3,7 +3,8 @@ instants (a CPU and a DRAM model, RAPL's domains).
 
 The attribution's leaf time, its self-energy integrals, its busy time and its uncertainty all
 start from the interval each call starts and ends in; a host's two domains would otherwise
-search a million calls among the same edges once per domain and part (`attribution`).
+search a million calls among the same edges once per domain and part (`attribution`). The sums
+of spans over intervals (`overlap_matrix`, `union_matrix`) are here too.
 """
 
 from __future__ import annotations
@@ -88,6 +89,12 @@ class Placed:
         return cls(edges, t0, t1, start, end, last)
 
     @functools.cached_property
+    def busy_s(self) -> np.ndarray:
+        """Seconds of each interval during which at least one span is open (`union_matrix`,
+        computed once, on first use)."""
+        return union_matrix(self.edges, self.t0, self.t1)
+
+    @functools.cached_property
     def edge_parts(self) -> EdgeParts:
         """`EdgeParts` of the spans (computed once, on first use)."""
         edges = self.edges
@@ -107,3 +114,60 @@ def _part(ns: np.ndarray, length_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     part = np.clip(ns, 0, None) / NS
     filled = np.divide(part, length_s, out=np.ones_like(part), where=length_s > 0)
     return part, 1 - filled
+
+
+def overlap_matrix(
+    edges: np.ndarray, s0: np.ndarray, s1: np.ndarray, col: np.ndarray, weight: np.ndarray,
+    ncols: int,
+) -> np.ndarray:
+    """(K, ncols) matrix: Σ weight × seconds of each segment [s0, s1) inside each interval."""
+    k = edges.size - 1
+    if k <= 0 or s0.size == 0:
+        return np.zeros((max(k, 0), ncols))
+    a = np.clip(np.asarray(s0, np.int64), edges[0], edges[-1])
+    b = np.clip(np.asarray(s1, np.int64), edges[0], edges[-1])
+    keep = b > a
+    a, b, col, weight = a[keep], b[keep], np.asarray(col)[keep], np.asarray(weight)[keep]
+    i = np.minimum(np.searchsorted(edges, a, "right") - 1, k - 1)
+    j = np.minimum(np.searchsorted(edges, b, "left") - 1, k - 1)
+    same = i == j
+    flat = np.zeros(k * ncols)
+    flat += np.bincount(i[same] * ncols + col[same], weight[same] * (b - a)[same] / NS, flat.size)
+    cross = ~same
+    return with_crossing(flat, edges, (a[cross], b[cross]), (i[cross], j[cross]), col[cross],
+                          weight[cross], ncols)
+
+
+def with_crossing(
+    flat: np.ndarray, edges: np.ndarray, span: tuple[np.ndarray, np.ndarray],
+    interval: tuple[np.ndarray, np.ndarray], col: np.ndarray, weight: np.ndarray, ncols: int,
+) -> np.ndarray:
+    """`flat` (the segments inside one interval, summed) with the segments that cross an edge:
+    [a, b) from interval i to interval j > i, their first and last parts and the intervals
+    they fill in between."""
+    (a, b), (di, dj) = span, interval
+    k = edges.size - 1
+    size = k * ncols
+    flat += np.bincount(di * ncols + col, weight * (edges[di + 1] - a) / NS, size)
+    flat += np.bincount(dj * ncols + col, weight * (b - edges[dj]) / NS, size)
+    mid = dj > di + 1
+    marks = np.zeros(size)
+    marks += np.bincount((di[mid] + 1) * ncols + col[mid], weight[mid], size)
+    marks -= np.bincount(dj[mid] * ncols + col[mid], weight[mid], size)
+    full = np.cumsum(marks.reshape(k, ncols), axis=0) * (np.diff(edges) / NS)[:, None]
+    return flat.reshape(k, ncols) + full
+
+
+def union_matrix(edges: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+    """Seconds of each interval during which at least one of the spans [t0, t1) is open."""
+    if t0.size == 0:
+        return np.zeros(max(edges.size - 1, 0))
+    order = np.argsort(t0, kind="stable")
+    a = np.asarray(t0, np.int64)[order]
+    b = np.maximum.accumulate(np.maximum(np.asarray(t1, np.int64)[order], a))
+    new = np.concatenate(([True], a[1:] > b[:-1]))
+    seg = np.flatnonzero(new)
+    starts = a[seg]
+    ends = np.concatenate((b[seg[1:] - 1], b[-1:]))
+    n = starts.size
+    return overlap_matrix(edges, starts, ends, np.zeros(n, np.int64), np.ones(n), 1)[:, 0]

@@ -34,6 +34,7 @@ import numpy as np
 from fecomlite.analysis import attribution as at
 from fecomlite.analysis import sweep, sweep_fast
 from fecomlite.analysis.call_stats import Moments
+from fecomlite.analysis.placed import overlap_matrix
 from fecomlite.analysis.streamed_memory import MemorySums
 from fecomlite.runtime.batch_codec import CONTINUES, RAISED
 
@@ -79,7 +80,7 @@ class _Union:
 
     def _count(self, starts: np.ndarray, ends: np.ndarray) -> None:
         if starts.size:
-            self.seconds += at._overlap_matrix(self.edges, starts, ends,
+            self.seconds += overlap_matrix(self.edges, starts, ends,
                                                np.zeros(starts.size, np.int64),
                                                np.ones(starts.size), 1)[:, 0]
 
@@ -288,7 +289,7 @@ def sweep_one(chunks: Chunks, threads: sweep.Threads, site_fit: np.ndarray,
         has_gaps = bool(g0.size) and dom.gaps
         dom.gaps = has_gaps
         if has_gaps:
-            gap_time = at._overlap_matrix(dom.iv.edges_ns, g0, g1, np.zeros(g0.size, np.int64),
+            gap_time = overlap_matrix(dom.iv.edges_ns, g0, g1, np.zeros(g0.size, np.int64),
                                           np.ones(g0.size), 1)[:, 0]
             dom.leaf[:, -1] += gap_time
             dom.union += gap_time
@@ -316,7 +317,7 @@ def _leaf_numpy(chunks: Chunks, threads: sweep.Threads, site_fit: np.ndarray,
         col = np.concatenate((grp[new], grp[parent[child]]))
         w = np.concatenate((np.ones(t0.size), -np.ones(int(child.sum()))))
         for dom in leads:
-            dom.leaf += at._overlap_matrix(dom.iv.edges_ns, s0, s1, col, w, dom.ngroups + 1)
+            dom.leaf += overlap_matrix(dom.iv.edges_ns, s0, s1, col, w, dom.ngroups + 1)
         outside(t0, t1, int(cols["rep"][b.carried]) if t0.size else 0)
 
 
