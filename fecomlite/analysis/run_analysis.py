@@ -37,7 +37,6 @@ from fecomlite.analysis.aggregate import (
     sort_key,
 )
 from fecomlite.analysis.calibration import fit_groups
-from fecomlite.analysis.call_buckets import mark_bucketed
 from fecomlite.analysis.call_memory import (
     EMPTY_CALL_MEMORY,
     GPU_MEMORY_DOMAINS,
@@ -85,7 +84,6 @@ from fecomlite.analysis.sensors_baseline import (
     sensor_rows,
     share_notes,
 )
-from fecomlite.analysis.streamed_run import analyse_streamed, group_rows, streamable
 from fecomlite.runtime.batch_codec import PROJECT_SITE
 from fecomlite.runtime.calibration_replay import KIND as CALIBRATION_KIND
 from fecomlite.store import Store
@@ -337,11 +335,22 @@ def stream_limit() -> int:
     return int(value) if value.strip().isdigit() else STREAM_ABOVE
 
 
+def _streamable(store: Store, run_id: int) -> bool:
+    """`streamed_run.streamable`, its modules loaded only for a run that may be analysed
+    streamed (not for the whole-run path, a report's most common)."""
+    from fecomlite.analysis.streamed_run import streamable
+
+    return streamable(store, run_id)
+
+
 def _streamed_part(store: Store, run_id: int, run: dict[str, Any], reps: list[dict[str, Any]],
                    method: str, limit: int, detail: _Part | None = None) -> _Part:
     """The run's chunks swept twice (`streamed_run`): memory that does not grow with the run;
     no per-call columns, so no per-call median or timeline of calls, except those of a
     bounded-storage run's calls kept in detail (`detail`: `_whole_part` of those alone)."""
+    from fecomlite.analysis.call_buckets import mark_bucketed
+    from fecomlite.analysis.streamed_run import analyse_streamed, group_rows
+
     got = analyse_streamed(store, run_id, method)
     found = _Domains(got.domains, {}, {}, {}, got.notes, {d.method for d in got.dom.values()})
     for domain, dom in got.dom.items():
@@ -442,7 +451,7 @@ def analyse_run(
     with store.snapshot():  # one moment of a run still recording (and folding)
         folded = store.folded_calls(run_id) > 0  # `--keep`: the streamed analysis reads them
         stored = store.event_count(run_id)
-        if (folded or stored > limit) and streamable(store, run_id):
+        if (folded or stored > limit) and _streamable(store, run_id):
             detail = (_whole_part(store, run_id, run, reps, chosen, method)
                       if folded and 0 < stored <= limit else None)
             part = _streamed_part(store, run_id, run, reps, method, limit, detail)
@@ -450,7 +459,7 @@ def analyse_run(
             part = detail = _whole_part(store, run_id, run, reps, chosen, method)
     found = part.found
     notes += found.notes
-    if folded and not streamable(store, run_id):
+    if folded and not _streamable(store, run_id):
         notes.append(f"{store.folded_calls(run_id):,} calls past the detail window (--keep) are "
                      "in buckets, which the analysis of a distributed job does not read: its "
                      "figures cover the calls kept in detail only")

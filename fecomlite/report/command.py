@@ -78,7 +78,6 @@ def report_command(
     # Imported here so that `fecomlite --help` and the other commands do not load scipy.
     from fecomlite.analysis import carbon
     from fecomlite.report.build import build_report
-    from fecomlite.report.compare import analyse_pair, compare_runs, terminal_lines
     from fecomlite.report.render import FORMATS, write_comparison, write_report
 
     chosen = [f.value for f in formats] if formats else list(FORMATS)
@@ -99,6 +98,8 @@ def report_command(
                 folder = out or Path("reports") / str(run_id)
                 written = write_report(report, folder, chosen)
             else:
+                from fecomlite.report.compare import analyse_pair, compare_runs, terminal_lines
+
                 a, b, notes = analyse_pair(db, runs[0], runs[1], method)
                 folder = out or Path("reports") / f"compare-{runs[0]}-{runs[1]}"
                 comparison = compare_runs(a, b, notes, db)
