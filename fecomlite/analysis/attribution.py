@@ -320,11 +320,12 @@ def nesting(
     order = _start_order(t0, t1, th)
     th_o = th[order]
     bounds = np.flatnonzero(np.concatenate(([True], th_o[1:] != th_o[:-1], [True])))
-    ends = 2 * t1[order] + (t1[order] == t0[order])  # a zero-length call ends after the starts
+    t0_o, t1_o = t0[order], t1[order]
+    ends = 2 * t1_o + (t1_o == t0_o)  # a zero-length call ends after the starts
     depth_o = np.empty(n, np.int64)
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
         # ends come nearly in order: a merge sort runs through them ~10x faster
-        ended = np.searchsorted(np.sort(ends[a:b], kind="stable"), 2 * t0[order[a:b]], "right")
+        ended = np.searchsorted(np.sort(ends[a:b], kind="stable"), 2 * t0_o[a:b], "right")
         depth_o[a:b] = np.arange(b - a) - ended
     depth = np.empty(n, np.int64)
     depth[order] = depth_o
