@@ -25,19 +25,29 @@ EMPTY_CALL_MEMORY = {
 MEMORY_COLUMNS = tuple(EMPTY_CALL_MEMORY)  # the per-call columns `memory_row` reads
 
 
+def sample_positions(t: np.ndarray, t0: np.ndarray, t1: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """(samples at or before each start, samples before each end) of a gauge sampled at `t`:
+    what `gauge_during` and `below_gauge_resolution` both search, found once for both."""
+    return np.searchsorted(t, t0, "right"), np.searchsorted(t, t1, "left")
+
+
 def gauge_during(
-    t: np.ndarray, v: np.ndarray, t0: np.ndarray, t1: np.ndarray
+    t: np.ndarray, v: np.ndarray, t0: np.ndarray, t1: np.ndarray,
+    at: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(value at start, value at end, peak) of a gauge for each [t0, t1]: the last sample at or
     before the start (what the call started with) and the first at or after the end (what it
     left behind), each the nearest other sample when there is none; the peak is the maximum of
-    the samples inside plus those two (a short call between two samples gets its neighbours)."""
+    the samples inside plus those two (a short call between two samples gets its neighbours).
+    at: `sample_positions`, when known."""
     n = t.size
     if n == 0:
         nan = np.full(t0.size, np.nan)
         return nan, nan.copy(), nan.copy()
-    before0 = np.clip(np.searchsorted(t, t0, "right") - 1, 0, n - 1)
-    after1 = np.clip(np.searchsorted(t, t1, "left"), 0, n - 1)
+    right0, left1 = at or sample_positions(t, t0, t1)
+    before0 = np.clip(right0 - 1, 0, n - 1)
+    after1 = np.clip(left1, 0, n - 1)
     lo, hi = before0, np.maximum(after1, before0) + 1
     idx = np.empty(2 * lo.size, np.int64)
     idx[0::2], idx[1::2] = lo, hi
@@ -83,19 +93,20 @@ def calls_memory(gauges: Gauges, t0: np.ndarray, t1: np.ndarray) -> dict[str, np
     """RSS and GPU memory columns of calls: start, end and peak levels (NaN without a gauge),
     and whether the gauge resolves each call."""
     cols: dict[str, np.ndarray] = {}
-    nan = np.full(t0.size, np.nan)
+    nan = np.broadcast_to(np.nan, t0.shape)  # a gauge the run lacks: read-only, no memory
     unresolved = np.ones(t0.size, bool)
     if gauges.rss is not None:
         t, v = gauges.rss
-        start, end, peak = gauge_during(t, v, t0, t1)
-        unresolved = below_gauge_resolution(t, t0, t1)
+        at = sample_positions(t, t0, t1)
+        start, end, peak = gauge_during(t, v, t0, t1, at)
+        unresolved = below_gauge_resolution(t, t0, t1, at)
     else:
-        start, end, peak = nan, nan.copy(), nan.copy()
+        start, end, peak = nan, nan, nan
     cols.update(rss_start_B=start, rss_end_B=end, rss_peak_B=peak,
                 rss_below_resolution=unresolved)
     parts = [gauge_during(t, v, t0, t1) for t, v in gauges.gpu]
     for i, name in enumerate(("gpu_mem_start_B", "gpu_mem_end_B", "gpu_mem_peak_B")):
-        cols[name] = np.sum([p[i] for p in parts], axis=0) if parts else nan.copy()
+        cols[name] = np.sum([p[i] for p in parts], axis=0) if parts else nan
     cols["gpu_mem_below_resolution"] = np.any(
         [below_gauge_resolution(t, t0, t1) for t, _ in gauges.gpu], axis=0) if gauges.gpu else (
         np.ones(t0.size, bool))
@@ -125,15 +136,17 @@ def first_of_site(
     return out
 
 
-def below_gauge_resolution(t: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+def below_gauge_resolution(t: np.ndarray, t0: np.ndarray, t1: np.ndarray,
+                           at: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Calls a memory gauge cannot resolve: shorter than its sampling period (the median gap
     between its samples), or with no sample inside. Such a call's start and end levels are its
     neighbours' too (two short calls in one gap would both be given the gap's drop), so it
-    gets no memory figure of its own."""
+    gets no memory figure of its own. at: `sample_positions`, when known."""
     if t.size < 2:
         return np.ones(t0.size, bool)
     period_ns = float(np.median(np.diff(t)))
-    inside = np.searchsorted(t, t1, "left") - np.searchsorted(t, t0, "right")
+    right0, left1 = at or sample_positions(t, t0, t1)
+    inside = left1 - right0
     return (inside <= 0) | ((t1 - t0) < period_ns)
 
 
