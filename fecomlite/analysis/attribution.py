@@ -757,12 +757,14 @@ def attribute(
     h = np.divide(above, d, out=np.zeros_like(above), where=d > 0)
     rates = capped_rates(above, leaf, weights, ceiling_W)
     start, end = placed.start, placed.end
+    child = np.flatnonzero(parent >= 0)
+    kids = (child, parent[child])  # for both integrals of each call's own time
     call_weight = weights[grp] if (weights != 1).any() else 1.0  # overlap: alike
     if rates is None:
-        self_e = call_weight * _self_integral(edges, h, start, end, parent)
+        self_e = call_weight * _self_integral(edges, h, start, end, kids)
         in_calls = float(above[d > 0].sum())
     else:  # energy no call could draw at the ceiling stays outside the calls
-        self_e = _self_by_group(edges, rates, start, end, parent, grp)
+        self_e = _self_by_group(edges, rates, start, end, kids, grp)
         in_calls = float(self_e.sum())
     levels = _levels(parent, depth)
     inclusive = _inclusive(self_e, levels)
@@ -770,7 +772,7 @@ def attribute(
     w = leaf.sum(axis=1)
     union = placed.busy_s
     q = np.divide(idle_W * union, w, out=np.zeros_like(w), where=w > 0)
-    idle_share = _inclusive(_self_integral(edges, q, start, end, parent), levels)
+    idle_share = _inclusive(_self_integral(edges, q, start, end, kids), levels)
 
     sharing, measurement = _uncertainty(intervals, above, h, call_weight, t0, t1, placed)
     top = parent < 0
@@ -835,15 +837,15 @@ def capped_rates(
 
 
 def _self_by_group(
-    edges: np.ndarray, rates: np.ndarray, start: Instants, end: Instants, parent: np.ndarray,
-    grp: np.ndarray,
+    edges: np.ndarray, rates: np.ndarray, start: Instants, end: Instants,
+    kids: tuple[np.ndarray, np.ndarray], grp: np.ndarray,
 ) -> np.ndarray:
     """`_self_integral` with a rate per interval and group: each call at its own group's."""
     out = np.zeros(grp.size)
-    child = parent >= 0
+    child, up = kids
     for g in np.unique(grp):
         span = end.integral(edges, rates[:, g]) - start.integral(edges, rates[:, g])
-        own = span - np.bincount(parent[child], span[child], minlength=span.size)
+        own = span - np.bincount(up, span[child], minlength=span.size)
         mine = grp == g
         out[mine] = own[mine]
     return out
@@ -858,12 +860,14 @@ def cumulative(edges: np.ndarray, rate: np.ndarray, t: np.ndarray) -> np.ndarray
 
 
 def _self_integral(
-    edges: np.ndarray, rate: np.ndarray, start: Instants, end: Instants, parent: np.ndarray
+    edges: np.ndarray, rate: np.ndarray, start: Instants, end: Instants,
+    kids: tuple[np.ndarray, np.ndarray],
 ) -> np.ndarray:
-    """∫ rate over each call's leaf time: its span minus its direct children's spans."""
+    """∫ rate over each call's leaf time: its span minus its direct children's spans (kids: the
+    calls that have a parent, and their parents)."""
     span = end.integral(edges, rate) - start.integral(edges, rate)
-    child = parent >= 0
-    return span - np.bincount(parent[child], span[child], minlength=span.size)
+    child, up = kids
+    return span - np.bincount(up, span[child], minlength=span.size)
 
 
 def _levels(parent: np.ndarray, depth: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
