@@ -411,15 +411,14 @@ def leaf_time(
     a, b = p.start.clipped(edges), p.end.clipped(edges)
     i, j = p.start.interval, p.last
     child = np.flatnonzero(parent >= 0)
-    up = group[parent[child]]  # the group a child's span is taken back from
     keep = b > a
     inside = keep & (i == j)
     seconds = (b - a) / NS
-    in_child = inside[child]
+    kid = child[inside[child]]  # children inside one interval: taken back from their parent's group
     flat = np.zeros(k * ngroups)
     flat += np.bincount(
-        np.concatenate(((i * ngroups + group)[inside], (i[child] * ngroups + up)[in_child])),
-        np.concatenate((seconds[inside], -seconds[child][in_child])), flat.size)
+        np.concatenate(((i * ngroups + group)[inside], i[kid] * ngroups + group[parent[kid]])),
+        np.concatenate((seconds[inside], -seconds[kid])), flat.size)
     calls, kids = np.flatnonzero(keep & ~inside), child[(keep & ~inside)[child]]
     both = np.concatenate((calls, kids))
     return with_crossing(
