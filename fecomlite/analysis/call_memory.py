@@ -129,7 +129,9 @@ def first_of_site(
     out = np.zeros(rep.size, bool)
     heads = np.flatnonzero(pieces.is_call(status))
     if heads.size:
-        distinct, which = dense_ranks(row_codes(rep[heads], pid[heads], site[heads]))
+        keys = (rep, pid, site) if heads.size == rep.size else (  # no call in pieces
+            rep[heads], pid[heads], site[heads])
+        distinct, which = dense_ranks(row_codes(*keys))
         first = np.full(distinct, heads.size)
         np.minimum.at(first, which, np.arange(heads.size))  # each triple's first call
         out[heads[first]] = True
