@@ -755,23 +755,17 @@ def attribute(
     d = leaf @ weights
     h = np.divide(above, d, out=np.zeros_like(above), where=d > 0)
     rates = capped_rates(above, leaf, weights, ceiling_W)
-    start, end = placed.start, placed.end
-    child = np.flatnonzero(parent >= 0)
-    kids = (child, parent[child])  # for both integrals of each call's own time
     call_weight = weights[grp] if (weights != 1).any() else 1.0  # overlap: alike
-    if rates is None:
-        self_e = call_weight * _self_integral(edges, h, start, end, kids)
-        in_calls = float(above[d > 0].sum())
-    else:  # energy no call could draw at the ceiling stays outside the calls
-        self_e = _self_by_group(edges, rates, start, end, kids, grp)
-        in_calls = float(self_e.sum())
-    levels = _levels(parent, depth)
-    inclusive = _inclusive(self_e, levels)
-
     w = leaf.sum(axis=1)
     union = placed.busy_s
     q = np.divide(idle_W * union, w, out=np.zeros_like(w), where=w > 0)
-    idle_share = _inclusive(_self_integral(edges, q, start, end, kids), levels)
+    self_e, idle_self = _own_integrals(edges, placed, parent, (h if rates is None else rates, q),
+                                       grp, call_weight)
+    # energy no call could draw at the ceiling stays outside the calls
+    in_calls = float(above[d > 0].sum()) if rates is None else float(self_e.sum())
+    levels = _levels(parent, depth)
+    inclusive = _inclusive(self_e, levels)
+    idle_share = _inclusive(idle_self, levels)
 
     sharing, measurement = _uncertainty(intervals, above, h, call_weight, t0, t1, placed)
     top = parent < 0
@@ -835,6 +829,22 @@ def capped_rates(
     return rate
 
 
+def _own_integrals(
+    edges: np.ndarray, placed: Placed, parent: np.ndarray, rates: tuple[np.ndarray, np.ndarray],
+    grp: np.ndarray, weight: np.ndarray | float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(self energy, idle share of the leaf time) of each call: `_self_integral` of the
+    above-idle rate (one per interval, times each call's weight; or per interval and group,
+    `_self_by_group`) and of the idle rate, the calls' children found once for both."""
+    start, end = placed.start, placed.end
+    child = parent >= 0
+    kids = (child, parent[child])
+    rate, idle = rates
+    own = (weight * _self_integral(edges, rate, start, end, kids) if rate.ndim == 1
+           else _self_by_group(edges, rate, start, end, kids, grp))
+    return own, _self_integral(edges, idle, start, end, kids)
+
+
 def _self_by_group(
     edges: np.ndarray, rates: np.ndarray, start: Instants, end: Instants,
     kids: tuple[np.ndarray, np.ndarray], grp: np.ndarray,
@@ -862,8 +872,8 @@ def _self_integral(
     edges: np.ndarray, rate: np.ndarray, start: Instants, end: Instants,
     kids: tuple[np.ndarray, np.ndarray],
 ) -> np.ndarray:
-    """∫ rate over each call's leaf time: its span minus its direct children's spans (kids: the
-    calls that have a parent, and their parents)."""
+    """∫ rate over each call's leaf time: its span minus its direct children's spans (kids: which
+    calls have a parent, and their parents)."""
     span = end.integral(edges, rate) - start.integral(edges, rate)
     child, up = kids
     return span - np.bincount(up, span[child], minlength=span.size)
