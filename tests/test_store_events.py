@@ -167,12 +167,12 @@ def test_a_large_chunk_with_noisy_times_reads_back_as_written():
         assert np.array_equal(back[name], expected), name
 
 
-def test_a_run_reads_back_in_the_order_a_sort_of_every_event_gives():
+def test_a_run_reads_back_in_the_order_a_sort_of_every_event_gives(tmp_path):
     """`run_columns` decodes each chunk into its place and moves only the events out of order:
     the columns equal those of all chunks joined and sorted stably by (rep, start), and by start
     alone (`by_rep=False`), over chunks stored out of order, repetitions interleaved, ties."""
     rng = np.random.default_rng(5)
-    with Store(":memory:") as store:
+    with Store(tmp_path / "s.sqlite") as store:
         run = store.create_run()
         for k in range(12):
             n = int(rng.integers(1, 300))
