@@ -44,7 +44,11 @@ class Instants:
             return np.zeros(self.interval.size)
         acc = np.concatenate(([0.0], np.cumsum(rate * np.diff(edges) / NS)))
         i = self.interval
-        return acc[i] + rate[i] * self.offset_ns / NS
+        out = rate[i]  # acc[i] + rate[i] * offset / NS, in one array (a million calls: 8 MB)
+        out *= self.offset_ns
+        out /= NS
+        out += acc[i]
+        return out
 
 
 @dataclass(frozen=True)

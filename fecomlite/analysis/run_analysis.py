@@ -120,7 +120,8 @@ def _events(store: Store, run_id: int) -> dict[str, np.ndarray]:
     out = {c: cols[c] for c in ("rep", "site_id", "pid", "tid", "t_start_ns", "t_end_ns",
                                 "status")}
     for c in ("in_bytes", "out_bytes"):
-        out[c] = np.where(cols[c] < 0, np.nan, cols[c].astype(float))
+        out[c] = cols[c].astype(float)
+        out[c][cols[c] < 0] = np.nan  # not taken
     return out
 
 
