@@ -15,7 +15,10 @@ calls is (`analysis/streamed.py`).
 
     python benchmarks/long_training.py [--sizes 1000000 10000000] [--huge] [--report-max N]
                                        [--stream-above N] [--http N] [--senders S]
-                                       [--batch-calls N] [--json FILE] [--keep DIR]
+                                       [--batch-calls N] [--json FILE] [--keep DIR] [--real N]
+
+Then a real instrumented run of `--real` calls (5 M by default) through `fecomlite run` and
+`fecomlite report`, as `real_training_run.py` makes it.
 
 Runs against whichever fecomlite is on PYTHONPATH: the same script measured the previous
 row-per-call store (PYTHONPATH=a checkout of the older release) and the chunked one.
@@ -37,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import real_training_run
 
 from fecomlite.runtime import batch_codec
 from fecomlite.store import Store
@@ -287,6 +291,9 @@ def main() -> None:
                              "~3,800; 40000 is a 200 k calls/s program's 0.2 s)")
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--keep", type=Path, help="build the stores here and keep them")
+    parser.add_argument("--real", type=int, default=5_000_000,
+                        help="calls of a real instrumented run, end to end "
+                             "(`real_training_run.py`; 0: none)")
     args = parser.parse_args()
     sizes = sorted(set(args.sizes + ([100_000_000] if args.huge else [])))
     folder = (args.keep or Path(tempfile.mkdtemp(prefix="fecomlite-long-training-"))).resolve()
@@ -348,6 +355,11 @@ def main() -> None:
             figures.append({"http_calls": args.http, "senders": args.senders,
                             "batch_calls": args.batch_calls, "http_events_per_s": rate,
                             "server_cpu_ns_per_event": cpu_ns})
+        if args.real:
+            os.environ.pop("FECOMLITE_STREAM_ABOVE", None)  # the real run reported as a user's
+            real = real_training_run.real_run(args.real, folder / "real")
+            print(real_training_run.printed(real), flush=True)
+            figures.append(real)
     finally:
         if args.json:
             args.json.write_text(json.dumps(figures, indent=1))

@@ -51,6 +51,29 @@ def test_memory_is_read_over_the_repetitions_only(tmp_path: Path):
     assert (rss["first_B"], rss["peak_B"], memory["peak_B"]) == (100e6, 250e6, 250e6)
     assert [(r["rep"], r["peak_B"]) for r in rss["per_rep"]] == [(1, 250e6), (2, 180e6)]
     assert rss["timeline"]["t_s"] == [1.0, 2.0, 5.0, 6.0]  # no baseline, tail, nor exited 0
+    assert rss["timeline"]["rep_starts"] == [2]  # 5.0 s begins repetition 2
+
+
+def test_the_memory_line_stops_between_repetitions_in_chromium(tmp_path: Path):
+    """No process of the program exists between two repetitions (the gate, a baseline): the
+    drawn line stops at the first's last reading and starts again at the second's first."""
+    from playwright.sync_api import sync_playwright
+    from test_live_browser import ARGS, CHROMIUM
+
+    with Store(tmp_path / "s.sqlite") as store:
+        run_id = _run(store)
+        written = write_report(build_report(store, run_id), tmp_path / "report", ["html"])
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(written[0].as_uri())
+            drawn = page.locator('[data-chart="process-memory"] path.fc-line')
+            paths = [drawn.nth(i).get_attribute("d") for i in range(drawn.count())]
+        finally:
+            browser.close()
+    (d,) = paths
+    assert d.count("M") == 2 and d.count("L") == 2  # two segments of two readings each
 
 
 def test_a_long_gauge_is_read_chunk_by_chunk_with_the_figures_of_a_whole_read(tmp_path: Path):

@@ -391,3 +391,40 @@ def test_a_gauge_read_a_window_at_a_time_gives_what_the_whole_series_gives(
         for g, w in zip(got, want, strict=True):
             assert np.array_equal(g, w, equal_nan=True) if g.dtype != bool else (g == w).all()
     store.close()
+
+
+def test_the_programs_gaps_are_summed_per_interval_as_the_batches_come():
+    """Back-to-back calls leave a gap between every two: the streamed sweep sums them into each
+    sensor interval batch by batch (kept whole they grew with the run), to the seconds the
+    gaps themselves give, across batches and repetitions, a repetition without a call whole."""
+    from fecomlite.analysis.streamed import Windows, _Gaps
+
+    rng = np.random.default_rng(5)
+    edges = np.arange(0, 2_000_000_001, 100_000_000, dtype=np.int64)
+    spans = {1: (50_000_000, 1_100_000_000), 2: (1_200_000_000, 1_900_000_000),
+             3: (1_950_000_000, 1_990_000_000)}
+    gaps = _Gaps(Windows(spans), {"power": edges})
+    expected: list[tuple[int, int]] = []
+    for rep in (1, 2):
+        a, b = spans[rep]
+        t0 = np.sort(rng.integers(a - 10_000_000, b, 400))
+        t1 = t0 + rng.integers(0, 3_000_000, t0.size)
+        cover = a
+        for s, e in zip(np.clip(t0, a, b).tolist(), np.clip(t1, a, b).tolist(), strict=True):
+            if s > cover:
+                expected.append((cover, s))
+            cover = max(cover, e)
+        if b > cover:
+            expected.append((cover, b))
+        for part in np.array_split(np.arange(t0.size), 7):  # batches of the sweep
+            gaps.add(rep, t0[part], t1[part])
+    gaps.finish()
+    gaps.unseen()
+    expected.append(spans[3])
+    want = np.zeros(edges.size - 1)
+    for s, e in expected:
+        for k in range(edges.size - 1):
+            want[k] += max(0, min(e, edges[k + 1]) - max(s, edges[k])) / 1e9
+    assert gaps.count == len(expected)
+    assert gaps.last_end == max(e for _, e in expected)
+    np.testing.assert_allclose(gaps.seconds["power"], want, rtol=1e-12, atol=1e-15)

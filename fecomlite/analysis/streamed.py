@@ -87,44 +87,61 @@ class _Union:
 
 class _Gaps:
     """The program's time between calls (of any thread) inside each repetition's window, as
-    `program_figures.program_gaps` finds it, from calls given in start order."""
+    `program_figures.program_gaps` finds it, from calls given in start order: summed per
+    interval of each set of sensor `edges` as they come (back-to-back calls leave a gap between
+    every two: kept whole, the gaps of a 5 M-call run took ~500 MB), with their count and the
+    latest end."""
 
-    def __init__(self, windows: Windows) -> None:
+    def __init__(self, windows: Windows, edges: dict[str, np.ndarray]) -> None:
         self.windows = windows
         self.rep: int | None = None
         self.cover = 0
         self.seen: set[int] = set()
+        self.edges = edges
+        self.seconds = {name: np.zeros(max(e.size - 1, 0)) for name, e in edges.items()}
+        self.count = 0
+        self.last_end: int | None = None
 
-    def add(self, rep: int, t0: np.ndarray, t1: np.ndarray) -> list[tuple[np.ndarray, ...]]:
-        out = []
+    def add(self, rep: int, t0: np.ndarray, t1: np.ndarray) -> None:
         if rep != self.rep:
-            out += self.finish()
+            self.finish()
             self.rep, self.seen = rep, self.seen | {rep}
             self.cover = self.windows.spans[rep][0] if rep in self.windows.spans else 0
         if rep not in self.windows.spans:
-            return out
+            return
         a, b = self.windows.spans[rep]
         inside = (t1 > a) & (t0 < b)
         s, e = np.clip(t0[inside], a, b), np.clip(t1[inside], a, b)
         if s.size:
             prev = np.maximum.accumulate(np.concatenate(([self.cover], e)))
             keep = s > prev[:-1]
-            out.append((prev[:-1][keep], s[keep]))
+            self._count(prev[:-1][keep], s[keep])
             self.cover = int(prev[-1])
-        return out
 
-    def finish(self) -> list[tuple[np.ndarray, ...]]:
+    def finish(self) -> None:
         """The last gap of the current repetition's window."""
         if self.rep is None or self.rep not in self.windows.spans:
-            return []
+            return
         b = self.windows.spans[self.rep][1]
         self.rep = None
-        return [(np.array([self.cover]), np.array([b]))] if b > self.cover else []
+        if b > self.cover:
+            self._count(np.array([self.cover]), np.array([b]))
 
-    def unseen(self) -> list[tuple[np.ndarray, ...]]:
+    def unseen(self) -> None:
         """Whole windows of repetitions without a call."""
-        return [(np.array([a]), np.array([b])) for r, (a, b) in self.windows.spans.items()
-                if r not in self.seen and b > a]
+        for r, (a, b) in self.windows.spans.items():
+            if r not in self.seen and b > a:
+                self._count(np.array([a]), np.array([b]))
+
+    def _count(self, g0: np.ndarray, g1: np.ndarray) -> None:
+        if not g0.size:
+            return
+        self.count += int(g0.size)
+        end = int(g1.max())
+        self.last_end = end if self.last_end is None else max(self.last_end, end)
+        for name, edges in self.edges.items():
+            self.seconds[name] += overlap_matrix(edges, g0, g1, np.zeros(g0.size, np.int64),
+                                                 np.ones(g0.size), 1)[:, 0]
 
 
 @dataclass
@@ -254,8 +271,7 @@ def sweep_one(chunks: Chunks, threads: sweep.Threads, site_fit: np.ndarray,
     leads = [domains[d] for d in dict.fromkeys(lead.values())]
     busy = {dom.name: _Union(dom.iv.edges_ns) for dom in leads}
     recent = {dom.name: _Union(dom.iv.edges_ns) for dom in leads}
-    gaps = _Gaps(windows)
-    found: list[tuple[np.ndarray, ...]] = []
+    gaps = _Gaps(windows, {dom.name: dom.iv.edges_ns for dom in leads})
     span: list[int] = []  # first start, last end
 
     def outside(t0: np.ndarray, t1: np.ndarray, rep: int) -> None:
@@ -266,7 +282,7 @@ def sweep_one(chunks: Chunks, threads: sweep.Threads, site_fit: np.ndarray,
             busy[dom.name].add(t0, t1)
             if any(domains[d].idle_W is None for d, first in lead.items() if first == dom.name):
                 recent[dom.name].add(t0, t1 + int(1.0 * at.NS))
-        found.extend(gaps.add(rep, t0, t1))
+        gaps.add(rep, t0, t1)
         first, last = int(t0.min()), int(t1.max())
         span[:] = [min(span[0], first), max(span[1], last)] if span else [first, last]
 
@@ -276,9 +292,8 @@ def sweep_one(chunks: Chunks, threads: sweep.Threads, site_fit: np.ndarray,
     else:
         _leaf_numpy(chunks, threads, site_fit, site_index, leads, batch_events, outside)
     t_min, t_max = span if span else (None, None)
-    found += gaps.finish() + gaps.unseen()
-    g0 = np.concatenate([g[0] for g in found]) if found else np.zeros(0, np.int64)
-    g1 = np.concatenate([g[1] for g in found]) if found else np.zeros(0, np.int64)
+    gaps.finish()
+    gaps.unseen()
     unions = {d: (busy[d].close(), recent[d].close()) for d in busy}
     for d, dom in domains.items():
         if lead[d] != d:
@@ -286,14 +301,13 @@ def sweep_one(chunks: Chunks, threads: sweep.Threads, site_fit: np.ndarray,
     for d, dom in domains.items():
         calls_union, recent_union = unions[lead[d]]
         dom.union = calls_union.copy()
-        has_gaps = bool(g0.size) and dom.gaps
+        has_gaps = gaps.count > 0 and dom.gaps
         dom.gaps = has_gaps
         if has_gaps:
-            gap_time = overlap_matrix(dom.iv.edges_ns, g0, g1, np.zeros(g0.size, np.int64),
-                                          np.ones(g0.size), 1)[:, 0]
+            gap_time = gaps.seconds[lead[d]]
             dom.leaf[:, -1] += gap_time
             dom.union += gap_time
-        ends = [t for t in (t_max, int(g1.max()) if has_gaps else None) if t is not None]
+        ends = [t for t in (t_max, gaps.last_end if has_gaps else None) if t is not None]
         dom.t_max = max(ends) if ends else int(dom.iv.edges_ns[0])
         if dom.idle_W is None:
             dom.idle_W = _quiet_idle(dom.iv, calls_union, recent_union)

@@ -87,7 +87,20 @@ def _sensor_memory(store: Store, sensor: dict[str, Any], windows: list[tuple[int
     return {"sensor": sensor["name"], "domain": sensor["domain"], "what": _what(sensor),
             "provenance": sensor["provenance"], "first_B": per_rep[0]["first_B"],
             "peak_B": peak, "growth_B": peak - per_rep[0]["first_B"], "per_rep": per_rep,
-            "timeline": {"t_s": ((t - origin) / 1e9).round(4).tolist(), "B": v.tolist()}}
+            "timeline": {"t_s": ((t - origin) / 1e9).round(4).tolist(), "B": v.tolist(),
+                         "rep_starts": _rep_starts(t, windows)}}
+
+
+def _rep_starts(t: np.ndarray, windows: list[tuple[int, int, int]]) -> list[int]:
+    """The indices of the timeline's points that come after another repetition's end: between
+    two repetitions no process of the program existed (gate, baseline), so a chart's line
+    stops there. (By ends: a bin's point is stamped with the bin's start, which may come a
+    little before the start of the repetition its readings belong to.)"""
+    if t.size < 2:
+        return []
+    ends = np.array([end for _, _, end in windows], np.int64)
+    ended = np.searchsorted(ends, t, "left")  # repetitions ended before each point
+    return (np.flatnonzero(np.diff(ended)) + 1).tolist()
 
 
 def memory_context(memory: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -101,8 +114,7 @@ def memory_context(memory: dict[str, Any] | None) -> dict[str, Any] | None:
             for m in memory["sensors"]]
     series = [{"label": f"{m['sensor']} ({m['provenance']})", "markers": False,
                "color": SERIES_COLORS[(4 + k) % len(SERIES_COLORS)],
-               "points": [[x, y] for x, y in zip(m["timeline"]["t_s"], m["timeline"]["B"],
-                                                 strict=True)]}
+               "points": _broken_points(m["timeline"])}
               for k, m in enumerate(memory["sensors"])]
     chart = {"type": "lines", "series": series, "xUnit": "s", "yUnit": "B", "xName": "time",
              "xLabel": "time since the run started", "yLabel": "memory (peak per step)",
@@ -110,6 +122,18 @@ def memory_context(memory: dict[str, Any] | None) -> dict[str, Any] | None:
     peak = memory.get("peak_B")
     return {"rows": rows, "chart": chart,
             "peak": units.scaled(peak, "B") if peak is not None else None}
+
+
+def _broken_points(timeline: dict[str, Any]) -> list[list[float | None]]:
+    """The chart's [t, bytes] points, with [t, None] (the line stops) before each point that
+    begins another repetition."""
+    breaks = set(timeline.get("rep_starts") or [])
+    points: list[list[float | None]] = []
+    for i, (x, y) in enumerate(zip(timeline["t_s"], timeline["B"], strict=True)):
+        if i in breaks:
+            points.append([x, None])
+        points.append([x, y])
+    return points
 
 
 def memory_csv(memory: dict[str, Any] | None, run_mode: str) -> str | None:

@@ -70,7 +70,9 @@ class Bin:
 class Track(StoredSensor):
     """One sensor, by name, followed across runs: latest value, energy so far, binned history."""
 
-    last_t: int = -1
+    # before any sample: CLOCK_MONOTONIC counts from boot, and the readings a store holds
+    # may be older than that on a machine just started (or stamped by another host)
+    last_t: int = -(2**63)
     last_v: float | None = None
     energy_J: float = 0.0
     bins: deque[Bin] = field(default_factory=lambda: deque(maxlen=int(HISTORY_S / BIN_S)))

@@ -681,10 +681,12 @@
   function lines(host, data) {
     frame(host, "fc-lines");
     const xLog = !!data.xLog, yLog = !!data.yLog;
-    // A log axis cannot place zero or less: such points are left out.
+    // A log axis cannot place zero or less: such points are left out. A point [x, null] is a
+    // break: the line stops there and starts again at the next point.
     const series = (data.series || []).map((s) => Object.assign({}, s, {
-      points: (s.points || []).filter((p) => (!xLog || p[0] > 0) && (!yLog || p[1] > 0)),
-    })).filter((s) => s.points.length);
+      points: (s.points || []).filter((p) => p[1] === null
+        || ((!xLog || p[0] > 0) && (!yLog || p[1] > 0))),
+    })).filter((s) => s.points.some((p) => p[1] !== null));
     const vlines = (data.vlines || []).filter((v) => isFinite(v.x) && (!xLog || v.x > 0));
     if (!series.length) return empty(host, data.empty || "nothing to show");
     legend(host, series);
@@ -698,6 +700,7 @@
       const svg = svgEl("svg", { width: W, height: H, class: "fc-svg" }, wrap);
       let x0 = Infinity, x1 = -Infinity, y0 = data.yZero === false || yLog ? Infinity : 0, y1 = -Infinity;
       for (const s of series) for (const [x, y] of s.points) {
+        if (y === null) continue;
         x0 = Math.min(x0, x); x1 = Math.max(x1, x); y0 = Math.min(y0, y); y1 = Math.max(y1, y);
       }
       for (const v of vlines) { x0 = Math.min(x0, v.x); x1 = Math.max(x1, v.x); }
@@ -734,11 +737,16 @@
       svgText(g, 4, 11, data.yLabel || "", { class: "fc-axis-label" });
       for (const s of series) {
         if (s.line !== false) {
-          const d = s.points.map((p, i) => (i ? "L" : "M") + xs(p[0]).toFixed(1) + "," + ys(p[1]).toFixed(1)).join("");
+          let d = "", move = true;
+          for (const p of s.points) {
+            if (p[1] === null) { move = true; continue; }
+            d += (move ? "M" : "L") + xs(p[0]).toFixed(1) + "," + ys(p[1]).toFixed(1);
+            move = false;
+          }
           svgEl("path", { d: d, stroke: s.color, class: "fc-line" + (s.dash ? " fc-dashed" : "") }, g);
         }
         if (s.markers) {
-          for (const p of s.points) svgEl("circle", { cx: xs(p[0]), cy: ys(p[1]), r: 3.5, fill: s.color, class: "fc-dot" }, g);
+          for (const p of s.points) if (p[1] !== null) svgEl("circle", { cx: xs(p[0]), cy: ys(p[1]), r: 3.5, fill: s.color, class: "fc-dot" }, g);
         }
       }
       const cursor = svgEl("line", { y1: top, y2: H - bottom, class: "fc-cursor", visibility: "hidden" }, svg);
@@ -748,8 +756,8 @@
         const x = xs.invert(mx);
         const out = [{ text: (data.xName || "x") + " = " + fmt(x, data.xUnit), head: true }];
         for (const s of series) {
-          let best = s.points[0];
-          for (const p of s.points) if (Math.abs(p[0] - x) < Math.abs(best[0] - x)) best = p;
+          let best = null;  // the nearest point, or the break nearer than any: no value there
+          for (const p of s.points) if (!best || Math.abs(p[0] - x) < Math.abs(best[0] - x)) best = p;
           out.push({ text: s.label + ": " + fmt(best[1], data.yUnit), color: s.color });
         }
         cursor.setAttribute("x1", mx); cursor.setAttribute("x2", mx);
