@@ -77,8 +77,8 @@ def report_command(
     """Write the HTML report (self-contained, opens offline) with JSON and CSV beside it."""
     # Imported here so that `fecomlite --help` and the other commands do not load scipy.
     from fecomlite.analysis import carbon
-    from fecomlite.heap import keep_freed_memory
     from fecomlite.report.build import build_report
+    from fecomlite.report.heap import keep_freed_memory
     from fecomlite.report.render import FORMATS, write_comparison, write_report
 
     keep_freed_memory()  # a short process through large arrays: reuse pages, fault fewer
