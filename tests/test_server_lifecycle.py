@@ -74,6 +74,14 @@ def test_status_lists_every_server_of_the_user_and_stop_all_stops_them(
         assert refused.returncode == 2
         assert f"already serves {first.resolve()}" in refused.stderr
 
+        # the home given to `server` itself is the subcommand's
+        grouped = cli(tmp_path, "server", "--home", str(second), "status")
+        assert any(f"pid {started.pid}" in line and "this home" in line
+                   for line in grouped.stdout.splitlines()), grouped.stdout
+        one = cli(tmp_path, "server", "--home", str(second), "stop")
+        assert one.returncode == 0 and f"stopped the server of {second.resolve()}" in one.stdout
+        assert live_client(second) is None and live_client(first) is not None
+
         stop = cli(tmp_path, "server", "stop", "--all")
         assert stop.returncode == 0, stop.stderr
         assert proc.wait(timeout=30) == 0

@@ -59,6 +59,7 @@ def server_command(
 ) -> None:
     """Run the local measurement server in the foreground until Ctrl-C (or see or stop one)."""
     if ctx.invoked_subcommand is not None:
+        ctx.obj = {"home": home}  # `server --home H stop` means H's server, as `stop --home H`
         return
     from fecomlite.server.app import ServerConfigError, parse_address
     from fecomlite.server.runtime import ServerRunning, run_foreground
@@ -74,13 +75,13 @@ def server_command(
 
 
 @server_app.command("status")
-def status_command(home: HomeOption = None) -> None:
+def status_command(ctx: typer.Context, home: HomeOption = None) -> None:
     """List this user's running servers; exit status 1 when none serves HOME."""
     from fecomlite.server.client import live_client
     from fecomlite.server.registry import registered_homes
     from fecomlite.store import default_home
 
-    mine = (home or default_home()).resolve()
+    mine = (home or _group_home(ctx) or default_home()).resolve()
     homes = registered_homes()
     if mine not in homes:
         homes.insert(0, mine)  # a server started before the registry existed is still found
@@ -105,6 +106,7 @@ def status_command(home: HomeOption = None) -> None:
 
 @server_app.command("stop")
 def stop_command(
+    ctx: typer.Context,
     home: HomeOption = None,
     all_homes: Annotated[
         bool, typer.Option("--all", help="Stop every server of this user, whatever its home.")
@@ -115,6 +117,7 @@ def stop_command(
     from fecomlite.server.registry import registered_homes
     from fecomlite.store import default_home
 
+    home = home or _group_home(ctx)
     homes = registered_homes() if all_homes else [(home or default_home()).resolve()]
     stopped = 0
     for folder in homes:
@@ -131,6 +134,11 @@ def stop_command(
     if not stopped:
         typer.echo("no server was running" + ("" if all_homes else f" for {homes[0]}"))
         raise typer.Exit(1)
+
+
+def _group_home(ctx: typer.Context) -> Path | None:
+    """The --home given to `server` itself, before the subcommand."""
+    return (ctx.obj or {}).get("home") if isinstance(ctx.obj, dict) else None
 
 
 def _duration(seconds: float) -> str:
