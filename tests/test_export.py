@@ -165,3 +165,24 @@ def test_openmetrics_text_parses_and_carries_the_analysis_figures(stored, analys
             assert energy[row["api"], domain] == pytest.approx(e["above_idle_J"])
     (co2e,) = families["fecomlite_run_co2e_grams"].samples
     assert "estimated at 100 gCO2e/kWh" in co2e.labels["intensity"] and co2e.value > 0
+
+
+def test_a_trace_written_to_a_file_is_the_whole_trace_and_a_failed_one_leaves_nothing(
+        stored, tmp_path):
+    """The trace is written event by event (a day's calls never held at once): the file holds
+    what `perfetto.trace` makes whole; an export that cannot be finished leaves no part."""
+    from fecomlite.export.perfetto import trace
+
+    store_path, run = stored
+    out = tmp_path / "run.trace.json"
+    done = invoke(["export", str(run), "--store", str(store_path), "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    with Store(store_path, create=False) as store:
+        assert json.loads(out.read_text()) == json.loads(json.dumps(trace(store, run)))
+    assert [p.name for p in tmp_path.iterdir()] == ["run.trace.json"]  # no part file left
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    failed = invoke(["export", str(run), "--store", str(store_path), "--out",
+                     str(blocked / "run.trace.json")])
+    assert failed.exit_code == 1 and "Traceback" not in failed.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["not-a-folder", "run.trace.json"]

@@ -329,6 +329,13 @@ def time_ordered(db: sqlite3.Connection, run_id: int) -> Iterator[dict[str, np.n
         yield cols
 
 
+def first_start(db: sqlite3.Connection, run_id: int) -> int | None:
+    """The earliest start of a run's events (each chunk keeps its own), None without events."""
+    first = db.execute("SELECT min(t_first_ns) FROM event_chunks WHERE run_id=?",
+                       (run_id,)).fetchone()[0]
+    return None if first is None else int(first)
+
+
 def count(db: sqlite3.Connection, run_id: int) -> int:
     """How many events the run holds, without opening a chunk."""
     return int(db.execute("SELECT coalesce(sum(n), 0) FROM event_chunks WHERE run_id=?",

@@ -169,18 +169,9 @@ class StoreReads:
         cols = self.event_columns(run_id)
         return list(zip(*(cols[c].tolist() for c in events.COLUMNS), strict=True))
 
-    def calls_with_sites(self, run_id: int) -> list[tuple[Any, ...]]:
-        """(rep, pid, tid, t_start_ns, t_end_ns, status, in_bytes, out_bytes, api, key, written,
-        kind) of every call of the run, by start; a size not taken is None."""
-        cols = events.run_columns(self.db, run_id, by_rep=False)
-        sites = {r["id"]: (r["api"], r["key"], r["written"], r["kind"])
-                 for r in self.sites(run_id)}
-        sizes = [[None if v < 0 else v for v in cols[c].tolist()]
-                 for c in ("in_bytes", "out_bytes")]
-        return [(*row, *sites[site]) for *row, site in zip(
-            *(cols[c].tolist() for c in ("rep", "pid", "tid", "t_start_ns", "t_end_ns",
-                                         "status")),
-            *sizes, cols["site_id"].tolist(), strict=True)]
+    def first_event_ns(self, run_id: int) -> int | None:
+        """When the run's earliest call started, without opening a chunk."""
+        return events.first_start(self.db, run_id)
 
     def site_spans(self, run_id: int, key: str) -> list[tuple[int, int]]:
         """(t_start_ns, t_end_ns) of each call of one site (a region), by repetition."""
