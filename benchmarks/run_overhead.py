@@ -25,7 +25,7 @@ in the program's start-up alone, here).
 
 The peers are large (pandas, scikit-learn, matplotlib): install them apart, e.g.
 `python -m venv --system-site-packages /tmp/peers && /tmp/peers/bin/pip install codecarbon
-zeus-ml carbontracker`, and pass `--peers-python /tmp/peers/bin/python`.
+zeus carbontracker`, and pass `--peers-python /tmp/peers/bin/python`.
 """
 
 from __future__ import annotations
