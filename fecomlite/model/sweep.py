@@ -209,60 +209,26 @@ def measured_columns(
     process of a shared machine, the program's own CPU time only its own work. It is above idle
     by construction and never summed with cpu-package.
     """
-    from fecomlite.analysis.run_analysis import ADDITIVE_DOMAINS, analyse_run, finite_or_zero
+    from fecomlite.analysis.run_analysis import ADDITIVE_DOMAINS, analyse_run
 
     analysis = analyse_run(store, run_id, method, compare_levels=False)
     spans = store.site_spans(run_id, REGION_SITE)
     site = next((s for s in analysis.sites if s["key"] == REGION_SITE), None)
     if site is None or not spans:
         return {"status": "no training region measured"}, {}
-    durations = [(b - a) / 1e9 for a, b in spans]
-    time_s = _mean(durations)
-    columns: dict[str, Any] = {
-        "repetitions": len(spans), "time_s": time_s, "time_s_std": _std(durations),
-        "reps_time_s": durations, "attribution_method": method,
-    }
     sensors = {s["name"]: s for s in store.sensors(run_id)}
-    cpu = _region_cpu_s(store, sensors.get(PROCESS_CPU_SENSOR), spans,
-                        _cpus(store.run(run_id).get("machine") or {}))
-    if cpu:
-        columns.update({"cpu_s": _mean(cpu), "cpu_s_std": _std(cpu), "reps_cpu_s": cpu})
-    waits = [r["wait_per_cpu_s"] for r in analysis.load.get("contention", {}).get("per_rep", [])]
-    if len(waits) == len(spans) and all(math.isfinite(w) for w in waits):
-        columns["reps_wait_per_cpu_s"] = waits  # what load did to each repetition
-    used = sorted({info["method"] for info in analysis.domains if info.get("method")})
-    if used and used != [method]:
-        columns["attribution_method"] = f"{method} (fell back to {'+'.join(used)})"
+    columns = _time_columns(store, run_id, analysis, spans, sensors, method)
     domains: dict[str, Any] = {}
     raw: dict[str, tuple[float, float]] = {}
     for info in analysis.domains:
         d = info["domain"]
         energy = site["energy"].get(d)
-        if energy is None:
+        found = None if energy is None else _domain_columns(
+            store, info, energy, sensors.get(info["sensor"]), spans, columns["time_s"])
+        if found is None:
             continue
-        # the raw estimates: their spread is the noise, and a bound is drawn from them below
-        per_rep = [e for e in energy["raw_per_rep_J"] if e is not None and math.isfinite(e)]
-        mean, spread = _mean(per_rep), _std(per_rep) or 0.0
-        if mean is None:
-            continue
-        sensor = sensors.get(info["sensor"])
-        readings = _region_readings(store, sensor, spans) if sensor else []
-        # the readings' own scatter over the region: what a flat idle baseline does not know of
-        scatter = (_std(readings) or 0.0) / math.sqrt(len(readings)) * time_s if readings else 0.0
-        sigma = math.sqrt(finite_or_zero(energy.get("uncertainty_J")) ** 2 + scatter**2
-                          + spread**2 / len(per_rep))
-        raw[d] = (mean, sigma)
-        columns.update(_energy_columns(d, mean, sigma))
-        if columns[f"energy_J_{d}"] is not None and len(per_rep) == len(spans) and min(
-                per_rep) > 0:  # each repetition a row of the fit (`fit.repetition_rows`)
-            columns[f"reps_energy_J_{d}"] = per_rep
-        columns[f"energy_J_{d}_std"] = _std(per_rep)
-        columns[f"idle_W_{d}"] = info["idle_W"]
-        if columns[f"energy_J_{d}"] is None:
-            columns[f"power_check_{d}"] = "energy below resolution"
-        elif sensor is not None and time_s:
-            columns.update(_power_check(readings, finite_or_zero(sensor.get("period_s")), d,
-                                        mean / time_s, sigma / time_s, info["idle_W"], time_s))
+        domain_columns, raw[d] = found
+        columns.update(domain_columns)
         domains[d] = {
             "provenance": info["provenance"], "model": info["model"], "sensor": info["sensor"],
             "additive": d in ADDITIVE_DOMAINS or d.startswith("gpu:"),
@@ -279,6 +245,64 @@ def measured_columns(
         for d, m in sorted(domains.items())
     )
     return columns, domains
+
+
+def _time_columns(
+    store: Store, run_id: int, analysis: Any, spans: Sequence[tuple[int, int]],
+    sensors: dict[str, dict[str, Any]], method: str,
+) -> dict[str, Any]:
+    """The region's time over the repetitions, its CPU seconds where the program's CPU share
+    resolved them, what load did to each repetition, and the method each domain was
+    attributed with."""
+    durations = [(b - a) / 1e9 for a, b in spans]
+    columns: dict[str, Any] = {
+        "repetitions": len(spans), "time_s": _mean(durations), "time_s_std": _std(durations),
+        "reps_time_s": durations, "attribution_method": method,
+    }
+    cpu = _region_cpu_s(store, sensors.get(PROCESS_CPU_SENSOR), spans,
+                        _cpus(store.run(run_id).get("machine") or {}))
+    if cpu:
+        columns.update({"cpu_s": _mean(cpu), "cpu_s_std": _std(cpu), "reps_cpu_s": cpu})
+    waits = [r["wait_per_cpu_s"] for r in analysis.load.get("contention", {}).get("per_rep", [])]
+    if len(waits) == len(spans) and all(math.isfinite(w) for w in waits):
+        columns["reps_wait_per_cpu_s"] = waits  # what load did to each repetition
+    used = sorted({info["method"] for info in analysis.domains if info.get("method")})
+    if used and used != [method]:
+        columns["attribution_method"] = f"{method} (fell back to {'+'.join(used)})"
+    return columns
+
+
+def _domain_columns(
+    store: Store, info: dict[str, Any], energy: dict[str, Any], sensor: dict[str, Any] | None,
+    spans: Sequence[tuple[int, int]], time_s: float,
+) -> tuple[dict[str, Any], tuple[float, float]] | None:
+    """One domain's columns of the region (energy or the bound it is below, σ, each
+    repetition's, idle power, the power check) and its (mean, σ); None without an estimate."""
+    from fecomlite.analysis.run_analysis import finite_or_zero
+
+    d = info["domain"]
+    # the raw estimates: their spread is the noise, and a bound is drawn from them below
+    per_rep = [e for e in energy["raw_per_rep_J"] if e is not None and math.isfinite(e)]
+    mean, spread = _mean(per_rep), _std(per_rep) or 0.0
+    if mean is None:
+        return None
+    readings = _region_readings(store, sensor, spans) if sensor else []
+    # the readings' own scatter over the region: what a flat idle baseline does not know of
+    scatter = (_std(readings) or 0.0) / math.sqrt(len(readings)) * time_s if readings else 0.0
+    sigma = math.sqrt(finite_or_zero(energy.get("uncertainty_J")) ** 2 + scatter**2
+                      + spread**2 / len(per_rep))
+    columns = _energy_columns(d, mean, sigma)
+    if columns[f"energy_J_{d}"] is not None and len(per_rep) == len(spans) and min(
+            per_rep) > 0:  # each repetition a row of the fit (`fit.repetition_rows`)
+        columns[f"reps_energy_J_{d}"] = per_rep
+    columns[f"energy_J_{d}_std"] = _std(per_rep)
+    columns[f"idle_W_{d}"] = info["idle_W"]
+    if columns[f"energy_J_{d}"] is None:
+        columns[f"power_check_{d}"] = "energy below resolution"
+    elif sensor is not None and time_s:
+        columns.update(_power_check(readings, finite_or_zero(sensor.get("period_s")), d,
+                                    mean / time_s, sigma / time_s, info["idle_W"], time_s))
+    return columns, (mean, sigma)
 
 
 def _cpus(machine: dict[str, Any]) -> int | None:
