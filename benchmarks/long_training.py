@@ -31,7 +31,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,9 +50,6 @@ MAIN_TID, LOADER_TID = 140_245_118_125_888, 140_244_937_520_896
 FLUSH_NS = 200_000_000  # the probe's flush period
 POWER_NS, RSS_NS = 100_000_000, 5_000_000
 T0 = 10_000_000_000
-MEASURE = ("import resource, subprocess, sys, json; subprocess.run(sys.argv[1:], check=True, "
-           "stdout=subprocess.DEVNULL); u = resource.getrusage(resource.RUSAGE_CHILDREN); "
-           "print(json.dumps([u.ru_maxrss * 1024, u.ru_utime + u.ru_stime]))")
 
 
 def steps(rng: np.random.Generator, n_steps: int, start: int) -> dict[str, np.ndarray]:
@@ -185,16 +181,6 @@ def sqlite3_connect(path: Path) -> Any:
     return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
 
 
-def measured(argv: list[str]) -> tuple[float, int, float]:
-    """(seconds, peak RSS bytes, CPU seconds: user + system) of a command, in a child of its
-    own. The CPU seconds say what the wall seconds mean on a shared machine."""
-    t = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", MEASURE, *argv], check=True,
-                         capture_output=True, text=True).stdout
-    rss, cpu = json.loads(out.strip().splitlines()[-1])
-    return time.perf_counter() - t, int(rss), float(cpu)
-
-
 def http_ingest(folder: Path, n_calls: int, senders: int,
                 per_batch: int | None) -> tuple[float, float]:
     """(events/s, the server's CPU ns per event) a live server stores from `senders` processes
@@ -323,9 +309,10 @@ def main() -> None:
             if n <= args.report_max:
                 out = folder / f"report-{n}"
                 os.environ["FECOMLITE_STREAM_ABOVE"] = str(args.stream_above)
-                row["report_s"], row["report_peak_rss"], row["report_cpu_s"] = measured(
-                    [sys.executable, "-m", "fecomlite.cli", "report", str(run), "--store",
-                     str(path), "-o", str(out), "-f", "json"])
+                measured = real_training_run.measured([
+                    sys.executable, "-m", "fecomlite.cli", "report", str(run), "--store",
+                    str(path), "-o", str(out), "-f", "json"])
+                row["report_s"], row["report_peak_rss"], row["report_cpu_s"] = measured
                 row["report_load"] = os.getloadavg()[0]
             figures.append(row)
             ebc = row["event_bytes_per_call"]

@@ -58,10 +58,11 @@ def write_project(folder: Path, calls: int) -> Path:
     return script
 
 
-def measured(argv: list[str], cwd: Path) -> tuple[float, int, float]:
-    """(seconds, peak RSS bytes of the largest process, CPU seconds of all) of a command, with
-    no FECOMLITE_ variable of ours in its environment."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
+def measured(argv: list[str], cwd: Path | None = None,
+             env: dict[str, str] | None = None) -> tuple[float, int, float]:
+    """(seconds, peak RSS bytes of the largest process, CPU seconds of all: user + system) of a
+    command, in a child of its own. The CPU seconds say what the wall seconds mean on a shared
+    machine."""
     t = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", MEASURE, *argv], check=True, cwd=cwd, env=env,
                          capture_output=True, text=True).stdout
@@ -87,12 +88,13 @@ def real_run(calls: int, folder: Path) -> dict[str, Any]:
 
     project, home = folder / "project", folder / "home"
     script = write_project(project, calls)
-    plain_s, _, plain_cpu = measured([sys.executable, str(script)], project)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FECOMLITE_")}
+    plain_s, _, plain_cpu = measured([sys.executable, str(script)], project, env)
     server = ensure_server(home)
     try:
         run_s, run_rss, run_cpu = measured(
             [sys.executable, "-m", "fecomlite.cli", "run", "--home", str(home), "--repeat", "1",
-             "--quiet", str(script)], project)
+             "--quiet", str(script)], project, env)
         server_rss = peak_rss(server.pid)
     finally:
         client = live_client(home)
@@ -107,7 +109,7 @@ def real_run(calls: int, folder: Path) -> dict[str, Any]:
     program_s = (rep["t_end_ns"] - rep["t_start_ns"]) / 1e9
     report_s, report_rss, report_cpu = measured(
         [sys.executable, "-m", "fecomlite.cli", "report", str(run_id), "--store", str(store_path),
-         "-o", str(folder / "report")], project)
+         "-o", str(folder / "report")], project, env)
     return {
         # the loop's calls, and torch.ones and x.sum around it
         "calls_made": calls // CALLS_PER_STEP * CALLS_PER_STEP + 2, "calls_stored": stored,

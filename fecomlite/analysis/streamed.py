@@ -49,6 +49,12 @@ class Windows:
     spans: dict[int, tuple[int, int]]
 
 
+def _seconds_in(edges: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Seconds of the spans [starts, ends) inside each interval of `edges`."""
+    return overlap_matrix(edges, starts, ends, np.zeros(starts.size, np.int64),
+                          np.ones(starts.size), 1)[:, 0]
+
+
 class _Union:
     """The union of spans given in start order, batch by batch: closed segments are added to a
     per-interval vector at once, the open one carried."""
@@ -80,9 +86,7 @@ class _Union:
 
     def _count(self, starts: np.ndarray, ends: np.ndarray) -> None:
         if starts.size:
-            self.seconds += overlap_matrix(self.edges, starts, ends,
-                                               np.zeros(starts.size, np.int64),
-                                               np.ones(starts.size), 1)[:, 0]
+            self.seconds += _seconds_in(self.edges, starts, ends)
 
 
 class _Gaps:
@@ -140,8 +144,7 @@ class _Gaps:
         end = int(g1.max())
         self.last_end = end if self.last_end is None else max(self.last_end, end)
         for name, edges in self.edges.items():
-            self.seconds[name] += overlap_matrix(edges, g0, g1, np.zeros(g0.size, np.int64),
-                                                 np.ones(g0.size), 1)[:, 0]
+            self.seconds[name] += _seconds_in(edges, g0, g1)
 
 
 @dataclass

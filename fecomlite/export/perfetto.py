@@ -114,9 +114,9 @@ def _calls(store: Store, run_id: int, origin: int,
     sites = {r["id"]: (r["api"], r["key"], r["written"], r["kind"]) for r in store.sites(run_id)}
     threads: dict[tuple[int, int], int] = {}
     calls: dict[tuple[int, int, str], list[Any]] = {}  # thread and site -> [first ts, pieces]
+    columns = ("rep", "pid", "tid", "t_start_ns", "t_end_ns", "status", "in_bytes",
+               "out_bytes", "site_id")
     for chunk in store.event_chunks(run_id):
-        columns = ("rep", "pid", "tid", "t_start_ns", "t_end_ns", "status", "in_bytes",
-                   "out_bytes", "site_id")
         for rep, pid, tid, t0, t1, status, in_b, out_b, site in zip(
                 *(chunk[c].tolist() for c in columns), strict=True):
             api, key, written, kind = sites[site]
