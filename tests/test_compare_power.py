@@ -17,12 +17,14 @@ import math
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from fecomlite.analysis import repetition_factor
 from fecomlite.report.compare import (
     NOT_COMPARABLE_LOAD,
     NOT_FITTED,
     NOT_IDENTIFIED,
+    WITH_EVERY_API,
     across_repetitions,
     compare_runs,
     terminal_lines,
@@ -191,7 +193,7 @@ def test_a_change_the_repetitions_drift_hides_is_seen_beyond_their_common_factor
                       {"torch.matmul": 1.5})
     c = compare_runs(a, b)
     got = per_call(c, "torch.matmul")
-    assert got["verdict"] == "higher" and got["method"] == "beyond the repetitions' common factor"
+    assert got["verdict"] == "higher" and got["method"] == "beyond the runs' common change"
     assert got["as_measured"]["verdict"] == "within noise" and got["min_detectable_rel"] < 0.3
     assert 0.35 < got["beyond_common"]["rel"] < 0.65
     assert [per_call(c, api)["verdict"] for api in LOOP if api != "torch.matmul"] == [
@@ -205,30 +207,67 @@ def test_a_change_the_repetitions_drift_hides_is_seen_beyond_their_common_factor
     assert any("common factor is not used: 5 API(s)" in n for n in without.json["notes"])
 
 
-def test_a_whole_run_dearer_stays_a_verdict_on_every_api():
-    """Run B 1.5× on every API, both runs drifting by e^±0.1: every loop API reads "higher"
-    (a run's level is never removed as a factor: beyond the runs' common change, none
-    changed)."""
+def test_a_whole_run_dearer_is_named_once_not_as_each_apis_change():
+    """Run B 1.5× on every API, both runs drifting by e^±0.1: a whole program dearer reads as
+    a machine slower between the runs would, so no API is called changed: each reads "moved
+    with every API" (beyond the runs' common change none changed), and the domain says the
+    whole run moved by what the common change predicts."""
     a, b = quiet_pair(np.random.default_rng(34), ((0.1, -0.1, 0.0), (-0.05, 0.05, 0.0)),
                       dict.fromkeys(LOOP, 1.5))
     c = compare_runs(a, b)
-    assert c.json["domains"][0]["repetition_factor"]["removed"]
-    assert [per_call(c, api)["verdict"] for api in LOOP] == ["higher"] * len(LOOP)
-    assert [per_call(c, api)["beyond_common"]["verdict"] for api in LOOP] == [
-        "within noise"] * len(LOOP)
+    domain = c.json["domains"][0]
+    assert domain["repetition_factor"]["removed"]
+    assert [per_call(c, api)["verdict"] for api in LOOP] == [WITH_EVERY_API] * len(LOOP)
+    assert [per_call(c, api)["as_measured"]["verdict"] for api in LOOP] == ["higher"] * len(LOOP)
+    assert domain["verdict"] == WITH_EVERY_API and 0.35 < domain["rel"] < 0.65
+    assert "every API moved together" in domain["why"]
+    assert f"{DOMAIN}: {WITH_EVERY_API} (every API moved together" in terminal_lines(c)[0]
+
+
+def test_one_api_dearer_keeps_its_domain_verdict():
+    """matmul 3× in B, the other APIs as in A: the domain's program energy rose by more than
+    the runs' common change predicts, so the domain keeps "higher" and matmul reads "higher"."""
+    a, b = quiet_pair(np.random.default_rng(37), ((0.05, -0.05, 0.0), (0.0, 0.05, -0.05)),
+                      {"torch.matmul": 3.0})
+    c = compare_runs(a, b)
+    assert c.json["domains"][0]["verdict"] == "higher"
+    assert per_call(c, "torch.matmul")["verdict"] == "higher"
 
 
 def test_identical_code_drifting_between_repetitions_gives_no_verdict():
-    """Ten pairs of identical runs, each repetition drifting by e^N(0, 0.4) (and each run's
-    level with it): no verdict on any loop API, though the factor is removed in each."""
+    """A hundred pairs of identical runs, each repetition drifting by e^N(0, 0.4) (and each
+    run's level with it): the factor is removed in each, and at most the design's 5 % of the
+    pairs (family-wise over a page's APIs) has a verdict on any loop API (before the APIs'
+    scatter between runs was measured and the tests were counted as they are: 4 pairs)."""
     rng = np.random.default_rng(35)
-    verdicts = []
-    for _ in range(10):
+    with_a_verdict = 0
+    for _ in range(100):
         c = compare_runs(*quiet_pair(rng, tuple(tuple(0.4 * rng.standard_normal(3))
                                                 for _ in "ab")))
         assert c.json["domains"][0]["repetition_factor"]["removed"]
-        verdicts += [per_call(c, api)["verdict"] for api in LOOP]
-    assert verdicts == ["within noise"] * len(verdicts)
+        verdicts = [per_call(c, api)["verdict"] for api in LOOP]
+        with_a_verdict += any(v in ("higher", "lower") for v in verdicts)
+    assert with_a_verdict <= 5
+
+
+def test_identical_code_whose_apis_scatter_between_runs_gives_no_verdict():
+    """Each API of each run off by its own ±8 % (a machine whose speed moved between the
+    runs moves APIs unequally; measured on a quiet VM: ±8 % beyond the common line where the
+    repetitions said ±3 %), the same in all of the run's repetitions, attributed by overlap
+    (nothing fitted that would say so): the scatter is measured across the APIs and joins each
+    one's noise, so that a hundred pairs have a verdict no more often than the design's 5 %
+    family-wise allows (9: its binomial 95th percentile); judged by the repetitions alone, 92
+    of them had one."""
+    rng = np.random.default_rng(38)
+    with_a_verdict, scatter = 0, []
+    for _ in range(100):
+        a, b = (generated_run(rng, i + 1, fit_error=0.08, method="overlap",
+                              drift=tuple(0.2 * rng.standard_normal(3))) for i in range(2))
+        c = compare_runs(a, b)
+        scatter.append(c.json["domains"][0]["repetition_factor"]["between_runs_per_run"])
+        with_a_verdict += any(per_call(c, api)["verdict"] in ("higher", "lower") for api in LOOP)
+    assert with_a_verdict <= 9
+    assert 0.05 < float(np.median(scatter)) < 0.11  # the ±8 % put in, from five APIs a pair
 
 
 def test_the_factor_is_not_used_where_it_would_be_one_apis_own():
@@ -245,3 +284,33 @@ def test_the_factor_is_not_used_where_it_would_be_one_apis_own():
     series = {**steady, "wild": (np.array([1.0, 3.0, 0.5]), np.array([2.0, 0.4, 1.0]))}
     factor = repetition_factor.estimate(series, list(series))
     assert not factor.removed and factor.why.startswith("wild makes")
+
+
+def test_the_scatter_between_runs_is_recovered_and_a_few_changed_apis_do_not_make_it():
+    """Distances beyond the line of 30 APIs drawn with a known scatter (τ = 0.1) on top of
+    their repetitions' (expected 0.03²): the estimate is within 30 % of τ², three APIs
+    changed by +0.5 move it by less than 20 %, and distances no larger than the repetitions
+    explain give 0."""
+    rng = np.random.default_rng(39)
+    expected = np.full(30, 0.03**2)
+    distance = rng.normal(0.0, np.sqrt(expected + 0.1**2))
+    tau2 = repetition_factor.between_runs_variance(distance, expected)
+    assert abs(tau2 / 0.1**2 - 1) < 0.3
+    changed = distance.copy()
+    changed[:3] += 0.5
+    assert abs(repetition_factor.between_runs_variance(changed, expected) / tau2 - 1) < 0.2
+    assert repetition_factor.between_runs_variance(0.5 * np.sqrt(expected), expected) == 0.0
+
+
+def test_each_apis_distance_is_taken_from_the_line_without_it():
+    """Five APIs on a line but one: through all five, Theil–Sen passes through some of them
+    (their distances 0); without each, the four on the line are 0 and the fifth is its full
+    offset, and a scatter of the others shows in every left-out distance."""
+    loadings = np.array([0.2, 0.5, 0.8, 1.1, 1.4])
+    change = 0.1 + 0.3 * loadings
+    change[2] += 0.4
+    left_out = repetition_factor.left_out_distances(loadings, change)
+    assert np.allclose(np.delete(left_out, 2), 0.0) and left_out[2] == pytest.approx(0.4)
+    noisy = change + np.array([0.05, -0.04, 0.0, 0.03, -0.05])
+    assert np.count_nonzero(np.abs(repetition_factor.left_out_distances(loadings, noisy))
+                            > 1e-3) == 5

@@ -19,6 +19,18 @@ factor's drift between the runs (the loading × how far it moved). That line, ch
 loading, is fitted across the APIs by Theil–Sen (medians of pairwise slopes: one API's change,
 however large, does not move it), and an API's own change is its distance from the line.
 
+Between the runs, the APIs do not all follow the line: a machine whose speed moved between two
+runs moves each API by more than its loading says (measured on this project's VM, identical
+code 10 minutes apart, quiet: whole runs 20–45 % cheaper, and each API ±8 % about the line where
+its repetitions said ±3 %). That scatter is a random effect of each (API, run) that more
+repetitions do not shrink; it is estimated from the pair itself, across its APIs, as the
+variance τ² at which the median of distance² / (its expected value from the repetitions + τ²)
+is χ²₁'s median (a robust random-effects scale: a median, so that the few APIs that changed do
+not make it), refined by the mean of those ratios over the APIs within 3σ of the line at it
+(a mean is far less noisy than a median of χ²₁ ratios), each API's distance taken from the
+line fitted without it (a robust line through few APIs passes through some of them, whose
+distances of 0 would make the median), and it joins each API's noise (`between_runs`).
+
 Honesty of the spread left: the factor is fitted to the same repetitions it is removed from,
 so it takes some noise with it (on pure noise, the first singular pair takes the largest share
 there is), and the line's error joins each API's distance from it. Both are calibrated by
@@ -34,6 +46,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,6 +56,9 @@ MIN_REPETITIONS = 3  # per run: with two, the factor leaves one degree of freedo
 MAX_LEVERAGE = 0.5  # an API's share of the factor beyond which the factor would be its own
 MAX_APIS = 24  # the factor is fitted to this many APIs at most, the costliest
 SIMULATIONS = 2000  # draws that calibrate `scale` and `dof_share` (their error: ~3 %)
+CHI2_1_MEDIAN = 0.454936423119572  # the median of χ² with one degree of freedom
+TRIM_Z = 3.0  # an API this many σ off the line is left out of the scatter's mean: it changed
+TRIMMED_MEAN = 0.97331  # the mean of χ²₁ below TRIM_Z² (P(χ²₃ ≤ 9) / P(χ²₁ ≤ 9))
 
 
 @dataclass
@@ -53,7 +69,10 @@ class RepetitionFactor:
     common: API → the runs' common change at its loading (log scale, c + d × loading, the line
     through all of them); spread_removed: the share of those APIs' variance between
     repetitions the factor took (their noise, `calibration`'s σ², against it); scale,
-    dof_share: per API, the calibration of the spread left (module docstring)."""
+    dof_share: per API, the calibration of the spread left; between_runs: τ², the variance of an
+    API's change beyond the line that its repetitions do not explain (log scale, the change
+    between the runs: each run's share is half), and its degrees of freedom: the APIs' less
+    the line's two (module docstring)."""
 
     removed: bool
     why: str
@@ -64,6 +83,8 @@ class RepetitionFactor:
     spread_removed: float = math.nan
     scale: dict[str, float] = field(default_factory=dict)
     dof_share: dict[str, float] = field(default_factory=dict)
+    between_runs: float = 0.0
+    between_runs_dof: float = math.inf
 
     def adjusted(self, api: str, reps: tuple[np.ndarray, np.ndarray]
                  ) -> tuple[np.ndarray, np.ndarray] | None:
@@ -135,6 +156,46 @@ def calibration(loadings: np.ndarray, factor: np.ndarray, sigmas: np.ndarray, n_
     return scale, variance / sigmas**2
 
 
+def left_out_distances(loadings: np.ndarray, change: np.ndarray) -> np.ndarray:
+    """Each API's distance from the line (`_theil_sen`) through the other APIs."""
+    out = np.empty_like(change)
+    for i in range(change.size):
+        others = np.arange(change.size) != i
+        c, d = _theil_sen(loadings[others], change[others])
+        out[i] = change[i] - (c + d * loadings[i])
+    return out
+
+
+def _root(statistic: Callable[[np.ndarray], float], distance2: np.ndarray,
+          expected: np.ndarray, target: float) -> float:
+    """The τ² ≥ 0 at which statistic(distance² / (expected + τ²)), which falls as τ² grows,
+    is `target` (bisection; 0 where it is there already at 0)."""
+    if not distance2.size or statistic(distance2 / expected) <= target:
+        return 0.0
+    low, high = 0.0, float(distance2.max()) / min(target, 0.5)  # every ratio below target
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if statistic(distance2 / (expected + mid)) > target \
+            else (low, mid)
+    return (low + high) / 2
+
+
+def between_runs_variance(distance: np.ndarray, expected: np.ndarray) -> float:
+    """τ² (module docstring): from the median (robust: a few changed APIs do not make it),
+    then, over the APIs within TRIM_Z of the line at that τ², from the mean, which is
+    several times less noisy than the median of χ²₁ ratios (the mean of χ²₁ cut at TRIM_Z²
+    is TRIMMED_MEAN); a few rounds, until the APIs kept no longer change."""
+    distance2 = distance**2
+    tau2 = _root(np.median, distance2, expected, CHI2_1_MEDIAN)
+    for _ in range(10):
+        kept = distance2 <= TRIM_Z**2 * (expected + tau2)
+        new = _root(np.mean, distance2[kept], expected[kept], TRIMMED_MEAN)
+        if new == tau2:
+            break
+        tau2 = new
+    return tau2
+
+
 def estimate(series: dict[str, tuple[np.ndarray, np.ndarray]], eligible: list[str]
              ) -> RepetitionFactor:
     """The factor of both runs from `series` (API → each compared repetition's energy per call
@@ -166,6 +227,7 @@ def estimate(series: dict[str, tuple[np.ndarray, np.ndarray]], eligible: list[st
     kept = 1 - (1 + fit["leverage"] * (n - 2)) / (n - 2)
     sigmas = np.sqrt(fit["variance"] / np.clip(kept, 0.1, 1))
     scale, share = calibration(fit["loadings"], fit["factor"], sigmas, sizes[0])
+    expected = scale * fit["variance"] * (1 / sizes[0] + 1 / sizes[1])
     sign = 1.0 if np.median(fit["loadings"]) >= 0 else -1.0  # shown with most loadings > 0
     factor = sign * fit["factor"]
     return RepetitionFactor(
@@ -174,7 +236,10 @@ def estimate(series: dict[str, tuple[np.ndarray, np.ndarray]], eligible: list[st
         (factor[: sizes[0]], factor[sizes[0]:]),
         {api: float(v) for api, v in zip(apis, fit["common"], strict=True)},
         1 - float((fit["variance"] / share).sum()) / float(fit["raw_variance"].sum()),
-        dict(zip(apis, scale.tolist(), strict=True)), dict(zip(apis, share.tolist(), strict=True)))
+        dict(zip(apis, scale.tolist(), strict=True)), dict(zip(apis, share.tolist(), strict=True)),
+        between_runs_variance(left_out_distances(
+            fit["loadings"], fit["distance"] + fit["common"]), expected),
+        float(len(apis) - 2))
 
 
 def describe(factor: RepetitionFactor, domain: str) -> str:
@@ -185,8 +250,10 @@ def describe(factor: RepetitionFactor, domain: str) -> str:
     common = [math.exp(v) - 1 for v in factor.common.values()]
     return (f"{domain}: the repetitions' common factor was removed ({factor.why}; it took "
             f"{factor.spread_removed:.0%} of their spread between repetitions); each API is "
-            "judged as measured and beyond the runs' common change (from "
-            f"{min(common):+.1%} to {max(common):+.1%} by API), at half the error rate each.")
+            "judged beyond the runs' common change (from "
+            f"{min(common):+.1%} to {max(common):+.1%} by API), with the APIs' own scatter "
+            f"between the runs (±{math.sqrt(factor.between_runs / 2):.1%} per run) in its "
+            "noise.")
 
 
 def as_json(factor: RepetitionFactor) -> dict[str, object]:
@@ -195,4 +262,5 @@ def as_json(factor: RepetitionFactor) -> dict[str, object]:
             "loadings": factor.loadings, "factors": [f.tolist() for f in factor.factors],
             "common_change": {api: math.exp(v) - 1 for api, v in factor.common.items()},
             "spread_removed": factor.spread_removed,
-            "scale": factor.scale, "dof_share": factor.dof_share}
+            "scale": factor.scale, "dof_share": factor.dof_share,
+            "between_runs_per_run": math.sqrt(factor.between_runs / 2)}

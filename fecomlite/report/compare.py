@@ -20,8 +20,11 @@ page's APIs and domains, the minimum detectable change and the repetitions a 10 
 beside it; under intensities, each run's fit error of the API joins the noise, `fit_sigma`).
 Where the machine's speed drifts between repetitions (every API dearer or cheaper together),
 each API's change is judged also beyond the runs' common change against the spread left once
-that factor is removed (`analysis.repetition_factor`, `_beyond_factor`; each test at half the
-error rate). Repetitions load distorted are left out when each run keeps two that it did not
+that factor is removed, with the APIs' own scatter between the two runs in the noise of both
+tests (`analysis.repetition_factor`, `_beyond_factor`; each test at half the error rate); a
+change every API shares is "no verdict: moved with every API", on the API and the domain
+(`_with_every_api`): a program dearer throughout and a machine slower between the runs look
+alike from one pair. Repetitions load distorted are left out when each run keeps two that it did not
 (`compared_repetitions`). Host domains of runs whose load differed over the compared
 repetitions (`analysis.contention.load_differs`) are "not comparable: load", with the reason.
 Otherwise (and for the energy per repetition):
@@ -70,6 +73,7 @@ NOT_COMPARABLE = "not comparable"
 NOT_COMPARABLE_LOAD = "not comparable: load"
 NOT_IDENTIFIED = "no verdict: below the sensors' resolution"
 NOT_FITTED = "no verdict: power not identified"
+WITH_EVERY_API = "no verdict: moved with every API"
 SUB_RESOLUTION = 0.1  # a call shorter than this share of a sensor reading cannot be resolved
 MIN_CALLS_RESOLVED = 5  # ... unless this many a repetition average over several readings
 POWER_Z = 0.8416  # 80 % power: a change this many σ beyond the 5 % threshold is detected
@@ -213,7 +217,7 @@ def fit_sigma(x: RunAnalysis, domain: str, api: str, value: float) -> float:
 def across_repetitions(
     a: float, b: float, reps_a: np.ndarray, reps_b: np.ndarray,
     fit_a: float, fit_b: float, tests: int, prior: float = math.nan,
-    residual: tuple[float, float] = (1.0, 1.0),
+    residual: tuple[float, float] = (1.0, 1.0), shared_dof: float = math.inf,
 ) -> dict[str, Any]:
     """The energy per call of both runs compared over their repetitions (Student's two-sample
     t on the repetitions' per-call means, pooled variance), family-wise at 5 % over the
@@ -230,7 +234,10 @@ def across_repetitions(
     for repetitions without their common factor (`analysis.repetition_factor`), (scale,
     dof_share): the spread left keeps dof_share of the degrees of freedom (t counts the whole
     ones left, and the prior is the typical spread left over its dof_share), and the
-    difference of the means varies scale × dof_share × as much as that spread says."""
+    difference of the means varies scale × dof_share × as much as that spread says.
+    shared_dof: the degrees of freedom of fit_a and fit_b where they are estimated (the APIs'
+    scatter between the runs, `repetition_factor.between_runs_dof`); t then counts those of
+    the whole standard error (Welch–Satterthwaite)."""
     scale, dof_share = residual
     share = (reps_a.size + reps_b.size - 2) * dof_share
     variance = ((reps_a.size - 1) * reps_a.var(ddof=1)
@@ -238,12 +245,12 @@ def across_repetitions(
     if math.isfinite(prior) and a:  # moderated: the domain's typical spread as PRIOR_DOF more
         variance = (PRIOR_DOF * prior * a * a + share * variance) / (PRIOR_DOF + share)
         share += PRIOR_DOF
-    dof = max(1, math.floor(share))
     variance *= scale * dof_share
     pooled = math.sqrt(variance)
+    spread, fitted = variance * (1 / reps_a.size + 1 / reps_b.size), fit_a**2 + fit_b**2
+    dof = max(1, math.floor(_satterthwaite((spread, share), (fitted, shared_dof))))
     crit = t_quantile(1 - FAMILY_ALPHA / (2 * max(tests, 1)), dof)
-    standard_error = math.sqrt(variance * (1 / reps_a.size + 1 / reps_b.size)
-                               + fit_a**2 + fit_b**2)
+    standard_error = math.sqrt(spread + fitted)
     noise = crit * standard_error
     out = {"a": a, "b": b, "a_ci95": math.nan, "b_ci95": math.nan, "repetitions_compared":
            [int(reps_a.size), int(reps_b.size)], "threshold_t": crit,
@@ -264,6 +271,15 @@ def across_repetitions(
     z = NormalDist().inv_cdf(1 - FAMILY_ALPHA / (2 * max(tests, 1))) + NormalDist().inv_cdf(0.8)
     out["reps_for_10pct"] = _reps_needed(z, pooled, math.hypot(fit_a, fit_b), a)
     return out
+
+
+def _satterthwaite(first: tuple[float, float], *parts: tuple[float, float]) -> float:
+    """The degrees of freedom of a sum of variances, each (variance, its dof): the first's
+    where the others are known exactly (infinite dof) or not finite."""
+    every = (first, *parts)
+    total = sum(v for v, _ in every)
+    spread = sum(v * v / dof for v, dof in every if v and dof > 0)
+    return total * total / spread if spread and math.isfinite(total) else first[1]
 
 
 def _reps_needed(z: float, pooled: float, fit: float, a: float) -> int | None:
@@ -364,9 +380,12 @@ def _per_call(api: str, rows: tuple[dict[str, Any], dict[str, Any]],
                 fit_sigma(sides[1].run, d["domain"], api, mean_b))
         factor = d.get("factor")
         removed = factor is not None and factor.removed
+        shared = _with_between_runs(fits, (mean_a, mean_b), factor.between_runs) \
+            if removed else fits  # the APIs' scatter between the runs: every rep of a run's
         tests *= 2 if removed else 1  # judged twice: as measured, and beyond the factor
-        out = across_repetitions(mean_a, mean_b, reps_a, reps_b, *fits, tests,
-                                 typical_variance(d["spreads"], calls))
+        out = across_repetitions(mean_a, mean_b, reps_a, reps_b, *shared, tests,
+                                 typical_variance(d["spreads"], calls),
+                                 shared_dof=factor.between_runs_dof if removed else math.inf)
         if out["verdict"] == NOT_IDENTIFIED:
             out["verdict"], out["why"] = _not_identified(ra, rb, d)
         elif removed:
@@ -421,37 +440,52 @@ def _repetition_factor(d: dict[str, Any], apis: tuple[dict[str, Any], dict[str, 
                     (left.size - 1) * share))
 
 
+def _with_between_runs(fits: tuple[float, float], means: tuple[float, float],
+                       between_runs: float) -> tuple[float, float]:
+    """Each run's shared 1σ (`fit_sigma`) with the APIs' own scatter between the runs
+    (`RepetitionFactor.between_runs`, half of it each run's) at the run's figure."""
+    spread = math.sqrt(between_runs / 2)
+    return (math.hypot(fits[0], spread * abs(means[0])),
+            math.hypot(fits[1], spread * abs(means[1])))
+
+
 def _beyond_factor(api: str, raw: dict[str, Any], reps: tuple[np.ndarray, np.ndarray],
                    fits: tuple[float, float], tests: int, d: dict[str, Any], calls: float
                    ) -> dict[str, Any]:
-    """The API's change less the runs' common one, judged against the spread left after the
-    repetitions' common factor (`analysis.repetition_factor`). The verdict is the change as
-    measured (`raw`, which keeps a whole run's change) or, when that is within noise, this
-    one's where the measured change is beyond this noise too and in the same direction (an
-    API the common change's line was pulled away from by another API's change has not
-    changed itself); each test at half the error rate (`tests` counts both). The noise is
-    that of the test that gave the verdict (as measured when neither did); the minimum
-    detectable change and repetitions for 10 % are this test's: what a change of one API
+    """The API's own change: its change less the runs' common one, judged against the spread
+    left after the repetitions' common factor (`analysis.repetition_factor`) and the APIs'
+    scatter between the runs (in `fits`). That is the verdict; a change as measured (`raw`)
+    that is beyond its noise but not beyond the common change is WITH_EVERY_API: every API
+    moved so, which the program or the machine's speed between the runs did (one pair of
+    runs cannot tell which; the domain's row says how much). The noise, the minimum
+    detectable change and the repetitions for 10 % are this test's: what a change of one API
     has to exceed."""
     factor = d["factor"]
     adjusted = factor.adjusted(api, reps)
     if adjusted is None:
         return {**raw, "method": "as measured (too few calls for the factor)"}
     left_a, left_b = adjusted
-    left = across_repetitions(float(left_a.mean()), float(left_b.mean()), left_a, left_b,
-                              *fits, tests, typical_variance(d["residual_spreads"], calls),
-                              (factor.scale[api], factor.dof_share[api]))
-    out = {**raw, "method": "beyond the repetitions' common factor",
+    mean_a, mean_b = float(left_a.mean()), float(left_b.mean())
+    left = across_repetitions(mean_a, mean_b, left_a, left_b,
+                              *_with_between_runs(fits, (mean_a, mean_b), factor.between_runs),
+                              tests, typical_variance(d["residual_spreads"], calls),
+                              (factor.scale[api], factor.dof_share[api]),
+                              factor.between_runs_dof)
+    out = {**raw, "method": "beyond the runs' common change",
            "as_measured": {k: raw[k] for k in ("verdict", "noise", "min_detectable_rel",
                                                 "reps_for_10pct", "threshold_t")},
            "beyond_common": {k: left[k] for k in ("verdict", "rel", "threshold_t")}}
-    noise = left["noise"] * abs(raw["a"] / left["a"]) if left["a"] else math.nan
+    noise = left["noise"] * abs(raw["a"] / mean_a) if mean_a else math.nan
     out["beyond_common"]["noise"] = noise
     for k in ("min_detectable", "min_detectable_rel", "reps_for_10pct"):
         out[k] = left[k]
-    if raw["verdict"] == "within noise" and abs(raw["diff"]) > noise and left[
-            "verdict"] == ("higher" if raw["diff"] > 0 else "lower"):
-        out["verdict"], out["noise"] = left["verdict"], noise
+    out["verdict"], out["noise"] = left["verdict"], noise
+    if left["verdict"] == "within noise" and raw["verdict"] in ("higher", "lower"):
+        common = abs(math.expm1(factor.common[api]) * raw["a"])
+        if common > raw["noise"]:  # the common change alone would read as a change
+            out["verdict"] = WITH_EVERY_API
+        else:  # the runs did not move together here: the change as measured is its own
+            out["verdict"], out["noise"] = raw["verdict"], raw["noise"]
     return out
 
 
@@ -630,6 +664,30 @@ def _domains(sa: Side, sb: Side) -> list[dict[str, Any]]:
     return out
 
 
+def _with_every_api(d: dict[str, Any], apis_a: dict[str, Any]) -> None:
+    """A domain whose program energy changed by what the runs' common change predicts (each
+    API of the factor moved by its common change, weighted by its energy in A) reads
+    WITH_EVERY_API, not higher or lower: the whole program moved, which a change to all of it
+    or the machine's speed between the runs (measured: identical code 20–45 % cheaper ten
+    minutes later on a quiet VM) did alike."""
+    factor = d["factor"]
+    if not factor.removed or d["verdict"] not in ("higher", "lower"):
+        return
+    weights = {api: _num(((apis_a[api].get("energy") or {}).get(d["domain"]) or {}).get(
+        "above_idle_J")) for api in factor.common if api in apis_a}
+    weights = {api: w for api, w in weights.items() if math.isfinite(w)}
+    total = sum(weights.values())
+    if not total:
+        return
+    predicted = sum(w * math.expm1(factor.common[api]) for api, w in weights.items()) / total
+    if abs(d["rel"] - predicted) * abs(d["a"]) <= d["noise"]:
+        d["verdict"] = WITH_EVERY_API
+        d["why"] = (f"every API moved together ({predicted:+.0%} predicted by the runs' common "
+                    f"change, {d['rel']:+.0%} measured): a change to the whole program, or "
+                    "the machine's speed between the runs, which one pair of runs cannot "
+                    "tell apart; each API is judged beyond it")
+
+
 def _rep_total(side: Side, domain: str) -> tuple[float, float]:
     """The run's above-idle energy per repetition: mean and 95 % half-width across the compared
     repetitions."""
@@ -679,7 +737,8 @@ def columns(domains: list[dict[str, Any]]) -> list[tables.Column]:
                           f"{k} per_call_rel", g),
             tables.Column(f"{k}:verdict", "per call", "text", ("energy", k, "per_call", "verdict"),
                           f"{k} per_call_verdict", g,
-                          title="whether the change exceeds the noise of both runs' CIs"),
+                          title="whether the API's change exceeds the noise of both runs: "
+                                "beyond the runs' common change where one was fitted"),
             tables.Column(f"{k}:mdc", "min. detectable", "%",
                           ("energy", k, "per_call", "min_detectable_rel"),
                           f"{k} per_call_min_detectable_rel", g,
@@ -687,13 +746,14 @@ def columns(domains: list[dict[str, Any]]) -> list[tables.Column]:
                                 "detect 80 % of the time (relative to A)"),
             tables.Column(f"{k}:beyond", "beyond common %", "%",
                           ("energy", k, "per_call", "beyond_common", "rel"),
-                          f"{k} per_call_beyond_common_rel", g, shown=False,
+                          f"{k} per_call_beyond_common_rel", g,
                           title="the change less the runs' common change, after the "
-                                "repetitions' common factor (empty where it was not used)"),
+                                "repetitions' common factor: what the verdict judges (empty "
+                                "where it was not used: the change as measured is judged)"),
             tables.Column(f"{k}:method", "judged", "text",
                           ("energy", k, "per_call", "method"), f"{k} per_call_method", g,
-                          shown=False, title="as measured, or beyond the repetitions' "
-                                             "common factor"),
+                          shown=False, title="as measured, or beyond the runs' common "
+                                             "change (after the repetitions' common factor)"),
             tables.Column(f"{k}:reps10", "reps for 10 %", "",
                           ("energy", k, "per_call", "reps_for_10pct"),
                           f"{k} per_call_reps_for_10pct", g, shown=False,
@@ -752,7 +812,7 @@ def compare_runs(a: RunAnalysis, b: RunAnalysis, notes: list[str] | None = None,
     apis_b = {r["api"]: r for r in b.apis}
     names = sorted(apis_a.keys() | apis_b.keys(),
                    key=lambda n: -max(_api_energy(apis_a.get(n)), _api_energy(apis_b.get(n))))
-    tests = len(names) * sum(1 for d in domains if d["comparable"])
+    tests = _tests(names, (apis_a, apis_b), domains)
     compared = [d["domain"] for d in domains if d["comparable"]]
     reps = ([int(a.repetitions[i]["rep"]) for i in sa.keep],
             [int(b.repetitions[i]["rep"]) for i in sb.keep])
@@ -769,6 +829,7 @@ def compare_runs(a: RunAnalysis, b: RunAnalysis, notes: list[str] | None = None,
     rows = [_api_row(n, (sa, sb), domains, tests, pairs) for n in names]
     for d in domains:
         if "factor" in d:
+            _with_every_api(d, apis_a)
             d["repetition_factor"] = repetition_factor.as_json(d.pop("factor"))
     cols = columns(domains)
     groups = tables.groups(cols)
@@ -805,12 +866,22 @@ def compare_runs(a: RunAnalysis, b: RunAnalysis, notes: list[str] | None = None,
     return Comparison(context, charts, data, {"compare": csv_text(cols, rows)})
 
 
+def _tests(names: list[str], apis: tuple[dict[str, Any], dict[str, Any]],
+           domains: list[dict[str, Any]]) -> int:
+    """The (API, domain) pairs that can give a verdict, over which the error rate is shared:
+    both runs have the API, the domain is compared, and its calls are not below the sensors'
+    resolution (`_one_off`: those get no verdict, so they take none of it)."""
+    both = [(apis[0][n], apis[1][n]) for n in names if n in apis[0] and n in apis[1]]
+    return max(1, sum(1 for d in domains if d["comparable"] for ra, rb in both
+                      if not _one_off(ra, rb, _calls_per_rep(ra), d)))
+
+
 def terminal_lines(comparison: Comparison) -> list[str]:
     """What `report A B` prints: per domain its verdict (and why there is none), how many APIs'
     energy per call read each verdict, then the notes on how the runs were compared."""
     out = []
     for d in comparison.json["domains"]:
-        why = "" if d["comparable"] else f" ({d['why']})"
+        why = "" if d["comparable"] and d["verdict"] != WITH_EVERY_API else f" ({d['why']})"
         out.append(f"{d['domain']}: {d['verdict']}{why}")
         counts: dict[str, int] = {}
         for row in comparison.json["apis"]:
