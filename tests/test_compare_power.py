@@ -29,6 +29,7 @@ from fecomlite.report.compare import (
     compare_runs,
     terminal_lines,
 )
+from fecomlite.report.render import render_page
 
 DOMAIN = "cpu-process"
 LOOP = {"torch.mm": 1.6e-3, "torch.matmul": 1.9e-3, "torch.Tensor.backward": 1.2e-3,
@@ -222,6 +223,8 @@ def test_a_whole_run_dearer_is_named_once_not_as_each_apis_change():
     assert domain["verdict"] == WITH_EVERY_API and 0.35 < domain["rel"] < 0.65
     assert "every API moved together" in domain["why"]
     assert f"{DOMAIN}: {WITH_EVERY_API} (every API moved together" in terminal_lines(c)[0]
+    html = render_page("compare.html.j2", c.context, c.charts)
+    assert html.count(WITH_EVERY_API) >= 1 + len(LOOP) and "every API moved together (" in html
 
 
 def test_one_api_dearer_keeps_its_domain_verdict():
