@@ -455,11 +455,12 @@ def _beyond_factor(api: str, raw: dict[str, Any], reps: tuple[np.ndarray, np.nda
     """The API's own change: its change less the runs' common one, judged against the spread
     left after the repetitions' common factor (`analysis.repetition_factor`) and the APIs'
     scatter between the runs (in `fits`). That is the verdict; a change as measured (`raw`)
-    that is beyond its noise but not beyond the common change is WITH_EVERY_API: every API
-    moved so, which the program or the machine's speed between the runs did (one pair of
-    runs cannot tell which; the domain's row says how much). The noise, the minimum
-    detectable change and the repetitions for 10 % are this test's: what a change of one API
-    has to exceed."""
+    that is beyond its noise but not beyond the common change stands where the common change
+    at this API is itself within that noise (the runs did not move together here), and is
+    WITH_EVERY_API otherwise: every API moved so, which the program or the machine's speed
+    between the runs did (one pair of runs cannot tell which; the domain's row says how
+    much). The minimum detectable change and the repetitions for 10 % are this test's: what
+    a change of one API has to exceed."""
     factor = d["factor"]
     adjusted = factor.adjusted(api, reps)
     if adjusted is None:
