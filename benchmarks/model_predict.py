@@ -110,22 +110,35 @@ def predicted(home: Path, fitted_id: int, wait: float | None) -> dict[str, Any]:
     return json.loads(cli(home, *args, *(["--wait", f"{wait:.6g}"] if wait is not None else [])))
 
 
-def width_parts(models: dict[str, Any], features: dict[str, float]) -> dict[str, float]:
-    """The energy interval's variance on the relative scale, part by part: the coefficients'
-    spread, the misfit between configurations, the repetitions' spread over √reps, and the
-    predicted time's spread × the static power (what `predict._energy` adds up)."""
+def fit_parts(fit: Any, values: dict[str, float]) -> dict[str, float]:
+    """One fit's variance of a new configuration's mean on the relative (log) scale: the
+    coefficients' spread, the misfit between configurations, the repetitions' spread over
+    √reps (what `interval` adds up)."""
+    from fecomlite.model.power_law import PowerLawFit
+
+    if isinstance(fit, PowerLawFit):
+        row, _ = fit._log(values)
+        parameters = float(row @ fit.cov @ row)
+    else:
+        x0 = fit.vector(values)
+        parameters = float(x0 @ fit.cov @ x0) / float(x0 @ fit.coef) ** 2
+    return {"parameters": parameters, "misfit": fit.sigma_between**2,
+            "repetitions": fit.residual_sd(fit.reps) ** 2 - fit.sigma_between**2}
+
+
+def width_parts(models: dict[str, Any], features: dict[str, float]) -> dict[str, Any]:
+    """The energy interval's variance by part (`fit_parts`), plus the predicted time's spread
+    × the static power (what `predict._energy` adds), and the time model's own parts."""
     from fecomlite.model.fit import EnergyModels
 
     loaded = EnergyModels.from_json(models)
-    fit = loaded.best
-    x0 = fit.vector(features)
-    mean = float(x0 @ fit.coef)
-    parts = {"parameters": float(x0 @ fit.cov @ x0) / mean**2,
-             "misfit": fit.sigma_between**2,
-             "repetitions": fit.residual_sd(fit.reps) ** 2 - fit.sigma_between**2}
+    fit, time = loaded.best, loaded.fits["time"]
+    parts: dict[str, Any] = fit_parts(fit, features)
     if "time_s" in fit.features:
-        t_sd = loaded.fits["time"].interval(features)[3]
-        parts["time"] = (float(fit.coef[fit.features.index("time_s")]) * t_sd / mean) ** 2
+        t_sd = time.interval(features)[3]
+        share = float(fit.coef[fit.features.index("time_s")]) / fit.predict(features)
+        parts["time"] = (share * t_sd) ** 2
+    parts["time_model"] = fit_parts(time, features)
     return parts
 
 
@@ -159,17 +172,23 @@ def printed(row: dict[str, Any]) -> str:
              f"CPU s: fitted sweep {_fmt(row['fitted_wait'])}, held-out {_fmt(truth['wait'])}"]
     for name in ("at_sweep_load", "at_own_wait"):
         p = row[name]
-        parts = ", ".join(f"{k} {math.sqrt(max(v, 0)) * 100:.1f} %"
-                          for k, v in p["width_parts"].items())
+        parts = _sds(p["width_parts"]) + "; of the time model: " + _sds(
+            p["width_parts"]["time_model"])
         lines.append(
             f"{name}: predicted {p['energy_J']:.4g} J ({p['model']}), 90 % interval "
             f"{p['low'] * 100:+.0f} % / {p['high'] * 100:+.0f} %, error {p['error'] * 100:+.1f} %"
             f" ({'covered' if p['covered'] else 'NOT covered'}); time {p['time_s']:.4g} s, "
-            f"error {p['time_error'] * 100:+.1f} % ({'covered' if p['time_covered'] else 'NOT'}"
-            f" covered); sd parts (relative): {parts}")
+            f"error {p['time_error'] * 100:+.1f} % ({'' if p['time_covered'] else 'NOT '}covered)"
+            f"; sd parts (relative): {parts}")
     for what, info in row["load"].items():
         lines.append(f"load {what}: {info.get('text')}")
     return "\n".join(lines)
+
+
+def _sds(parts: dict[str, Any]) -> str:
+    """Variances on the relative scale as standard deviations, in %."""
+    return ", ".join(f"{k} {math.sqrt(max(v, 0)) * 100:.1f} %" for k, v in parts.items()
+                     if isinstance(v, float))
 
 
 def _mean(values: list[float]) -> float | None:
