@@ -13,7 +13,7 @@ per CPU second) and what the interval's width is made of. `--again DIR` fits and
 on the sweeps stored in DIR (a `--keep` folder) without running anything: model changes are
 then judged on the same data.
 
-    python benchmarks/model_predict.py [--repeat 3] [--keep DIR | --again DIR] [--json FILE]
+    python benchmarks/model_predict.py [--repeat 3] [--neighbours] [--keep DIR | --again DIR]
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ GRID = ["--framework", "torch", "--shapes", "rectangle", "--batch-sizes", "64",
         "--dataset-sizes", "16384", "--epochs", "2"]
 FITTED = ["--widths", "64,256,1024", "--depths", "1,2,3"]
 HELD_OUT = {"width": 512, "depth": 2}
+NEIGHBOURS = (256, 1024)  # the grid's widths either side of the held-out one, at its depth
 SWEEPS_FILE = "sweeps.json"  # the two sweeps' ids in the home, for --again
 
 
@@ -60,11 +61,13 @@ def sweep(home: Path, grid: list[str], repeat: int) -> tuple[int, float]:
         return latest_sweep_id(store), time.perf_counter() - start
 
 
-def run_sweeps(home: Path, repeat: int) -> dict[str, Any]:
-    """The fitted sweep, then the held-out one; the server stopped after."""
+def run_sweeps(home: Path, repeat: int, neighbours: bool) -> dict[str, Any]:
+    """The fitted sweep, then the held-out one (with its grid neighbours where asked); the
+    server stopped after."""
+    widths = [*NEIGHBOURS, HELD_OUT["width"]] if neighbours else [HELD_OUT["width"]]
     try:
         fitted, fitted_s = sweep(home, FITTED, repeat)
-        held = ["--widths", str(HELD_OUT["width"]), "--depths", str(HELD_OUT["depth"])]
+        held = ["--widths", ",".join(map(str, widths)), "--depths", str(HELD_OUT["depth"])]
         held_id, held_s = sweep(home, held, repeat)
     finally:
         subprocess.run([sys.executable, "-m", "fecomlite.cli", "server", "--home", str(home),
@@ -93,13 +96,41 @@ def waits(rows: list[dict[str, Any]]) -> list[float]:
 def measured(home: Path, held_id: int, models: dict[str, Any]) -> dict[str, Any]:
     """The held-out configuration's energy and time as the model takes them (its domain; CPU
     seconds where it was fitted on them), and the load its repetitions saw."""
-    (row,) = sweep_rows(home, held_id)
+    row = by_width(sweep_rows(home, held_id))[HELD_OUT["width"]]
     cpu = models["provenance"].get("time") == "cpu"
     return {"energy_J": float(row[f"energy_J_{models['domain']}"]),
             "time_s": float(row["cpu_s" if cpu else "time_s"]),
             "reps_energy_J": row.get(f"reps_energy_J_{models['domain']}"),
             "reps_time_s": row.get("reps_cpu_s" if cpu else "reps_time_s"),
             "wait": _mean(waits([row]))}
+
+
+def by_width(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """The rows of the held-out depth, by their width."""
+    out = {}
+    for row in rows:
+        config = row["key"].split("-")
+        if f"d{HELD_OUT['depth']}" in config:
+            out[int(next(c for c in config if c.startswith("w"))[1:])] = row
+    return out
+
+
+def neighbours(home: Path, ids: dict[str, Any], time_key: str) -> dict[str, float] | None:
+    """Where the held-out sweep also measured the grid's neighbours: the held-out time against
+    the line (in FLOPs) through its neighbours measured in the same sweep (the model's form,
+    free of any drift between sweeps), and the neighbours' times in the held-out sweep against
+    the fitted sweep's (the machine's drift between the sweeps, on the log scale)."""
+    held = by_width(sweep_rows(home, ids["held_out"]))
+    fitted = by_width(sweep_rows(home, ids["fitted"]))
+    if not all(w in held for w in NEIGHBOURS):
+        return None
+    (low, high), mid = (held[w] for w in NEIGHBOURS), held[HELD_OUT["width"]]
+    flops = [r["flops_per_step"] * r["steps"] for r in (low, mid, high)]
+    line = low[time_key] + (high[time_key] - low[time_key]) * (flops[1] - flops[0]) / (
+        flops[2] - flops[0])
+    drift = [math.log(held[w][time_key] / fitted[w][time_key]) for w in NEIGHBOURS]
+    return {"off_the_line": mid[time_key] / line - 1, "drift_log": sum(drift) / len(drift),
+            **{f"drift_log_w{w}": d for w, d in zip(NEIGHBOURS, drift, strict=True)}}
 
 
 def predicted(home: Path, fitted_id: int, wait: float | None) -> dict[str, Any]:
@@ -149,7 +180,9 @@ def evaluate(home: Path, ids: dict[str, Any]) -> dict[str, Any]:
     cli(home, "model", "fit", "--sweep", str(ids["fitted"]), "--out", str(out))
     models = json.loads(out.read_text())
     truth = measured(home, ids["held_out"], models)
+    time_key = "cpu_s" if models["provenance"].get("time") == "cpu" else "time_s"
     row: dict[str, Any] = {"measured": truth, "sweeps": ids,
+                           "neighbours": neighbours(home, ids, time_key),
                            "fitted_wait": _mean(waits(sweep_rows(home, ids["fitted"]))),
                            "load": models["load"], "time_model": models["fits"]["time"]}
     for name, wait in (("at_sweep_load", None), ("at_own_wait", truth["wait"])):
@@ -180,6 +213,11 @@ def printed(row: dict[str, Any]) -> str:
             f" ({'covered' if p['covered'] else 'NOT covered'}); time {p['time_s']:.4g} s, "
             f"error {p['time_error'] * 100:+.1f} % ({'' if p['time_covered'] else 'NOT '}covered)"
             f"; sd parts (relative): {parts}")
+    if row["neighbours"]:
+        n = row["neighbours"]
+        lines.append(f"held-out time {n['off_the_line'] * 100:+.1f} % off the line through "
+                     f"widths {NEIGHBOURS} measured in its sweep; those neighbours "
+                     f"{math.expm1(n['drift_log']) * 100:+.1f} % against the fitted sweep")
     for what, info in row["load"].items():
         lines.append(f"load {what}: {info.get('text')}")
     return "\n".join(lines)
@@ -206,6 +244,9 @@ def _short(values: list[float] | None) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=3, help="repetitions per configuration")
+    parser.add_argument("--neighbours", action="store_true", help=(
+        f"the held-out sweep also measures widths {NEIGHBOURS} at its depth: how far the "
+        "held-out time is off the model's form, apart from drift between the sweeps"))
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--keep", type=Path, help="run here and keep the home (for --again)")
     where.add_argument("--again", type=Path, help="fit and predict again on a kept folder")
@@ -219,7 +260,7 @@ def main() -> None:
             ids = json.loads((home / SWEEPS_FILE).read_text())
         else:
             home.mkdir(parents=True, exist_ok=True)
-            ids = run_sweeps(home, args.repeat)
+            ids = run_sweeps(home, args.repeat, args.neighbours)
         row = evaluate(home, ids)
         row["load_avg_after"] = os.getloadavg()[0]
         print(printed(row), flush=True)
