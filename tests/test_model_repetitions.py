@@ -168,3 +168,20 @@ def test_a_repetition_far_from_its_configuration_s_others_is_left_out_and_named(
     p, before = predict(models, step, NEW[3].steps), predict(clean, step, NEW[3].steps)
     assert p.high_J / p.low_J < 1.2 * before.high_J / before.low_J
     assert models.left_out in p.notes and not clean.left_out
+
+
+def test_twin_terms_go_so_that_every_time_model_is_cross_validated():
+    """Every configuration of GRID runs the same steps: `steps` and `fixed` are one column
+    twice. With both, every fold was rank-deficient, the full time model (with the per-level
+    bytes) had no held-out error and could never be chosen; without the twin it competes."""
+    from fecomlite.model.fit import twins
+
+    x = np.array([[1.0, 64.0, 1.0, 0.0], [2.0, 64.0, 1.0, 0.0], [5.0, 64.0, 1.0, 3.0]])
+    assert twins(x, ["flops", "steps", "fixed", "bytes_L2"]) == ["fixed"]
+    assert twins(x[:, [0, 3]], ["flops", "bytes_L2"]) == []
+    models = fit_models([measure(c, np.random.default_rng(35)) for c in GRID], PLANTED.to_json(),
+                        ESTIMATED)
+    assert all(np.isfinite(row["cv_rel_rmse"]) for row in models.time_models)
+    assert any("bytes_" in row["terms"] for row in models.time_models)
+    assert all("fixed" not in row["terms"] for row in models.time_models)
+    assert "fixed" in models.fits["time"].omitted

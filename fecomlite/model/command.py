@@ -455,8 +455,9 @@ def _print_fit(models: EnergyModels) -> None:
         for feature in fit.dropped:
             table.add_row(feature, "–", "–", "no configuration reached it")
         for feature in fit.omitted:
-            table.add_row(feature, "–", "–", "left out: too few configurations, or a smaller "
-                          "model predicts held-out ones better")
+            table.add_row(feature, "–", "–", "left out: too few configurations, a multiple "
+                          "of another term's column, or a smaller model predicts held-out ones "
+                          "better")
         console.print(table)
     if not check.get("identified", False):
         console.print(f"[yellow]note:[/] {escape(sentence(check))}", highlight=False,

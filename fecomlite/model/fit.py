@@ -483,9 +483,13 @@ def _linear_candidates(
     data for (`dropped`) and the terms with data it leaves out (`omitted`)."""
     y = reps.time if model == "time" else reps.energy
     x = np.array([[v[f] for f in features] for v in reps.values])
-    candidates = [supported(x, features, configs)]
+    twin = twins(x, features)
+    distinct = [f for f in features if f not in twin]
+    candidates = [supported(x[:, [features.index(f) for f in distinct]], distinct, configs)]
     if model == "time":
-        candidates += [f for f in TIME_CANDIDATES if len(f) < min(len(candidates[0]), configs)]
+        simpler = [[f for f in c if f not in twin] for c in TIME_CANDIDATES]
+        candidates += [c for c in simpler if len(c) < min(len(candidates[0]), configs)]
+    candidates = [c for i, c in enumerate(candidates) if c not in candidates[:i]]
     has_data = {f for i, f in enumerate(features) if np.any(x[:, i] != 0)}
     fits = []
     for keep in candidates:
@@ -593,6 +597,18 @@ def repetition_rows(
         per_config.append(len(total))
     return RepetitionRows(out_values, np.array(times), np.array(energies), np.array(groups),
                           per_config, np.array(waits))
+
+
+def twins(x: np.ndarray, features: Sequence[str]) -> list[str]:
+    """The features whose column is a constant multiple of an earlier feature's (`fixed` beside
+    `steps` where every configuration ran the same steps): a fit cannot tell twins apart, and a
+    model with both is rank-deficient in every fold of cross-validation, so it is never
+    validated, never chosen, and the terms beside the twins are never tried."""
+    norms = np.linalg.norm(x, axis=0)
+    unit = x / np.where(norms > 0, norms, 1.0)
+    return [f for j, f in enumerate(features) if norms[j] > 0 and any(
+        norms[i] > 0 and np.allclose(unit[:, i], unit[:, j], rtol=1e-9, atol=1e-12)
+        for i in range(j))]
 
 
 def supported(x: np.ndarray, features: Sequence[str], rows: int) -> list[str]:

@@ -182,8 +182,8 @@ def coefficient_rows(fit: LinearFit) -> list[dict[str, str]]:
                      "coef_raw": None, "se_raw": None})
     for feature in fit.omitted:
         rows.append({"feature": feature, "coef": "–", "se": "–",
-                     "unit": "left out: too few configurations, or a smaller model "
-                     "predicts held-out ones better",
+                     "unit": "left out: too few configurations, a multiple of another "
+                     "term's column, or a smaller model predicts held-out ones better",
                      "coef_raw": None, "se_raw": None})
     return rows
 
