@@ -173,6 +173,9 @@ def test_a_loaded_repetition_is_left_out_and_a_15x_change_is_seen():
     assert set(counts.removeprefix("  energy per call: ").split(", ")) == {
         "4 within noise", f"4 {NOT_IDENTIFIED}", "1 higher"}
     assert any("run A left out repetition 3" in line for line in lines)
+    named = [line for line in lines if line.startswith("    higher: ")]
+    assert len(named) == 1 and named[0].startswith("    higher: torch.matmul +")
+    assert "(noise ±" in named[0] and "detectable from" in named[0]
     a.load["contention"]["per_rep"][0]["wait_per_cpu_s"] = 1.3  # only one quiet one left
     whole = compare_runs(a, b)  # all repetitions: A's loads were not B's
     assert per_call(whole, "torch.matmul")["verdict"] == NOT_COMPARABLE_LOAD

@@ -69,6 +69,7 @@ from fecomlite.report import tables
 from fecomlite.report.palette import domain_color, domain_name, shade
 
 TOP_BARS = 15
+TOP_CHANGED = 10  # APIs named per domain in the terminal
 NOT_COMPARABLE = "not comparable"
 NOT_COMPARABLE_LOAD = "not comparable: load"
 NOT_IDENTIFIED = "no verdict: below the sensors' resolution"
@@ -891,7 +892,28 @@ def terminal_lines(comparison: Comparison) -> list[str]:
         if d["comparable"]:
             ranked = sorted(counts.items(), key=lambda kv: -kv[1])
             out.append("  energy per call: " + ", ".join(f"{n} {v}" for v, n in ranked))
+            out += _changed_lines(comparison.json["apis"], d["domain"])
     return out + comparison.json["notes"]
+
+
+def _changed_lines(rows: list[dict[str, Any]], domain: str) -> list[str]:
+    """The APIs a domain's verdicts name (higher or lower), costliest first, TOP_CHANGED at
+    most: each with its change and the noise it exceeded (beyond the runs' common change where
+    that was judged), so that the terminal says which APIs changed, not only how many."""
+    changed = [(row["api"], row["energy"][domain]["per_call"]) for row in rows
+               if row["energy"][domain]["per_call"]["verdict"] in ("higher", "lower")]
+    lines = []
+    for api, figure in changed[:TOP_CHANGED]:
+        beyond = figure.get("beyond_common") or {}
+        judged = beyond if beyond.get("verdict") == figure["verdict"] else figure
+        noise = judged["noise"] / abs(figure["a"]) if figure.get("a") else math.nan
+        lines.append(f"    {figure['verdict']}: {api} {judged['rel'] * 100:+.1f} %"
+                     f"{' beyond the common change' if judged is beyond else ''} (noise "
+                     f"±{units.percent(noise)}; detectable from "
+                     f"{units.percent(figure.get('min_detectable_rel'))})")
+    if len(changed) > TOP_CHANGED:
+        lines.append(f"    … and {len(changed) - TOP_CHANGED} more (compare.csv has them all)")
+    return lines
 
 
 def _api_energy(row: dict[str, Any] | None) -> float:
