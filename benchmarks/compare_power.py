@@ -20,15 +20,14 @@ import itertools
 import json
 import multiprocessing
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import _results
+from _folders import work_folder
 
 TRAIN = """
 import json
@@ -182,18 +181,13 @@ def main() -> None:
     parser.add_argument("--again", type=Path, help="compare this folder's runs again")
     _results.add_option(parser, "compare_power")
     args = parser.parse_args()
-    folder = (args.again or args.keep or Path(tempfile.mkdtemp(prefix="fecomlite-power-")))
-    folder = folder.resolve()
-    try:
+    with work_folder("fecomlite-power-", args.keep, args.again) as folder:
         if args.again is None:
             make_runs(folder, args.same, args.steps)
         figures = counted(folder)
         for line in printed(figures):
             print(line)
         _results.write(args.json, "compare_power", figures)
-    finally:
-        if args.again is None and args.keep is None:
-            shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -22,16 +22,14 @@ import argparse
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _results  # noqa: E402
+import _results
+from _folders import work_folder
 
 GRID = ["--framework", "torch", "--shapes", "rectangle", "--batch-sizes", "64",
         "--dataset-sizes", "16384", "--epochs", "2"]
@@ -252,10 +250,8 @@ def main() -> None:
     where.add_argument("--again", type=Path, help="fit and predict again on a kept folder")
     _results.add_option(parser, "model_predict")
     args = parser.parse_args()
-    folder = (args.again or args.keep or Path(tempfile.mkdtemp(prefix="fecomlite-model-"))
-              ).resolve()
-    home = folder / "home"
-    try:
+    with work_folder("fecomlite-model-", args.keep, args.again) as folder:
+        home = folder / "home"
         if args.again:
             ids = json.loads((home / SWEEPS_FILE).read_text())
         else:
@@ -265,9 +261,6 @@ def main() -> None:
         row["load_avg_after"] = os.getloadavg()[0]
         print(printed(row), flush=True)
         _results.write(args.json, "model_predict", row)
-    finally:
-        if args.keep is None and args.again is None:
-            shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

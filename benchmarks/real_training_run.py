@@ -18,13 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from _folders import work_folder
 
 TRAIN = """
 import json
@@ -141,16 +141,11 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="run here and keep the project and home")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
-    folder = (args.keep or Path(tempfile.mkdtemp(prefix="fecomlite-real-run-"))).resolve()
-    folder.mkdir(parents=True, exist_ok=True)
-    try:
+    with work_folder("fecomlite-real-run-", args.keep) as folder:
         row = real_run(args.calls, folder)
         print(printed(row), flush=True)
         if args.json:
             args.json.write_text(json.dumps(row, indent=1))
-    finally:
-        if args.keep is None:
-            shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":
