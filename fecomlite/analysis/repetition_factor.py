@@ -122,8 +122,9 @@ def _theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _fit(logs: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
     """The procedure on log energies per call (..., APIs, repetitions of run A / B): loadings,
-    factor, leverages, the line, each API's distance from it and its spread left (pooled
-    within-run variance of the logs without the factor, repetitions − 2 degrees of freedom)."""
+    factor, leverages, the line, each API's change and its distance from the line, and its
+    spread left (pooled within-run variance of the logs without the factor, repetitions − 2
+    degrees of freedom)."""
     n_a = logs[0].shape[-1]
     centred = [x - x.mean(axis=-1, keepdims=True) for x in logs]
     deviations = np.concatenate(centred, axis=-1)
@@ -135,7 +136,7 @@ def _fit(logs: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
     c, d = _theil_sen(loadings, change)
     common = c[..., None] + d[..., None] * loadings
     return {"loadings": loadings, "factor": factor, "leverage": leverage,
-            "common": common, "distance": change - common,
+            "common": common, "change": change, "distance": change - common,
             "variance": (left**2).sum(axis=-1) / (deviations.shape[-1] - 2),
             "raw_variance": (deviations**2).sum(axis=-1) / (deviations.shape[-1] - 2)}
 
@@ -237,8 +238,7 @@ def estimate(series: dict[str, tuple[np.ndarray, np.ndarray]], eligible: list[st
         {api: float(v) for api, v in zip(apis, fit["common"], strict=True)},
         1 - float((fit["variance"] / share).sum()) / float(fit["raw_variance"].sum()),
         dict(zip(apis, scale.tolist(), strict=True)), dict(zip(apis, share.tolist(), strict=True)),
-        between_runs_variance(left_out_distances(
-            fit["loadings"], fit["distance"] + fit["common"]), expected),
+        between_runs_variance(left_out_distances(fit["loadings"], fit["change"]), expected),
         float(len(apis) - 2))
 
 
